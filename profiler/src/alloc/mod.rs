@@ -1,0 +1,148 @@
+//! The global allocator: a counting wrapper around jemalloc (or any other `GlobalAlloc`).
+//!
+//! Counting lives in [`counters`]; this module only forwards to the inner allocator and records
+//! what succeeded. The path never allocates, locks, blocks or panics, and is reentrancy-safe: the
+//! inner call completes before (alloc) or after (dealloc) the counters are touched, so an inner
+//! allocator that itself allocates through the global allocator nests cleanly.
+
+pub(crate) mod counters;
+
+use std::alloc::{GlobalAlloc, Layout};
+
+pub use counters::{Totals, FLUSH_BYTES, HISTOGRAM_BUCKETS};
+
+/// The allocator a training binary installs with `#[global_allocator]`.
+///
+/// `Allocator::new()` wraps jemalloc (built unprefixed, so C and C++ code in the process — libtorch
+/// included — is served by the same jemalloc and shows in its statistics). `Allocator::wrap(inner)`
+/// adds the same tracking over any other [`GlobalAlloc`], for programs that cannot switch
+/// allocators.
+///
+/// ```
+/// // In a binary: #[global_allocator] static ALLOC: memsight::Allocator = memsight::Allocator::new();
+/// static ALLOC: memsight::Allocator<std::alloc::System> = memsight::Allocator::wrap(std::alloc::System);
+/// ```
+pub struct Allocator<A = DefaultInner> {
+    inner: A,
+}
+
+/// The inner allocator of [`Allocator::new`]: jemalloc when the `jemalloc` feature is on.
+#[cfg(feature = "jemalloc")]
+pub type DefaultInner = tikv_jemallocator::Jemalloc;
+/// The inner allocator of [`Allocator::new`]: the system allocator without the `jemalloc` feature.
+#[cfg(not(feature = "jemalloc"))]
+pub type DefaultInner = std::alloc::System;
+
+impl Allocator<DefaultInner> {
+    /// A tracking allocator over jemalloc (over the system allocator without the `jemalloc` feature).
+    pub const fn new() -> Self {
+        #[cfg(feature = "jemalloc")]
+        {
+            Allocator {
+                inner: tikv_jemallocator::Jemalloc,
+            }
+        }
+        #[cfg(not(feature = "jemalloc"))]
+        {
+            Allocator {
+                inner: std::alloc::System,
+            }
+        }
+    }
+}
+
+impl Default for Allocator<DefaultInner> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<A> Allocator<A> {
+    /// A tracking allocator over `inner`.
+    pub const fn wrap(inner: A) -> Self {
+        Allocator { inner }
+    }
+}
+
+// SAFETY: every call is forwarded unchanged to `inner`; the counters only observe sizes.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Allocator<A> {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = self.inner.alloc(layout);
+        if !p.is_null() {
+            counters::on_alloc(layout.size());
+        }
+        p
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = self.inner.alloc_zeroed(layout);
+        if !p.is_null() {
+            counters::on_alloc(layout.size());
+        }
+        p
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        self.inner.dealloc(ptr, layout);
+        counters::on_dealloc(layout.size());
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = self.inner.realloc(ptr, layout, new_size);
+        if !p.is_null() {
+            counters::on_realloc(layout.size(), new_size);
+        }
+        p
+    }
+}
+
+/// Heap statistics of the tracking allocator, read without allocating.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeapStats {
+    /// Bytes currently allocated through the tracking allocator (exact).
+    pub live_bytes: u64,
+    /// Highest live bytes since start or the last [`reset_peak`] (may lag the true peak by at most
+    /// 64 KiB per allocating thread; never above it).
+    pub peak_bytes: u64,
+    /// Allocation calls so far.
+    pub allocations: u64,
+    /// Deallocation calls so far.
+    pub deallocations: u64,
+    /// Reallocation calls so far.
+    pub reallocations: u64,
+    /// Cumulative bytes handed out.
+    pub bytes_allocated: u64,
+    /// Cumulative bytes returned.
+    pub bytes_freed: u64,
+}
+
+/// Current heap statistics. Zero everywhere when no [`Allocator`] is installed.
+pub fn stats() -> HeapStats {
+    let t = counters::totals();
+    let live = t.live();
+    HeapStats {
+        live_bytes: live,
+        peak_bytes: counters::peak(counters::Tracker::Global, live),
+        allocations: t.allocations,
+        deallocations: t.deallocations,
+        reallocations: t.reallocations,
+        bytes_allocated: t.bytes_allocated,
+        bytes_freed: t.bytes_freed,
+    }
+}
+
+/// Resets the peak to the current live bytes.
+pub fn reset_peak() {
+    let live = counters::totals().live();
+    counters::swap_peak(counters::Tracker::Global, live);
+}
+
+/// Allocation counts per power-of-two size bucket: index `i` counts sizes in `[2^(i-1), 2^i)`
+/// (index 0: zero-sized), the last bucket also everything larger.
+pub fn size_histogram() -> [u64; HISTOGRAM_BUCKETS] {
+    counters::histogram()
+}

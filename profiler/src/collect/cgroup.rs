@@ -1,0 +1,226 @@
+//! The process's memory cgroup, v2 or v1 (hybrid hosts included): limit, usage, peak, OOM kills.
+//!
+//! Discovery reads `/proc/<pid>/cgroup` and `/proc/<pid>/mountinfo` and resolves the cgroup path
+//! against the mount's root, so it works inside containers. Every path is taken under a `root`
+//! prefix (normally `/`) so fixture directories can stand in for a real system in tests.
+//! The effective limit is the smallest limit of the cgroup and its ancestors.
+
+use super::kept_file::{field_u64, parse_u64_or_max, KeptFile};
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// v1 reports "no limit" as a page-aligned i64::MAX; anything this large means unlimited.
+const V1_UNLIMITED: u64 = 1 << 62;
+
+/// A memory cgroup's state, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CgroupMemory {
+    /// 1 or 2.
+    pub version: u8,
+    /// Effective limit (smallest over the cgroup and its ancestors); `None` when unlimited.
+    pub limit: Option<u64>,
+    /// Current usage (v2 `memory.current`, v1 `memory.usage_in_bytes`; includes page cache).
+    pub usage: u64,
+    /// Highest usage (v2 `memory.peak`, kernel ≥ 5.19; v1 `memory.max_usage_in_bytes`).
+    pub peak: Option<u64>,
+    /// OOM kills inside this cgroup so far (`oom_kill` in v2 `memory.events` / v1 `memory.oom_control`).
+    pub oom_kills: Option<u64>,
+}
+
+impl CgroupMemory {
+    /// Bytes left before the limit; `None` when unlimited.
+    pub fn headroom(&self) -> Option<u64> {
+        self.limit.map(|l| l.saturating_sub(self.usage))
+    }
+}
+
+/// Reads one memory cgroup through kept-open descriptors.
+#[derive(Debug)]
+pub struct CgroupReader {
+    version: u8,
+    dir: PathBuf,
+    usage: KeptFile,
+    limit: KeptFile,
+    peak: Option<KeptFile>,
+    events: Option<KeptFile>,
+    ancestor_limit: Option<u64>,
+}
+
+struct Mount {
+    root: String,
+    point: String,
+    fstype: String,
+    super_opts: String,
+}
+
+fn unescape(s: &str) -> String {
+    // mountinfo escapes space, tab, newline and backslash as \ooo.
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn parse_mountinfo(text: &str) -> Vec<Mount> {
+    text.lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split(' ').collect();
+            let sep = f.iter().position(|x| *x == "-")?;
+            Some(Mount {
+                root: unescape(f.get(3)?),
+                point: unescape(f.get(4)?),
+                fstype: f.get(sep + 1)?.to_string(),
+                super_opts: f.get(sep + 3).unwrap_or(&"").to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Joins an absolute path under `root`.
+fn under(root: &Path, abs: &str) -> PathBuf {
+    root.join(abs.trim_start_matches('/'))
+}
+
+/// The cgroup's directory: the mount point plus the cgroup path relative to the mount's root.
+fn resolve(root: &Path, mount: &Mount, cgroup_path: &str) -> PathBuf {
+    let rel = if mount.root == "/" {
+        cgroup_path
+    } else {
+        cgroup_path.strip_prefix(mount.root.as_str()).unwrap_or("/")
+    };
+    let base = under(root, &mount.point);
+    let dir = base.join(rel.trim_start_matches('/'));
+    if dir.is_dir() {
+        dir
+    } else {
+        base
+    }
+}
+
+/// Smallest limit among the ancestors of `dir` up to (and including) `top`.
+fn ancestors_limit(dir: &Path, top: &Path, file: &str, v1: bool) -> Option<u64> {
+    let mut best: Option<u64> = None;
+    let mut cur = dir.parent();
+    while let Some(d) = cur {
+        if !d.starts_with(top) {
+            break;
+        }
+        if let Ok(t) = std::fs::read_to_string(d.join(file)) {
+            if let Ok(Some(v)) = parse_u64_or_max(&t) {
+                if !(v1 && v >= V1_UNLIMITED) {
+                    best = Some(best.map_or(v, |b| b.min(v)));
+                }
+            }
+        }
+        cur = d.parent();
+    }
+    best
+}
+
+impl CgroupReader {
+    /// Finds the memory cgroup of the process whose `/proc/<pid>` is `proc_dir`, with every
+    /// absolute path taken under `root`. The error is a human-readable reason.
+    pub fn discover(proc_dir: &Path, root: &Path) -> Result<Self, String> {
+        let cgroup = std::fs::read_to_string(proc_dir.join("cgroup"))
+            .map_err(|e| format!("cannot read {}: {e}", proc_dir.join("cgroup").display()))?;
+        let mountinfo = std::fs::read_to_string(proc_dir.join("mountinfo"))
+            .map_err(|e| format!("cannot read {}: {e}", proc_dir.join("mountinfo").display()))?;
+        let mounts = parse_mountinfo(&mountinfo);
+        let mut v1_path = None;
+        let mut v2_path = None;
+        for line in cgroup.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (Some(id), Some(ctrl), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+                continue;
+            };
+            if id == "0" && ctrl.is_empty() {
+                v2_path = Some(path.to_string());
+            } else if ctrl.split(',').any(|c| c == "memory") {
+                v1_path = Some(path.to_string());
+            }
+        }
+        if let Some(p) = &v2_path {
+            if let Some(m) = mounts.iter().find(|m| m.fstype == "cgroup2") {
+                let dir = resolve(root, m, p);
+                if dir.join("memory.current").exists() {
+                    return Self::open(2, dir, &under(root, &m.point));
+                }
+            }
+        }
+        if let Some(p) = &v1_path {
+            let m = mounts
+                .iter()
+                .find(|m| m.fstype == "cgroup" && m.super_opts.split(',').any(|o| o == "memory"))
+                .ok_or("cgroup v1 memory controller listed but not mounted")?;
+            let dir = resolve(root, m, p);
+            return Self::open(1, dir, &under(root, &m.point));
+        }
+        Err(match v2_path {
+            Some(_) => "cgroup v2 without the memory controller, and no v1 memory controller".into(),
+            None => "no memory cgroup".into(),
+        })
+    }
+
+    fn open(version: u8, dir: PathBuf, top: &Path) -> Result<Self, String> {
+        let open = |name: &str| {
+            KeptFile::open(&dir.join(name)).map_err(|e| format!("cannot open {}: {e}", dir.join(name).display()))
+        };
+        let optional = |name: &str| KeptFile::open(&dir.join(name)).ok();
+        let (usage, limit, peak, events, limit_name) = if version == 2 {
+            (open("memory.current")?, open("memory.max")?, optional("memory.peak"), optional("memory.events"), "memory.max")
+        } else {
+            (
+                open("memory.usage_in_bytes")?,
+                open("memory.limit_in_bytes")?,
+                optional("memory.max_usage_in_bytes"),
+                optional("memory.oom_control"),
+                "memory.limit_in_bytes",
+            )
+        };
+        let ancestor_limit = ancestors_limit(&dir, top, limit_name, version == 1);
+        Ok(CgroupReader { version, dir, usage, limit, peak, events, ancestor_limit })
+    }
+
+    /// The cgroup version, 1 or 2.
+    pub fn version(&self) -> u8 {
+        self.version
+    }
+
+    /// The cgroup's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Reads the current values.
+    pub fn read(&self) -> io::Result<CgroupMemory> {
+        let own_limit = self
+            .limit
+            .read_u64_or_max()?
+            .filter(|&l| !(self.version == 1 && l >= V1_UNLIMITED));
+        let limit = match (own_limit, self.ancestor_limit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let usage = self.usage.read_u64_or_max()?.unwrap_or(0);
+        let peak = match &self.peak {
+            Some(f) => f.read_u64_or_max()?,
+            None => None,
+        };
+        let oom_kills = match &self.events {
+            Some(f) => f.read_with(|t| field_u64(t, "oom_kill"))?,
+            None => None,
+        };
+        Ok(CgroupMemory { version: self.version, limit, usage, peak, oom_kills })
+    }
+}

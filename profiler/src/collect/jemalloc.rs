@@ -1,0 +1,112 @@
+//! jemalloc's own statistics: allocated, active, resident, mapped, retained, metadata.
+//! One epoch advance per read (5–20 µs), so this is sampled, never called on a hot path.
+
+use serde::{Deserialize, Serialize};
+
+/// jemalloc's process-wide statistics in bytes, refreshed by an epoch advance at each read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JemallocStats {
+    /// Bytes handed to the application (Rust and C/C++ alike).
+    pub allocated: u64,
+    /// Bytes in active pages: allocated plus the unused tails of those pages.
+    pub active: u64,
+    /// Bytes in physically resident pages that jemalloc maps (data and metadata).
+    pub resident: u64,
+    /// Bytes in mapped extents.
+    pub mapped: u64,
+    /// Bytes retained (unmapped-but-reserved virtual memory; not resident).
+    pub retained: u64,
+    /// Bytes of jemalloc's own metadata.
+    pub metadata: u64,
+}
+
+impl JemallocStats {
+    /// (active − allocated) / active: page-level fragmentation inside used pages.
+    pub fn active_fragmentation(&self) -> f64 {
+        ratio(self.active.saturating_sub(self.allocated), self.active)
+    }
+
+    /// (resident − allocated) / resident: share of resident heap memory not holding live data
+    /// (fragmentation, dirty pages awaiting purge, metadata).
+    pub fn resident_fragmentation(&self) -> f64 {
+        ratio(self.resident.saturating_sub(self.allocated), self.resident)
+    }
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+#[cfg(feature = "jemalloc")]
+mod imp {
+    use super::JemallocStats;
+    use tikv_jemalloc_ctl::{epoch, epoch_mib, stats};
+
+    /// Reads jemalloc statistics through MIBs resolved once.
+    pub struct JemallocReader {
+        epoch: epoch_mib,
+        allocated: stats::allocated_mib,
+        active: stats::active_mib,
+        resident: stats::resident_mib,
+        mapped: stats::mapped_mib,
+        retained: stats::retained_mib,
+        metadata: stats::metadata_mib,
+    }
+
+    impl JemallocReader {
+        /// Resolves the statistics' names; the reason when jemalloc lacks them.
+        pub fn open() -> Result<Self, String> {
+            let e = |err: tikv_jemalloc_ctl::Error| format!("jemalloc statistics unavailable: {err}");
+            Ok(JemallocReader {
+                epoch: epoch::mib().map_err(e)?,
+                allocated: stats::allocated::mib().map_err(e)?,
+                active: stats::active::mib().map_err(e)?,
+                resident: stats::resident::mib().map_err(e)?,
+                mapped: stats::mapped::mib().map_err(e)?,
+                retained: stats::retained::mib().map_err(e)?,
+                metadata: stats::metadata::mib().map_err(e)?,
+            })
+        }
+
+        /// Advances the epoch and reads every statistic.
+        pub fn read(&self) -> Result<JemallocStats, String> {
+            let e = |err: tikv_jemalloc_ctl::Error| format!("jemalloc read failed: {err}");
+            self.epoch.advance().map_err(e)?;
+            Ok(JemallocStats {
+                allocated: self.allocated.read().map_err(e)? as u64,
+                active: self.active.read().map_err(e)? as u64,
+                resident: self.resident.read().map_err(e)? as u64,
+                mapped: self.mapped.read().map_err(e)? as u64,
+                retained: self.retained.read().map_err(e)? as u64,
+                metadata: self.metadata.read().map_err(e)? as u64,
+            })
+        }
+    }
+}
+
+#[cfg(not(feature = "jemalloc"))]
+mod imp {
+    use super::JemallocStats;
+
+    /// Without the `jemalloc` feature there is nothing to read.
+    pub struct JemallocReader;
+
+    impl JemallocReader {
+        /// Always the reason: built without jemalloc.
+        pub fn open() -> Result<Self, String> {
+            Err("memsight was built without the `jemalloc` feature".into())
+        }
+
+        /// Unreachable in practice: `open` never succeeds.
+        pub fn read(&self) -> Result<JemallocStats, String> {
+            Err("memsight was built without the `jemalloc` feature".into())
+        }
+    }
+}
+
+pub use imp::JemallocReader;

@@ -1,0 +1,45 @@
+//! memsight: a memory profiler for ML training jobs, linked into the job.
+//!
+//! ```no_run
+//! #[global_allocator]
+//! static ALLOC: memsight::Allocator = memsight::Allocator::new();
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let session = memsight::Session::builder()
+//!         .interval(std::time::Duration::from_millis(100))
+//!         .report_path("memsight-report.json")
+//!         .start()?;
+//!     for n in 0..10 {
+//!         memsight::step(n);
+//!         let _g = memsight::phase("forward");
+//!     }
+//!     let s = memsight::stats();
+//!     println!("live {} peak {}", s.live_bytes, s.peak_bytes);
+//!     memsight::reset_peak();
+//!     let _report = session.finish()?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Limitations
+//! - Heap counters see allocations made through the installed [`Allocator`] (all Rust code). C and
+//!   C++ code (libtorch tensors) is served by the same jemalloc and shows in its statistics
+//!   ([`Snapshot::jemalloc`]), not in the per-call counters.
+//! - The peak may lag the true peak by at most 64 KiB per allocating thread (see [`alloc`]).
+//! - Phases form one process-wide stack, meant to be driven from the training loop's thread.
+//! - jemalloc statistics refresh only on an epoch advance, done once per sample.
+
+pub mod alloc;
+pub mod collect;
+mod phases;
+pub mod report;
+mod session;
+pub mod snapshot;
+pub mod timeline;
+pub mod units;
+
+pub use alloc::{reset_peak, size_histogram, stats, Allocator, HeapStats};
+pub use phases::{current_phase, current_step, monitor, phase, step, PhaseGuard, PhaseMeasurement, PhaseStats, StepStats};
+pub use report::Report;
+pub use session::{print_snapshot, snapshot, Session, SessionBuilder, SessionError};
+pub use snapshot::Snapshot;

@@ -1,0 +1,194 @@
+//! Budgets for `memsight check`: parsed from flags and a versioned TOML file, checked against a
+//! report, each violation one line with the value, the budget and where the peak happened.
+
+use super::Report;
+use crate::units::{fmt_bytes, parse_size};
+use serde::Deserialize;
+use std::fmt;
+use std::path::Path;
+
+/// The budget file format version this build reads.
+pub const BUDGET_VERSION: u32 = 1;
+
+/// Limits a report must stay within. `None` means "not checked".
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Budgets {
+    /// Peak live heap bytes.
+    pub max_host_peak: Option<u64>,
+    /// Peak RSS bytes.
+    pub max_rss_peak: Option<u64>,
+    /// jemalloc (resident − allocated) / resident at peak resident.
+    pub max_fragmentation: Option<f64>,
+    /// Live-heap growth per step (leak slope), bytes.
+    pub max_leak_per_step: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BudgetFile {
+    version: u32,
+    max_host_peak: Option<String>,
+    max_rss_peak: Option<String>,
+    max_fragmentation: Option<f64>,
+    max_leak_per_step: Option<String>,
+}
+
+/// A budget file that cannot be used.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetError(pub String);
+
+impl fmt::Display for BudgetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BudgetError {}
+
+impl Budgets {
+    /// Reads a budget file (TOML, `version = 1`).
+    pub fn load(path: &Path) -> Result<Budgets, BudgetError> {
+        let text = std::fs::read_to_string(path).map_err(|e| BudgetError(format!("{}: {e}", path.display())))?;
+        Self::parse(&text).map_err(|e| BudgetError(format!("{}: {}", path.display(), e.0)))
+    }
+
+    /// Parses budget TOML text.
+    pub fn parse(text: &str) -> Result<Budgets, BudgetError> {
+        let f: BudgetFile = toml::from_str(text).map_err(|e| BudgetError(e.message().to_string()))?;
+        if f.version != BUDGET_VERSION {
+            return Err(BudgetError(format!(
+                "budget file version {} is not supported (this memsight reads version {BUDGET_VERSION})",
+                f.version
+            )));
+        }
+        let size = |field: &str, v: Option<String>| -> Result<Option<u64>, BudgetError> {
+            v.map(|s| parse_size(&s).map_err(|e| BudgetError(format!("{field}: {e}")))).transpose()
+        };
+        let b = Budgets {
+            max_host_peak: size("max_host_peak", f.max_host_peak)?,
+            max_rss_peak: size("max_rss_peak", f.max_rss_peak)?,
+            max_fragmentation: f.max_fragmentation,
+            max_leak_per_step: size("max_leak_per_step", f.max_leak_per_step)?,
+        };
+        b.validate()?;
+        Ok(b)
+    }
+
+    /// Checks ranges that a size parser cannot (fragmentation is a ratio in [0, 1]).
+    pub fn validate(&self) -> Result<(), BudgetError> {
+        match self.max_fragmentation {
+            Some(r) if !(0.0..=1.0).contains(&r) => {
+                Err(BudgetError(format!("max_fragmentation must be a ratio between 0 and 1, got {r}")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Overrides every budget that `other` sets (flags over file).
+    pub fn merge(self, other: Budgets) -> Budgets {
+        Budgets {
+            max_host_peak: other.max_host_peak.or(self.max_host_peak),
+            max_rss_peak: other.max_rss_peak.or(self.max_rss_peak),
+            max_fragmentation: other.max_fragmentation.or(self.max_fragmentation),
+            max_leak_per_step: other.max_leak_per_step.or(self.max_leak_per_step),
+        }
+    }
+
+    /// True when no budget is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Budgets::default()
+    }
+
+    /// Every budget the report breaks (or cannot show it keeps), one line each.
+    pub fn check(&self, r: &Report) -> Vec<String> {
+        let mut out = Vec::new();
+        let p = &r.peaks;
+        let location = |step: Option<u64>, phase: Option<&str>| match (step, phase) {
+            (Some(s), Some(ph)) => format!(" (peaked at step {s}, phase {ph})"),
+            (Some(s), None) => format!(" (peaked at step {s})"),
+            (None, Some(ph)) => format!(" (peaked in phase {ph})"),
+            (None, None) => String::new(),
+        };
+        if let Some(max) = self.max_host_peak {
+            if p.heap_peak_bytes > max {
+                out.push(format!(
+                    "host peak {} exceeds budget {}{}",
+                    fmt_bytes(p.heap_peak_bytes),
+                    fmt_bytes(max),
+                    location(p.heap_peak_step, p.heap_peak_phase.as_deref())
+                ));
+            }
+        }
+        if let Some(max) = self.max_rss_peak {
+            match p.rss_peak_bytes {
+                Some(v) if v > max => {
+                    let at = p.rss_peak_sample.as_ref();
+                    out.push(format!(
+                        "rss peak {} exceeds budget {}{}",
+                        fmt_bytes(v),
+                        fmt_bytes(max),
+                        location(at.map(|a| a.step), at.and_then(|a| a.phase.as_deref()))
+                    ));
+                }
+                Some(_) => {}
+                None => out.push("rss peak cannot be checked: the report has no RSS (process source unavailable)".into()),
+            }
+        }
+        if let Some(max) = self.max_fragmentation {
+            match &r.fragmentation {
+                Some(f) if f.resident_ratio > max => out.push(format!(
+                    "fragmentation {:.3} exceeds budget {max:.3} ({} resident, {} allocated){}",
+                    f.resident_ratio,
+                    fmt_bytes(f.resident_bytes),
+                    fmt_bytes(f.allocated_bytes),
+                    location(Some(f.at.step), f.at.phase.as_deref())
+                )),
+                Some(_) => {}
+                None => out.push("fragmentation cannot be checked: the report has no jemalloc statistics".into()),
+            }
+        }
+        if let Some(max) = self.max_leak_per_step {
+            match &r.leak {
+                Some(l) if l.slope_bytes_per_step > max as f64 => out.push(format!(
+                    "leak {}/step exceeds budget {}/step (confidence {:.0}%, over {} steps after {} warm-up steps)",
+                    fmt_bytes(l.slope_bytes_per_step as u64),
+                    fmt_bytes(max),
+                    l.confidence * 100.0,
+                    l.steps_used,
+                    l.warmup_steps
+                )),
+                Some(_) => {}
+                None => out.push(
+                    "leak per step cannot be checked: fewer than 5 steps after warm-up were recorded (call memsight::step)".into(),
+                ),
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_file() {
+        let b = Budgets::parse("version = 1\nmax_host_peak = \"4GiB\"\nmax_fragmentation = 0.3\n").unwrap();
+        assert_eq!(b.max_host_peak, Some(4 << 30));
+        assert_eq!(b.max_fragmentation, Some(0.3));
+        assert_eq!(b.max_rss_peak, None);
+    }
+
+    #[test]
+    fn rejects_bad_files_with_exact_errors() {
+        let e = |t: &str| Budgets::parse(t).unwrap_err().0;
+        assert_eq!(e("version = 2\n"), "budget file version 2 is not supported (this memsight reads version 1)");
+        assert_eq!(e("version = 1\nmax_host_peek = \"1GiB\"\n"), "unknown field `max_host_peek`, expected one of `version`, `max_host_peak`, `max_rss_peak`, `max_fragmentation`, `max_leak_per_step`");
+        assert_eq!(
+            e("version = 1\nmax_host_peak = \"lots\"\n"),
+            "max_host_peak: invalid size \"lots\": expected a number (examples: 512MiB, 4GiB, 100MB, 1048576)"
+        );
+        assert_eq!(e("version = 1\nmax_fragmentation = 3.0\n"), "max_fragmentation must be a ratio between 0 and 1, got 3");
+        assert_eq!(e("max_host_peak = \"1GiB\"\n"), "missing field `version`");
+    }
+}

@@ -1,0 +1,204 @@
+//! The JSON report: one type written by sessions (and later the sidecar) and read by `check`,
+//! `summary` and the viewer. `schema_version` changes only on incompatible changes; new optional
+//! fields are additive. The documented example is `docs/report.example.json` (kept in sync by a
+//! test); field meanings are in `docs/report.md`.
+
+pub mod budget;
+mod error;
+pub mod leak;
+#[cfg(feature = "plot")]
+pub mod plot;
+pub mod summary;
+pub mod tips;
+
+pub use error::ReportError;
+
+use crate::collect::SourceStatus;
+use crate::phases::{PhaseStats, StepStats};
+use crate::snapshot::Snapshot;
+use crate::timeline::PeakAt;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The report schema this build writes and reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A finished (or dead) job's memory report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    /// Report schema version ([`SCHEMA_VERSION`]).
+    pub schema_version: u32,
+    /// Version of memsight that wrote the report.
+    pub memsight_version: String,
+    /// The process that was profiled.
+    pub job: Job,
+    /// Sampling interval in milliseconds.
+    pub interval_ms: u64,
+    /// Peak values and where they happened.
+    pub peaks: Peaks,
+    /// Host heap fragmentation at the moment of peak jemalloc resident memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fragmentation: Option<Fragmentation>,
+    /// Per-step growth of live heap bytes (leak signal), when enough steps were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leak: Option<leak::LeakEstimate>,
+    /// Per-phase statistics.
+    pub phases: Vec<PhaseStats>,
+    /// Per-step statistics (bounded: old steps merge, keeping the higher peak).
+    pub steps: Vec<StepStats>,
+    /// Allocation counts per power-of-two size class (empty buckets omitted).
+    pub histogram: Vec<HistogramBucket>,
+    /// Bounded timeline of snapshots, oldest first.
+    pub timeline: Vec<Snapshot>,
+    /// Snapshots merged away to keep the timeline bounded.
+    pub timeline_merged: u64,
+    /// Which sources were read, and why any was not.
+    pub sources: Vec<SourceStatus>,
+    /// Advice derived from the numbers above.
+    pub tips: Vec<tips::Tip>,
+}
+
+/// The profiled process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Job {
+    /// Process id.
+    pub pid: u32,
+    /// Command line.
+    pub command: Vec<String>,
+    /// Session start, Unix milliseconds.
+    pub start_unix_ms: u64,
+    /// Session end, Unix milliseconds.
+    pub end_unix_ms: u64,
+    /// How the job ended.
+    pub exit: JobExit,
+}
+
+/// How the job ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobExit {
+    /// `finished` (session finished in-process), `exited` (with a code) or `signaled`.
+    pub kind: String,
+    /// Exit code, for `exited`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    /// Signal number, for `signaled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// One line for people.
+    pub description: String,
+}
+
+/// Peaks and where they happened.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Peaks {
+    /// Peak live heap bytes (tracking allocator; resettable by `memsight::reset_peak`).
+    pub heap_peak_bytes: u64,
+    /// The step whose window held the highest heap peak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap_peak_step: Option<u64>,
+    /// The innermost phase whose window held the highest heap peak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap_peak_phase: Option<String>,
+    /// Live heap bytes when the session finished.
+    pub final_live_bytes: u64,
+    /// Highest RSS: the kernel's high-water mark when known, else the highest sampled RSS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_peak_bytes: Option<u64>,
+    /// The sample with the highest RSS (its time, step and phase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_peak_sample: Option<PeakAt>,
+    /// Highest jemalloc resident bytes sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jemalloc_resident_peak: Option<PeakAt>,
+    /// Highest cgroup usage sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_usage_peak: Option<PeakAt>,
+    /// The effective cgroup memory limit (none when unlimited or unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_limit_bytes: Option<u64>,
+}
+
+/// jemalloc fragmentation at the sample with the highest resident memory.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fragmentation {
+    /// (resident − allocated) / resident: resident heap memory holding no live data.
+    pub resident_ratio: f64,
+    /// (active − allocated) / active: waste inside pages in use.
+    pub active_ratio: f64,
+    /// jemalloc allocated bytes at that sample.
+    pub allocated_bytes: u64,
+    /// jemalloc active bytes at that sample.
+    pub active_bytes: u64,
+    /// jemalloc resident bytes at that sample.
+    pub resident_bytes: u64,
+    /// When it was sampled.
+    pub at: PeakAt,
+}
+
+/// Allocation count of one size class.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistogramBucket {
+    /// Smallest size in the class, in bytes.
+    pub min_bytes: u64,
+    /// Largest size in the class, in bytes (inclusive).
+    pub max_bytes: u64,
+    /// Allocations (and reallocations to a size) in the class.
+    pub count: u64,
+}
+
+impl Report {
+    /// Reads and validates a report file.
+    pub fn load(path: &Path) -> Result<Report, ReportError> {
+        let bytes = std::fs::read(path).map_err(|e| ReportError::Io { path: path.to_path_buf(), source: e })?;
+        Self::from_slice(&bytes).map_err(|e| e.with_path(path))
+    }
+
+    /// Parses and validates a report from JSON bytes.
+    pub fn from_slice(bytes: &[u8]) -> Result<Report, ReportError> {
+        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(ReportError::from_json)?;
+        let version = value
+            .get("schema_version")
+            .ok_or(ReportError::NotAReport { path: None, why: "no schema_version field".into() })?;
+        let version = version
+            .as_u64()
+            .ok_or(ReportError::NotAReport { path: None, why: format!("schema_version is {version}, not a number") })?;
+        if version != u64::from(SCHEMA_VERSION) {
+            return Err(ReportError::UnsupportedVersion { path: None, found: version, supported: SCHEMA_VERSION });
+        }
+        serde_json::from_value(value).map_err(|e| ReportError::Invalid { path: None, why: e.to_string() })
+    }
+
+    /// Writes the report as pretty JSON, atomically (temporary file + rename).
+    pub fn save(&self, path: &Path) -> Result<(), ReportError> {
+        let io = |e| ReportError::Io { path: path.to_path_buf(), source: e };
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let tmp = std::path::PathBuf::from(tmp);
+        let json = serde_json::to_vec_pretty(self).map_err(|e| ReportError::Invalid { path: None, why: e.to_string() })?;
+        std::fs::write(&tmp, json).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+}
+
+/// Turns the allocator's bucket counts into report buckets, omitting empty ones.
+pub fn histogram_buckets(counts: &[u64]) -> Vec<HistogramBucket> {
+    counts
+        .iter()
+        .enumerate()
+        .filter(|(_, &c)| c > 0)
+        .map(|(i, &c)| {
+            let (min, max) = match i {
+                0 => (0, 0),
+                i if i + 1 == counts.len() => (1u64 << (i - 1), u64::MAX),
+                i => (1u64 << (i - 1), (1u64 << i) - 1),
+            };
+            HistogramBucket { min_bytes: min, max_bytes: max, count: c }
+        })
+        .collect()
+}

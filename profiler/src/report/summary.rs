@@ -1,0 +1,81 @@
+//! `memsight summary --format markdown`: a CI step summary of a report.
+
+use super::Report;
+use crate::units::{fmt_bytes, fmt_signed_bytes};
+use std::fmt::Write;
+
+/// Renders the report as GitHub-flavoured markdown.
+pub fn markdown(r: &Report) -> String {
+    let mut s = String::new();
+    let p = &r.peaks;
+    let dur = r.job.end_unix_ms.saturating_sub(r.job.start_unix_ms) as f64 / 1000.0;
+    let _ = writeln!(s, "## memsight report: `{}`\n", r.job.command.join(" "));
+    let _ = writeln!(s, "pid {} · {:.1} s · {} · sampled every {} ms\n", r.job.pid, dur, r.job.exit.description, r.interval_ms);
+    let _ = writeln!(s, "| metric | value | where |\n|---|---|---|");
+    let at = |step: Option<u64>, phase: Option<&str>| {
+        let mut w = Vec::new();
+        if let Some(st) = step {
+            w.push(format!("step {st}"));
+        }
+        if let Some(ph) = phase {
+            w.push(format!("phase `{ph}`"));
+        }
+        w.join(", ")
+    };
+    let _ = writeln!(s, "| peak live heap | {} | {} |", fmt_bytes(p.heap_peak_bytes), at(p.heap_peak_step, p.heap_peak_phase.as_deref()));
+    if let Some(rss) = p.rss_peak_bytes {
+        let w = p.rss_peak_sample.as_ref().map(|a| at(Some(a.step), a.phase.as_deref())).unwrap_or_default();
+        let _ = writeln!(s, "| peak RSS | {} | {} |", fmt_bytes(rss), w);
+    }
+    if let Some(res) = &p.jemalloc_resident_peak {
+        let _ = writeln!(s, "| peak jemalloc resident | {} | {} |", fmt_bytes(res.bytes), at(Some(res.step), res.phase.as_deref()));
+    }
+    if let Some(f) = &r.fragmentation {
+        let _ = writeln!(s, "| fragmentation at peak resident | {:.1}% | (resident − allocated) / resident |", f.resident_ratio * 100.0);
+    }
+    if let Some(c) = &p.cgroup_usage_peak {
+        let lim = p.cgroup_limit_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into());
+        let _ = writeln!(s, "| peak cgroup usage | {} | limit {} |", fmt_bytes(c.bytes), lim);
+    }
+    if let Some(l) = &r.leak {
+        let _ = writeln!(
+            s,
+            "| live-heap growth | {}/step | confidence {:.0}%, {} steps |",
+            fmt_signed_bytes(l.slope_bytes_per_step as i64),
+            l.confidence * 100.0,
+            l.steps_used
+        );
+    }
+    let _ = writeln!(s, "| live heap at end | {} | |", fmt_bytes(p.final_live_bytes));
+
+    if !r.phases.is_empty() {
+        let _ = writeln!(s, "\n### Phases\n\n| phase | count | time | peak | net |\n|---|---:|---:|---:|---:|");
+        let mut phases = r.phases.clone();
+        phases.sort_by(|a, b| b.peak_bytes.cmp(&a.peak_bytes));
+        for ph in phases.iter().take(15) {
+            let _ = writeln!(
+                s,
+                "| `{}` | {} | {:.2} s | {} | {} |",
+                ph.path,
+                ph.count,
+                ph.total_ms / 1000.0,
+                fmt_bytes(ph.peak_bytes),
+                fmt_signed_bytes(ph.net_bytes)
+            );
+        }
+    }
+    if !r.tips.is_empty() {
+        let _ = writeln!(s, "\n### Tips\n");
+        for t in &r.tips {
+            let _ = writeln!(s, "- **{}** ({}): {}", t.title, t.severity, t.advice);
+        }
+    }
+    let missing: Vec<_> = r.sources.iter().filter(|x| !x.available).collect();
+    if !missing.is_empty() {
+        let _ = writeln!(s, "\n### Sources not available\n");
+        for m in missing {
+            let _ = writeln!(s, "- {}: {}", m.name, m.detail);
+        }
+    }
+    s
+}

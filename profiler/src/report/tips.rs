@@ -1,0 +1,165 @@
+//! Tips v1: rules that say what to do and why, each with the measured numbers as evidence.
+
+use super::Report;
+use crate::units::fmt_bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A piece of advice with its evidence.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tip {
+    /// Stable identifier: `fragmentation`, `peak-in-backward`, `leak-suspect`, `rss-beyond-heap`,
+    /// `near-cgroup-limit`.
+    pub id: String,
+    /// `info` or `warning`.
+    pub severity: String,
+    /// One line: what was seen.
+    pub title: String,
+    /// What to do, and why it helps.
+    pub advice: String,
+    /// The numbers behind it (bytes, ratios, steps).
+    pub evidence: BTreeMap<String, serde_json::Value>,
+}
+
+fn tip(id: &str, severity: &str, title: String, advice: String, evidence: &[(&str, serde_json::Value)]) -> Tip {
+    Tip {
+        id: id.into(),
+        severity: severity.into(),
+        title,
+        advice,
+        evidence: evidence.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+    }
+}
+
+const MIB: u64 = 1 << 20;
+
+/// Derives the tips for a report (its `tips` field is ignored).
+pub fn derive(r: &Report) -> Vec<Tip> {
+    let mut tips = Vec::new();
+    let p = &r.peaks;
+
+    if let Some(f) = &r.fragmentation {
+        let waste = f.resident_bytes.saturating_sub(f.allocated_bytes);
+        if f.resident_ratio >= 0.25 && waste >= 64 * MIB {
+            tips.push(tip(
+                "fragmentation",
+                "warning",
+                format!(
+                    "Heap fragmentation: {:.0}% of jemalloc's resident memory ({} of {}) held no live data at its peak",
+                    f.resident_ratio * 100.0,
+                    fmt_bytes(waste),
+                    fmt_bytes(f.resident_bytes)
+                ),
+                "Freed pages are kept dirty before jemalloc returns them. Return them sooner with \
+                 MALLOC_CONF=background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0, and avoid \
+                 interleaving long-lived small allocations with large temporary buffers (allocate \
+                 long-lived state first)."
+                    .into(),
+                &[
+                    ("resident_ratio", f.resident_ratio.into()),
+                    ("active_ratio", f.active_ratio.into()),
+                    ("resident_bytes", f.resident_bytes.into()),
+                    ("allocated_bytes", f.allocated_bytes.into()),
+                    ("t_ms", f.at.t_ms.into()),
+                ],
+            ));
+        }
+    }
+
+    if let Some(phase) = &p.heap_peak_phase {
+        if phase.to_ascii_lowercase().contains("backward") {
+            let rise = r.phases.iter().find(|s| &s.path == phase).map(|s| s.max_rise_bytes).unwrap_or(0);
+            tips.push(tip(
+                "peak-in-backward",
+                "info",
+                format!("The heap peak ({}) is reached in phase {phase}", fmt_bytes(p.heap_peak_bytes)),
+                format!(
+                    "The backward pass holds every layer's saved activations at once (this phase rose {} \
+                     above its start). Activation checkpointing keeps only block inputs and recomputes \
+                     the rest during backward, trading ~30% more compute for most of that memory; a \
+                     smaller micro-batch with gradient accumulation shrinks it proportionally.",
+                    fmt_bytes(rise)
+                ),
+                &[("peak_bytes", p.heap_peak_bytes.into()), ("phase_rise_bytes", rise.into())],
+            ));
+        }
+    }
+
+    if let Some(l) = &r.leak {
+        let threshold = (64 * 1024) as f64;
+        if l.slope_bytes_per_step >= threshold && l.confidence >= 0.8 {
+            let grown = l.slope_bytes_per_step * l.steps_used as f64;
+            let worst = r.phases.iter().filter(|s| s.net_bytes > 0).max_by_key(|s| s.net_bytes);
+            tips.push(tip(
+                "leak-suspect",
+                "warning",
+                format!(
+                    "Live heap grows {} per step (confidence {:.0}%): a leak suspect",
+                    fmt_bytes(l.slope_bytes_per_step as u64),
+                    l.confidence * 100.0
+                ),
+                format!(
+                    "After warm-up, end-of-step live memory rises steadily (~{} over the fitted steps). \
+                     Look for tensors or buffers kept across steps: losses accumulated with their graph, \
+                     caches without eviction, lists of per-step outputs.{}",
+                    fmt_bytes(grown as u64),
+                    worst
+                        .map(|w| format!(" Phase {} kept the most memory ({} net).", w.path, fmt_bytes(w.net_bytes as u64)))
+                        .unwrap_or_default()
+                ),
+                &[
+                    ("slope_bytes_per_step", l.slope_bytes_per_step.into()),
+                    ("confidence", l.confidence.into()),
+                    ("steps_used", l.steps_used.into()),
+                ],
+            ));
+        }
+    }
+
+    if let Some(rss) = p.rss_peak_bytes {
+        let heap = p.heap_peak_bytes.max(1);
+        if rss as f64 > 1.5 * heap as f64 && rss - heap.min(rss) >= 256 * MIB {
+            let resident = p.jemalloc_resident_peak.as_ref().map(|r| r.bytes);
+            let cause = match resident {
+                Some(res) if res as f64 > 1.3 * heap as f64 => {
+                    "jemalloc's resident memory is well above the live heap, so most of the gap is allocator fragmentation and dirty pages (see the fragmentation tip)"
+                }
+                Some(_) => "jemalloc's resident memory is close to the live heap, so the gap is memory that does not come from the heap: mmapped files or datasets, thread stacks, pinned (page-locked) host buffers, or libraries' own pools",
+                None => "without jemalloc statistics the split between fragmentation and non-heap memory is unknown",
+            };
+            tips.push(tip(
+                "rss-beyond-heap",
+                "info",
+                format!("Peak RSS {} is {:.1}× the peak live heap {}", fmt_bytes(rss), rss as f64 / heap as f64, fmt_bytes(heap)),
+                format!("{cause}."),
+                &[
+                    ("rss_peak_bytes", rss.into()),
+                    ("heap_peak_bytes", p.heap_peak_bytes.into()),
+                    ("jemalloc_resident_peak_bytes", resident.map(Into::into).unwrap_or(serde_json::Value::Null)),
+                ],
+            ));
+        }
+    }
+
+    if let (Some(limit), Some(usage)) = (p.cgroup_limit_bytes, &p.cgroup_usage_peak) {
+        if usage.bytes as f64 >= 0.9 * limit as f64 {
+            tips.push(tip(
+                "near-cgroup-limit",
+                "warning",
+                format!(
+                    "Memory cgroup usage reached {:.0}% of its limit ({} of {})",
+                    usage.bytes as f64 / limit as f64 * 100.0,
+                    fmt_bytes(usage.bytes),
+                    fmt_bytes(limit)
+                ),
+                "The kernel OOM killer fires at the limit. Cgroup usage includes page cache, which is \
+                 reclaimed first; if RSS is also close, reduce the batch size, data-loader workers or \
+                 prefetch depth, or raise the limit."
+                    .into(),
+                &[("usage_peak_bytes", usage.bytes.into()), ("limit_bytes", limit.into()), ("step", usage.step.into())],
+            ));
+        }
+    }
+    tips
+}

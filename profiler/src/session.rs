@@ -1,0 +1,361 @@
+//! The session: a builder, the sampler thread that fills the timeline, and the final report.
+//!
+//! Environment overrides (so `memsight run` can switch a binary's session without code changes):
+//! `MEMSIGHT_REPORT` (report path), `MEMSIGHT_INTERVAL_MS` (sampling interval), `MEMSIGHT_QUIET=1`
+//! (no snapshot blocks on stderr). They take precedence over the builder.
+
+use crate::alloc;
+use crate::collect::HostCollector;
+use crate::phases;
+use crate::report::{self, leak, tips, Fragmentation, Job, JobExit, Peaks, Report, ReportError, SCHEMA_VERSION};
+use crate::snapshot::Snapshot;
+use crate::timeline::{Timeline, DEFAULT_CAPACITY};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static CURRENT: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Why a session could not start or finish.
+#[derive(Debug)]
+pub enum SessionError {
+    /// Another session is running in this process.
+    AlreadyRunning,
+    /// A setting is out of range.
+    InvalidConfig(String),
+    /// The sampler thread could not be spawned.
+    Spawn(std::io::Error),
+    /// The report could not be written.
+    Report(ReportError),
+}
+
+impl fmt::Display for SessionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SessionError::AlreadyRunning => f.write_str("a memsight session is already running in this process"),
+            SessionError::InvalidConfig(why) => write!(f, "invalid memsight session setting: {why}"),
+            SessionError::Spawn(e) => write!(f, "cannot start the memsight sampler thread: {e}"),
+            SessionError::Report(e) => write!(f, "cannot write the memsight report: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SessionError {}
+
+/// Configures a [`Session`]. Every setting is optional.
+#[derive(Clone, Debug)]
+pub struct SessionBuilder {
+    interval: Duration,
+    report_path: Option<PathBuf>,
+    timeline_capacity: usize,
+    quiet: bool,
+}
+
+impl Default for SessionBuilder {
+    fn default() -> Self {
+        SessionBuilder { interval: Duration::from_millis(100), report_path: None, timeline_capacity: DEFAULT_CAPACITY, quiet: false }
+    }
+}
+
+impl SessionBuilder {
+    /// Sampling interval (default 100 ms; at least 1 ms).
+    ///
+    /// ```
+    /// let b = memsight::Session::builder().interval(std::time::Duration::from_millis(50));
+    /// ```
+    pub fn interval(mut self, d: Duration) -> Self {
+        self.interval = d;
+        self
+    }
+
+    /// Where [`Session::finish`] writes the JSON report (default: no file).
+    ///
+    /// ```
+    /// let b = memsight::Session::builder().report_path("memsight-report.json");
+    /// ```
+    pub fn report_path(mut self, p: impl Into<PathBuf>) -> Self {
+        self.report_path = Some(p.into());
+        self
+    }
+
+    /// Most snapshots kept in the timeline (default 3000); older history is merged, peaks kept.
+    ///
+    /// ```
+    /// let b = memsight::Session::builder().timeline_capacity(10_000);
+    /// ```
+    pub fn timeline_capacity(mut self, n: usize) -> Self {
+        self.timeline_capacity = n;
+        self
+    }
+
+    /// Do not print the snapshot block to stderr at start and finish.
+    ///
+    /// ```
+    /// let b = memsight::Session::builder().quiet();
+    /// ```
+    pub fn quiet(mut self) -> Self {
+        self.quiet = true;
+        self
+    }
+
+    fn apply_env(mut self) -> Result<Self, SessionError> {
+        if let Some(p) = std::env::var_os("MEMSIGHT_REPORT").filter(|p| !p.is_empty()) {
+            self.report_path = Some(p.into());
+        }
+        if let Ok(ms) = std::env::var("MEMSIGHT_INTERVAL_MS") {
+            let ms: u64 = ms
+                .trim()
+                .parse()
+                .map_err(|_| SessionError::InvalidConfig(format!("MEMSIGHT_INTERVAL_MS={ms:?} is not a number of milliseconds")))?;
+            self.interval = Duration::from_millis(ms);
+        }
+        if std::env::var("MEMSIGHT_QUIET").is_ok_and(|v| v == "1") {
+            self.quiet = true;
+        }
+        Ok(self)
+    }
+
+    /// Starts sampling. Fails if a session is already running in this process.
+    pub fn start(self) -> Result<Session, SessionError> {
+        let cfg = self.apply_env()?;
+        if cfg.interval < Duration::from_millis(1) {
+            return Err(SessionError::InvalidConfig(format!("interval {:?} is below 1 ms", cfg.interval)));
+        }
+        if ACTIVE.swap(true, Ordering::SeqCst) {
+            return Err(SessionError::AlreadyRunning);
+        }
+        let shared = Arc::new(Shared {
+            started: Instant::now(),
+            started_unix_ms: unix_ms(),
+            timeline: Mutex::new(Timeline::with_capacity(cfg.timeline_capacity)),
+            collector: Mutex::new(HostCollector::for_self()),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        let first = shared.sample();
+        if !cfg.quiet {
+            eprint!("{}", first.render_block("session start"));
+        }
+        lock(&shared.timeline).push(first);
+        let worker = Arc::clone(&shared);
+        let interval = cfg.interval;
+        let sampler = std::thread::Builder::new()
+            .name("memsight-sampler".into())
+            .spawn(move || worker.run(interval))
+            .map_err(|e| {
+                ACTIVE.store(false, Ordering::SeqCst);
+                SessionError::Spawn(e)
+            })?;
+        *lock(&CURRENT) = Some(Arc::clone(&shared));
+        Ok(Session { shared, sampler: Some(sampler), cfg, finished: false })
+    }
+}
+
+struct Shared {
+    started: Instant,
+    started_unix_ms: u64,
+    timeline: Mutex<Timeline>,
+    collector: Mutex<HostCollector>,
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn sample(&self) -> Snapshot {
+        let host = lock(&self.collector).sample();
+        Snapshot::new(
+            self.started.elapsed().as_millis() as u64,
+            phases::current_step(),
+            phases::current_phase(),
+            alloc::stats(),
+            host,
+        )
+    }
+
+    fn run(&self, interval: Duration) {
+        let mut next = Instant::now() + interval;
+        loop {
+            let mut stop = lock(&self.stop);
+            while !*stop {
+                let now = Instant::now();
+                if now >= next {
+                    break;
+                }
+                stop = self.wake.wait_timeout(stop, next - now).map(|r| r.0).unwrap_or_else(|p| p.into_inner().0);
+            }
+            if *stop {
+                return;
+            }
+            drop(stop);
+            let s = self.sample();
+            lock(&self.timeline).push(s);
+            // Fixed-rate schedule; after a stall, resume from now instead of bursting.
+            next += interval;
+            let now = Instant::now();
+            if next < now {
+                next = now + interval;
+            }
+        }
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// A running profiling session: samples memory until [`Session::finish`] (or drop).
+pub struct Session {
+    shared: Arc<Shared>,
+    sampler: Option<JoinHandle<()>>,
+    cfg: SessionBuilder,
+    finished: bool,
+}
+
+impl Session {
+    /// A builder with the defaults (100 ms interval, no report file).
+    pub fn builder() -> SessionBuilder {
+        SessionBuilder::default()
+    }
+
+    /// The report path in effect (builder or `MEMSIGHT_REPORT`).
+    pub fn report_path(&self) -> Option<&std::path::Path> {
+        self.cfg.report_path.as_deref()
+    }
+
+    /// A copy of the timeline so far.
+    pub fn timeline(&self) -> Vec<Snapshot> {
+        lock(&self.shared.timeline).samples().to_vec()
+    }
+
+    /// Stops sampling, takes a last snapshot, writes the report (when a path is set) and returns it.
+    pub fn finish(mut self) -> Result<Report, SessionError> {
+        self.finish_inner()
+    }
+
+    fn finish_inner(&mut self) -> Result<Report, SessionError> {
+        self.finished = true;
+        *lock(&self.shared.stop) = true;
+        self.shared.wake.notify_all();
+        if let Some(h) = self.sampler.take() {
+            let _ = h.join();
+        }
+        let last = self.shared.sample();
+        if !self.cfg.quiet {
+            eprint!("{}", last.render_block("session end"));
+        }
+        let report = {
+            let mut tl = lock(&self.shared.timeline);
+            tl.push(last);
+            let sources = lock(&self.shared.collector).sources();
+            build_report(&tl, sources, self.shared.started_unix_ms, self.cfg.interval)
+        };
+        *lock(&CURRENT) = None;
+        ACTIVE.store(false, Ordering::SeqCst);
+        if let Some(p) = &self.cfg.report_path {
+            report.save(p).map_err(SessionError::Report)?;
+            if !self.cfg.quiet {
+                eprintln!("memsight · report written to {}", p.display());
+            }
+        }
+        Ok(report)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if !self.finished {
+            if let Err(e) = self.finish_inner() {
+                eprintln!("memsight: {e}");
+            }
+        }
+    }
+}
+
+/// A snapshot taken now: through the running session's collectors, or fresh ones without a session.
+pub fn snapshot() -> Snapshot {
+    let current = lock(&CURRENT).clone();
+    match current {
+        Some(shared) => shared.sample(),
+        None => {
+            let host = HostCollector::for_self().sample();
+            Snapshot::new(0, phases::current_step(), phases::current_phase(), alloc::stats(), host)
+        }
+    }
+}
+
+/// Prints the human-readable snapshot block (Allocated / In use / Peak / System RSS / Available)
+/// to stderr.
+pub fn print_snapshot(title: &str) {
+    eprint!("{}", snapshot().render_block(title));
+}
+
+fn build_report(tl: &Timeline, sources: Vec<crate::collect::SourceStatus>, started_unix_ms: u64, interval: Duration) -> Report {
+    let heap = alloc::stats();
+    let phase_stats = phases::phase_stats();
+    let steps = phases::step_stats();
+    let sp = tl.peaks();
+    // The step and innermost phase whose windows reached the global peak.
+    let heap_peak_step = steps.iter().rev().find(|s| s.peak_bytes >= heap.peak_bytes).map(|s| s.step);
+    let heap_peak_phase = phase_stats
+        .iter()
+        .filter(|p| p.peak_bytes >= heap.peak_bytes)
+        .max_by_key(|p| p.path.matches('/').count())
+        .map(|p| p.path.clone());
+    let rss_peak_bytes = match (sp.hwm, sp.rss.as_ref().map(|r| r.bytes)) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    let fragmentation = sp.resident.as_ref().and_then(|(at, s)| {
+        let j = s.jemalloc?;
+        Some(Fragmentation {
+            resident_ratio: j.resident_fragmentation(),
+            active_ratio: j.active_fragmentation(),
+            allocated_bytes: j.allocated,
+            active_bytes: j.active,
+            resident_bytes: j.resident,
+            at: at.clone(),
+        })
+    });
+    let mut report = Report {
+        schema_version: SCHEMA_VERSION,
+        memsight_version: env!("CARGO_PKG_VERSION").into(),
+        job: Job {
+            pid: std::process::id(),
+            command: std::env::args().collect(),
+            start_unix_ms: started_unix_ms,
+            end_unix_ms: unix_ms(),
+            exit: JobExit { kind: "finished".into(), code: None, signal: None, description: "session finished in-process".into() },
+        },
+        interval_ms: interval.as_millis() as u64,
+        peaks: Peaks {
+            heap_peak_bytes: heap.peak_bytes,
+            heap_peak_step,
+            heap_peak_phase,
+            final_live_bytes: heap.live_bytes,
+            rss_peak_bytes,
+            rss_peak_sample: sp.rss.clone(),
+            jemalloc_resident_peak: sp.resident.as_ref().map(|(p, _)| p.clone()),
+            cgroup_usage_peak: sp.cgroup_usage.clone(),
+            cgroup_limit_bytes: tl.last().and_then(|s| s.cgroup).and_then(|c| c.limit),
+        },
+        fragmentation,
+        leak: leak::estimate(&steps),
+        phases: phase_stats,
+        steps,
+        histogram: report::histogram_buckets(&alloc::size_histogram()),
+        timeline: tl.samples().to_vec(),
+        timeline_merged: tl.merged(),
+        sources,
+        tips: Vec::new(),
+    };
+    report.tips = tips::derive(&report);
+    report
+}

@@ -1,0 +1,119 @@
+//! The one snapshot type: everything known about the job's memory at one instant. The sampler,
+//! reports, `check`, summaries and (later) the wire format and viewer all read this type.
+
+use crate::alloc::HeapStats;
+use crate::collect::{CgroupMemory, HostSample, JemallocStats, ProcessMemory, SystemMemory};
+use crate::units::fmt_bytes;
+use serde::{Deserialize, Serialize};
+
+/// Heap counters of the tracking allocator as recorded in a snapshot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeapCounters {
+    /// Bytes live through the tracking allocator.
+    pub live_bytes: u64,
+    /// Peak live bytes so far (resettable).
+    pub peak_bytes: u64,
+    /// Allocation calls so far.
+    pub allocations: u64,
+    /// Deallocation calls so far.
+    pub deallocations: u64,
+    /// Reallocation calls so far.
+    pub reallocations: u64,
+    /// Cumulative bytes allocated.
+    pub bytes_allocated: u64,
+}
+
+impl From<HeapStats> for HeapCounters {
+    fn from(s: HeapStats) -> Self {
+        HeapCounters {
+            live_bytes: s.live_bytes,
+            peak_bytes: s.peak_bytes,
+            allocations: s.allocations,
+            deallocations: s.deallocations,
+            reallocations: s.reallocations,
+            bytes_allocated: s.bytes_allocated,
+        }
+    }
+}
+
+/// Everything known about the job's memory at one instant.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Snapshot {
+    /// Milliseconds since the session started.
+    pub t_ms: u64,
+    /// Training step at that moment (`memsight::step`).
+    pub step: u64,
+    /// Innermost phase path at that moment (`train/forward`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Tracking-allocator counters.
+    pub heap: HeapCounters,
+    /// jemalloc statistics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jemalloc: Option<JemallocStats>,
+    /// The process's RSS and its split.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessMemory>,
+    /// The machine's total and available memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<SystemMemory>,
+    /// The memory cgroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<CgroupMemory>,
+}
+
+impl Snapshot {
+    /// Assembles a snapshot from its parts.
+    pub fn new(t_ms: u64, step: u64, phase: Option<String>, heap: HeapStats, host: HostSample) -> Self {
+        Snapshot {
+            t_ms,
+            step,
+            phase,
+            heap: heap.into(),
+            jemalloc: host.jemalloc,
+            process: host.process,
+            system: host.system,
+            cgroup: host.cgroup,
+        }
+    }
+
+    /// Memory that can still be allocated: the smaller of MemAvailable and the cgroup headroom.
+    pub fn available(&self) -> Option<u64> {
+        let sys = self.system.map(|s| s.available);
+        let cg = self.cgroup.and_then(|c| c.headroom());
+        match (sys, cg) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The human-readable block printed at session start and end (seed 000's memory snapshot).
+    pub fn render_block(&self, title: &str) -> String {
+        let opt = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "n/a".into());
+        let mut out = format!(
+            "memsight · {title} · t={:.1}s · step {}{}\n",
+            self.t_ms as f64 / 1000.0,
+            self.step,
+            self.phase.as_ref().map(|p| format!(" · phase {p}")).unwrap_or_default()
+        );
+        out += &format!("  Allocated   {:>12}  live heap (Rust, and C/C++ via jemalloc)\n", fmt_bytes(self.heap.live_bytes));
+        out += &format!("  In use      {:>12}  jemalloc active pages\n", opt(self.jemalloc.map(|j| j.active)));
+        out += &format!("  Peak        {:>12}  peak live heap\n", fmt_bytes(self.heap.peak_bytes));
+        out += &format!(
+            "  System RSS  {:>12}  high-water {}\n",
+            opt(self.process.map(|p| p.rss)),
+            opt(self.process.map(|p| p.hwm))
+        );
+        let limit = match self.cgroup {
+            Some(c) => match c.limit {
+                Some(l) => format!("cgroup v{} limit {}", c.version, fmt_bytes(l)),
+                None => format!("cgroup v{} unlimited", c.version),
+            },
+            None => "no memory cgroup".into(),
+        };
+        out += &format!("  Available   {:>12}  {limit}\n", opt(self.available()));
+        out
+    }
+}

@@ -1,0 +1,45 @@
+//! Reentrancy: an inner allocator that itself allocates through the global allocator nests
+//! cleanly — no deadlock, and every nested allocation is counted exactly.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::hint::black_box;
+
+struct Reentrant;
+
+thread_local! {
+    static NESTED: Cell<bool> = const { Cell::new(false) };
+}
+
+unsafe impl GlobalAlloc for Reentrant {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if layout.size() >= 4096 && !NESTED.with(|n| n.replace(true)) {
+            // Allocate (and free) through the *global* allocator from inside the inner one.
+            let v: Vec<u8> = black_box(vec![7u8; 100]);
+            drop(v);
+            NESTED.with(|n| n.set(false));
+        }
+        System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static ALLOC: memsight::Allocator<Reentrant> = memsight::Allocator::wrap(Reentrant);
+
+#[test]
+fn nested_allocations_from_the_inner_allocator_are_counted() {
+    let before = memsight::stats();
+    for _ in 0..1000 {
+        let big: Vec<u8> = black_box(Vec::with_capacity(8192));
+        drop(big);
+    }
+    let after = memsight::stats();
+    // 1000 big allocations, each with one nested 100-byte allocation.
+    assert_eq!(after.allocations - before.allocations, 2000);
+    assert_eq!(after.deallocations - before.deallocations, 2000);
+    assert_eq!(after.bytes_allocated - before.bytes_allocated, 1000 * (8192 + 100));
+    assert_eq!(after.live_bytes, before.live_bytes);
+}
