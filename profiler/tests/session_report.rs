@@ -58,7 +58,9 @@ fn report_attributes_peaks_phases_steps_and_leak() {
     let fwd = report.phases.iter().find(|x| x.path == "train/forward").unwrap();
     assert_eq!(fwd.count, 30);
     assert!(fwd.max_rise_bytes >= 8 << 20 && fwd.max_rise_bytes < 9 << 20, "{fwd:?}");
-    assert_eq!(fwd.net_bytes, 30 * (8 << 20), "forward keeps its activations until after backward");
+    // Forward keeps its activations until after backward; the sampler thread's own small
+    // allocations during the phase are process-wide memory too, hence the tolerance.
+    assert!((fwd.net_bytes - 30 * (8 << 20)).abs() < 64 << 10, "{fwd:?}");
     let train = report.phases.iter().find(|x| x.path == "train").unwrap();
     assert!(train.net_bytes >= 30 * (256 << 10));
 
@@ -75,8 +77,10 @@ fn report_attributes_peaks_phases_steps_and_leak() {
     assert!(report.sources.iter().any(|s| s.name == "jemalloc" && s.available));
     assert!(p.rss_peak_bytes.unwrap() >= 48 << 20);
 
+    let leak_tip = report.tips.iter().find(|t| t.id == "leak-suspect").unwrap();
+    assert!(leak_tip.advice.contains("Phase train kept the most memory"), "{}", leak_tip.advice);
     let loaded = memsight::Report::load(&path).unwrap();
-    assert_eq!(loaded, report);
+    assert!(loaded == report, "the report did not round-trip through JSON");
     black_box(leaked);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -90,7 +90,9 @@ pub fn derive(r: &Report) -> Vec<Tip> {
         let threshold = (64 * 1024) as f64;
         if l.slope_bytes_per_step >= threshold && l.confidence >= 0.8 {
             let grown = l.slope_bytes_per_step * l.steps_used as f64;
-            let worst = r.phases.iter().filter(|s| s.net_bytes > 0).max_by_key(|s| s.net_bytes);
+            // Top-level phases only: a nested phase's net is often memory its sibling frees (forward's
+            // activations, freed in backward), while top-level nets add up to the step's growth.
+            let worst = r.phases.iter().filter(|s| s.net_bytes > 0 && !s.path.contains('/')).max_by_key(|s| s.net_bytes);
             tips.push(tip(
                 "leak-suspect",
                 "warning",
