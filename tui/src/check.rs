@@ -1,0 +1,71 @@
+//! `memsight check REPORT [budgets…]`: the CI gate.
+
+use memsight::report::budget::Budgets;
+use memsight::units::parse_size;
+use memsight::Report;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Budgets from flags override those of `--budget FILE`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The JSON report to check.
+    report: PathBuf,
+    /// Peak live heap bytes (e.g. 512MiB, 4GiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_host_peak: Option<u64>,
+    /// Peak RSS (e.g. 6GiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_rss_peak: Option<u64>,
+    /// jemalloc (resident − allocated) / resident at peak resident, between 0 and 1.
+    #[arg(long, value_name = "RATIO")]
+    max_fragmentation: Option<f64>,
+    /// Live-heap growth per step after warm-up (e.g. 1MiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_leak_per_step: Option<u64>,
+    /// A budget file (TOML, `version = 1`; see docs/budget.example.toml).
+    #[arg(long, value_name = "FILE.toml")]
+    budget: Option<PathBuf>,
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("memsight check: {msg}");
+    ExitCode::from(2)
+}
+
+/// Runs the check; the exit code is the verdict.
+pub fn run(a: Args) -> ExitCode {
+    let flags = Budgets {
+        max_host_peak: a.max_host_peak,
+        max_rss_peak: a.max_rss_peak,
+        max_fragmentation: a.max_fragmentation,
+        max_leak_per_step: a.max_leak_per_step,
+    };
+    if let Err(e) = flags.validate() {
+        return fail(format!("--{e}").replace("--max_fragmentation", "--max-fragmentation"));
+    }
+    let budgets = match &a.budget {
+        Some(f) => match Budgets::load(f) {
+            Ok(b) => b.merge(flags),
+            Err(e) => return fail(e),
+        },
+        None => flags,
+    };
+    if budgets.is_empty() {
+        return fail("no budget given: pass --max-host-peak, --max-rss-peak, --max-fragmentation, --max-leak-per-step or --budget FILE");
+    }
+    let report = match Report::load(&a.report) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let violations = budgets.check(&report);
+    if violations.is_empty() {
+        println!("memsight check: {}: every budget holds", a.report.display());
+        ExitCode::SUCCESS
+    } else {
+        for v in &violations {
+            println!("{v}");
+        }
+        ExitCode::from(1)
+    }
+}

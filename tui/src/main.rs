@@ -1,0 +1,31 @@
+//! The `memsight` command: verb dispatch only. Each verb lives in its own module.
+
+mod check;
+mod summary;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Memory profiler and OOM-diagnosis tool for ML training jobs.
+#[derive(Parser)]
+#[command(name = "memsight", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    verb: Verb,
+}
+
+#[derive(Subcommand)]
+enum Verb {
+    /// Check a report against memory budgets: exit 0 when all hold, 1 on a violation, 2 on bad input.
+    Check(check::Args),
+    /// Turn a report into a markdown CI summary or an SVG timeline plot.
+    Summary(summary::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.verb {
+        Verb::Check(a) => check::run(a),
+        Verb::Summary(a) => summary::run(a),
+    }
+}
