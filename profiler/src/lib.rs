@@ -39,7 +39,10 @@ pub mod timeline;
 pub mod units;
 
 pub use alloc::{reset_peak, size_histogram, stats, Allocator, HeapStats};
-pub use phases::{current_phase, current_step, monitor, phase, step, PhaseGuard, PhaseMeasurement, PhaseStats, StepStats};
+pub use phases::{
+    current_phase, current_step, monitor, phase, step, PhaseGuard, PhaseMeasurement, PhaseStats,
+    StepStats,
+};
 pub use report::Report;
 pub use session::{print_snapshot, snapshot, Session, SessionBuilder, SessionError};
 pub use snapshot::Snapshot;

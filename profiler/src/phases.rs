@@ -89,7 +89,14 @@ pub fn step(n: u64) {
     if st.step_open {
         let peak = counters::swap_peak(Tracker::Step, live);
         let prev = STEP.load(Relaxed);
-        push_step(&mut st.steps, StepStats { step: prev, peak_bytes: peak, live_end_bytes: live });
+        push_step(
+            &mut st.steps,
+            StepStats {
+                step: prev,
+                peak_bytes: peak,
+                live_end_bytes: live,
+            },
+        );
     } else {
         counters::swap_peak(Tracker::Step, live);
         st.step_open = true;
@@ -103,7 +110,12 @@ fn push_step(steps: &mut Vec<StepStats>, s: StepStats) {
         let half = steps.len() / 2;
         let mut merged: Vec<StepStats> = steps[..half]
             .chunks(2)
-            .map(|c| c.iter().max_by_key(|s| s.peak_bytes).cloned().unwrap_or_default())
+            .map(|c| {
+                c.iter()
+                    .max_by_key(|s| s.peak_bytes)
+                    .cloned()
+                    .unwrap_or_default()
+            })
             .collect();
         merged.extend_from_slice(&steps[half..]);
         *steps = merged;
@@ -177,8 +189,17 @@ fn enter(name: &str, print: bool) -> PhaseGuard {
         None => name.to_string(),
     };
     let outer_window = counters::swap_peak(Tracker::Phase, live);
-    st.stack.push(Frame { path, start: Instant::now(), live_at_entry: live, outer_window });
-    PhaseGuard { depth: st.stack.len(), print, done: false }
+    st.stack.push(Frame {
+        path,
+        start: Instant::now(),
+        live_at_entry: live,
+        outer_window,
+    });
+    PhaseGuard {
+        depth: st.stack.len(),
+        print,
+        done: false,
+    }
 }
 
 impl PhaseGuard {
@@ -228,13 +249,19 @@ fn record(phases: &mut Vec<PhaseStats>, m: &PhaseMeasurement) {
     let idx = match phases.iter().position(|p| p.path == m.path) {
         Some(i) => i,
         None if phases.len() < MAX_PHASES => {
-            phases.push(PhaseStats { path: m.path.clone(), ..Default::default() });
+            phases.push(PhaseStats {
+                path: m.path.clone(),
+                ..Default::default()
+            });
             phases.len() - 1
         }
         None => match phases.iter().position(|p| p.path == "(other)") {
             Some(i) => i,
             None => {
-                phases.push(PhaseStats { path: "(other)".into(), ..Default::default() });
+                phases.push(PhaseStats {
+                    path: "(other)".into(),
+                    ..Default::default()
+                });
                 phases.len() - 1
             }
         },

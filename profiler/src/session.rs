@@ -7,7 +7,9 @@
 use crate::alloc;
 use crate::collect::HostCollector;
 use crate::phases;
-use crate::report::{self, leak, tips, Fragmentation, Job, JobExit, Peaks, Report, ReportError, SCHEMA_VERSION};
+use crate::report::{
+    self, leak, tips, Fragmentation, Job, JobExit, Peaks, Report, ReportError, SCHEMA_VERSION,
+};
 use crate::snapshot::Snapshot;
 use crate::timeline::{Timeline, DEFAULT_CAPACITY};
 use std::fmt;
@@ -40,8 +42,12 @@ pub enum SessionError {
 impl fmt::Display for SessionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SessionError::AlreadyRunning => f.write_str("a memsight session is already running in this process"),
-            SessionError::InvalidConfig(why) => write!(f, "invalid memsight session setting: {why}"),
+            SessionError::AlreadyRunning => {
+                f.write_str("a memsight session is already running in this process")
+            }
+            SessionError::InvalidConfig(why) => {
+                write!(f, "invalid memsight session setting: {why}")
+            }
             SessionError::Spawn(e) => write!(f, "cannot start the memsight sampler thread: {e}"),
             SessionError::Report(e) => write!(f, "cannot write the memsight report: {e}"),
         }
@@ -61,7 +67,12 @@ pub struct SessionBuilder {
 
 impl Default for SessionBuilder {
     fn default() -> Self {
-        SessionBuilder { interval: Duration::from_millis(100), report_path: None, timeline_capacity: DEFAULT_CAPACITY, quiet: false }
+        SessionBuilder {
+            interval: Duration::from_millis(100),
+            report_path: None,
+            timeline_capacity: DEFAULT_CAPACITY,
+            quiet: false,
+        }
     }
 }
 
@@ -111,10 +122,11 @@ impl SessionBuilder {
             self.report_path = Some(p.into());
         }
         if let Ok(ms) = std::env::var("MEMSIGHT_INTERVAL_MS") {
-            let ms: u64 = ms
-                .trim()
-                .parse()
-                .map_err(|_| SessionError::InvalidConfig(format!("MEMSIGHT_INTERVAL_MS={ms:?} is not a number of milliseconds")))?;
+            let ms: u64 = ms.trim().parse().map_err(|_| {
+                SessionError::InvalidConfig(format!(
+                    "MEMSIGHT_INTERVAL_MS={ms:?} is not a number of milliseconds"
+                ))
+            })?;
             self.interval = Duration::from_millis(ms);
         }
         if std::env::var("MEMSIGHT_QUIET").is_ok_and(|v| v == "1") {
@@ -127,7 +139,10 @@ impl SessionBuilder {
     pub fn start(self) -> Result<Session, SessionError> {
         let cfg = self.apply_env()?;
         if cfg.interval < Duration::from_millis(1) {
-            return Err(SessionError::InvalidConfig(format!("interval {:?} is below 1 ms", cfg.interval)));
+            return Err(SessionError::InvalidConfig(format!(
+                "interval {:?} is below 1 ms",
+                cfg.interval
+            )));
         }
         if ACTIVE.swap(true, Ordering::SeqCst) {
             return Err(SessionError::AlreadyRunning);
@@ -155,7 +170,12 @@ impl SessionBuilder {
                 SessionError::Spawn(e)
             })?;
         *lock(&CURRENT) = Some(Arc::clone(&shared));
-        Ok(Session { shared, sampler: Some(sampler), cfg, finished: false })
+        Ok(Session {
+            shared,
+            sampler: Some(sampler),
+            cfg,
+            finished: false,
+        })
     }
 }
 
@@ -189,7 +209,11 @@ impl Shared {
                 if now >= next {
                     break;
                 }
-                stop = self.wake.wait_timeout(stop, next - now).map(|r| r.0).unwrap_or_else(|p| p.into_inner().0);
+                stop = self
+                    .wake
+                    .wait_timeout(stop, next - now)
+                    .map(|r| r.0)
+                    .unwrap_or_else(|p| p.into_inner().0);
             }
             if *stop {
                 return;
@@ -208,7 +232,10 @@ impl Shared {
 }
 
 fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// A running profiling session: samples memory until [`Session::finish`] (or drop).
@@ -286,7 +313,13 @@ pub fn snapshot() -> Snapshot {
         Some(shared) => shared.sample(),
         None => {
             let host = HostCollector::for_self().sample();
-            Snapshot::new(0, phases::current_step(), phases::current_phase(), alloc::stats(), host)
+            Snapshot::new(
+                0,
+                phases::current_step(),
+                phases::current_phase(),
+                alloc::stats(),
+                host,
+            )
         }
     }
 }
@@ -297,13 +330,22 @@ pub fn print_snapshot(title: &str) {
     eprint!("{}", snapshot().render_block(title));
 }
 
-fn build_report(tl: &Timeline, sources: Vec<crate::collect::SourceStatus>, started_unix_ms: u64, interval: Duration) -> Report {
+fn build_report(
+    tl: &Timeline,
+    sources: Vec<crate::collect::SourceStatus>,
+    started_unix_ms: u64,
+    interval: Duration,
+) -> Report {
     let heap = alloc::stats();
     let phase_stats = phases::phase_stats();
     let steps = phases::step_stats();
     let sp = tl.peaks();
     // The step and innermost phase whose windows reached the global peak.
-    let heap_peak_step = steps.iter().rev().find(|s| s.peak_bytes >= heap.peak_bytes).map(|s| s.step);
+    let heap_peak_step = steps
+        .iter()
+        .rev()
+        .find(|s| s.peak_bytes >= heap.peak_bytes)
+        .map(|s| s.step);
     let heap_peak_phase = phase_stats
         .iter()
         .filter(|p| p.peak_bytes >= heap.peak_bytes)
@@ -332,7 +374,12 @@ fn build_report(tl: &Timeline, sources: Vec<crate::collect::SourceStatus>, start
             command: std::env::args().collect(),
             start_unix_ms: started_unix_ms,
             end_unix_ms: unix_ms(),
-            exit: JobExit { kind: "finished".into(), code: None, signal: None, description: "session finished in-process".into() },
+            exit: JobExit {
+                kind: "finished".into(),
+                code: None,
+                signal: None,
+                description: "session finished in-process".into(),
+            },
         },
         interval_ms: interval.as_millis() as u64,
         peaks: Peaks {

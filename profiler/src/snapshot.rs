@@ -66,7 +66,13 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Assembles a snapshot from its parts.
-    pub fn new(t_ms: u64, step: u64, phase: Option<String>, heap: HeapStats, host: HostSample) -> Self {
+    pub fn new(
+        t_ms: u64,
+        step: u64,
+        phase: Option<String>,
+        heap: HeapStats,
+        host: HostSample,
+    ) -> Self {
         Snapshot {
             t_ms,
             step,
@@ -96,11 +102,23 @@ impl Snapshot {
             "memsight · {title} · t={:.1}s · step {}{}\n",
             self.t_ms as f64 / 1000.0,
             self.step,
-            self.phase.as_ref().map(|p| format!(" · phase {p}")).unwrap_or_default()
+            self.phase
+                .as_ref()
+                .map(|p| format!(" · phase {p}"))
+                .unwrap_or_default()
         );
-        out += &format!("  Allocated   {:>12}  live heap (Rust, and C/C++ via jemalloc)\n", fmt_bytes(self.heap.live_bytes));
-        out += &format!("  In use      {:>12}  jemalloc active pages\n", opt(self.jemalloc.map(|j| j.active)));
-        out += &format!("  Peak        {:>12}  peak live heap\n", fmt_bytes(self.heap.peak_bytes));
+        out += &format!(
+            "  Allocated   {:>12}  live heap (Rust, and C/C++ via jemalloc)\n",
+            fmt_bytes(self.heap.live_bytes)
+        );
+        out += &format!(
+            "  In use      {:>12}  jemalloc active pages\n",
+            opt(self.jemalloc.map(|j| j.active))
+        );
+        out += &format!(
+            "  Peak        {:>12}  peak live heap\n",
+            fmt_bytes(self.heap.peak_bytes)
+        );
         out += &format!(
             "  System RSS  {:>12}  high-water {}\n",
             opt(self.process.map(|p| p.rss)),

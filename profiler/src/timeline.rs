@@ -28,7 +28,12 @@ pub struct PeakAt {
 
 impl PeakAt {
     fn at(bytes: u64, s: &Snapshot) -> Self {
-        PeakAt { bytes, t_ms: s.t_ms, step: s.step, phase: s.phase.clone() }
+        PeakAt {
+            bytes,
+            t_ms: s.t_ms,
+            step: s.step,
+            phase: s.phase.clone(),
+        }
     }
 }
 
@@ -70,7 +75,12 @@ impl Timeline {
     /// An empty timeline keeping at most `capacity` (≥ 8) snapshots.
     pub fn with_capacity(capacity: usize) -> Self {
         let capacity = capacity.max(8);
-        Timeline { samples: Vec::with_capacity(capacity), capacity, merged: 0, peaks: SampledPeaks::default() }
+        Timeline {
+            samples: Vec::with_capacity(capacity),
+            capacity,
+            merged: 0,
+            peaks: SampledPeaks::default(),
+        }
     }
 
     /// Appends a snapshot, compacting old history when full.
@@ -83,7 +93,12 @@ impl Timeline {
             raise(&mut self.peaks.cgroup_usage, c.usage, &s);
         }
         if let Some(j) = s.jemalloc {
-            if self.peaks.resident.as_ref().is_none_or(|(p, _)| j.resident > p.bytes) {
+            if self
+                .peaks
+                .resident
+                .as_ref()
+                .is_none_or(|(p, _)| j.resident > p.bytes)
+            {
                 self.peaks.resident = Some((PeakAt::at(j.resident, &s), s.clone()));
             }
         }
@@ -97,7 +112,11 @@ impl Timeline {
         let old = self.samples.len() * 3 / 4;
         let mut kept: Vec<Snapshot> = Vec::with_capacity(self.capacity);
         for pair in self.samples[..old].chunks(2) {
-            let best = pair.iter().max_by_key(|s| s.heap.live_bytes).cloned().unwrap_or_default();
+            let best = pair
+                .iter()
+                .max_by_key(|s| s.heap.live_bytes)
+                .cloned()
+                .unwrap_or_default();
             kept.push(best);
         }
         self.merged += (old - old.div_ceil(2)) as u64;
@@ -132,9 +151,17 @@ mod tests {
     use crate::collect::ProcessMemory;
 
     fn snap(t: u64, live: u64) -> Snapshot {
-        let mut s = Snapshot { t_ms: t, step: t / 10, ..Default::default() };
+        let mut s = Snapshot {
+            t_ms: t,
+            step: t / 10,
+            ..Default::default()
+        };
         s.heap.live_bytes = live;
-        s.process = Some(ProcessMemory { rss: live * 2, hwm: live * 2, ..Default::default() });
+        s.process = Some(ProcessMemory {
+            rss: live * 2,
+            hwm: live * 2,
+            ..Default::default()
+        });
         s
     }
 
@@ -146,7 +173,10 @@ mod tests {
             tl.push(snap(t, live));
         }
         assert!(tl.samples().len() <= 100);
-        assert!(tl.samples().iter().any(|s| s.heap.live_bytes == 1 << 40), "spike merged away");
+        assert!(
+            tl.samples().iter().any(|s| s.heap.live_bytes == 1 << 40),
+            "spike merged away"
+        );
         assert_eq!(tl.peaks().rss.as_ref().unwrap().bytes, 2 << 40);
         assert_eq!(tl.peaks().rss.as_ref().unwrap().t_ms, 1234);
         assert_eq!(tl.samples().last().unwrap().t_ms, 9999);

@@ -44,7 +44,11 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let err = |why: &str| SizeError(format!("invalid size {text:?}: {why} (examples: 512MiB, 4GiB, 100MB, 1048576)"));
+    let err = |why: &str| {
+        SizeError(format!(
+            "invalid size {text:?}: {why} (examples: 512MiB, 4GiB, 100MB, 1048576)"
+        ))
+    };
     if num.is_empty() {
         return Err(err("expected a number"));
     }

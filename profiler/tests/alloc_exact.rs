@@ -22,12 +22,17 @@ fn churn(n: usize) {
 #[test]
 fn ten_million_alloc_free_on_two_threads_return_to_baseline_and_peak_is_exact() {
     let before = memsight::stats();
-    let threads: Vec<_> = (0..2).map(|_| std::thread::spawn(|| churn(5_000_000))).collect();
+    let threads: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(|| churn(5_000_000)))
+        .collect();
     for t in threads {
         t.join().unwrap();
     }
     let after = memsight::stats();
-    assert_eq!(after.live_bytes, before.live_bytes, "live bytes did not return to baseline");
+    assert_eq!(
+        after.live_bytes, before.live_bytes,
+        "live bytes did not return to baseline"
+    );
     assert!(after.allocations - before.allocations >= 10_000_000);
     assert!(after.deallocations - before.deallocations >= 10_000_000);
     assert!(after.reallocations > before.reallocations);

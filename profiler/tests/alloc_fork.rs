@@ -23,7 +23,10 @@ fn child_of_fork_keeps_exact_counts() {
             let base = memsight::stats().live_bytes;
             let v = black_box(vec![1u8; 10 << 20]);
             let ok_alloc = memsight::stats().live_bytes - base == 10 << 20;
-            let je = memsight::snapshot().jemalloc.map(|j| j.allocated >= 10 << 20).unwrap_or(false);
+            let je = memsight::snapshot()
+                .jemalloc
+                .map(|j| j.allocated >= 10 << 20)
+                .unwrap_or(false);
             drop(v);
             let ok_free = memsight::stats().live_bytes == base;
             if ok_alloc && ok_free && je {
@@ -40,6 +43,9 @@ fn child_of_fork_keeps_exact_counts() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     busy.join().unwrap();
     assert_eq!(r, pid);
-    assert!(libc::WIFEXITED(status), "child did not exit normally: status {status}");
+    assert!(
+        libc::WIFEXITED(status),
+        "child did not exit normally: status {status}"
+    );
     assert_eq!(libc::WEXITSTATUS(status), 0, "child saw wrong counts");
 }

@@ -38,10 +38,18 @@ fn tracking_adds_no_allocation_of_its_own() {
         drop(big);
         let s1 = memsight::stats();
         let (a1, f1) = (INNER_ALLOCS.load(SeqCst), INNER_FREES.load(SeqCst));
-        (a1 - a0, f1 - f0, s1.allocations - s0.allocations, s1.deallocations - s0.deallocations)
+        (
+            a1 - a0,
+            f1 - f0,
+            s1.allocations - s0.allocations,
+            s1.deallocations - s0.deallocations,
+        )
     });
     let (inner_allocs, inner_frees, counted_allocs, counted_frees) = t.join().unwrap();
-    assert_eq!(inner_allocs, 10_001, "the inner allocator saw extra allocations");
+    assert_eq!(
+        inner_allocs, 10_001,
+        "the inner allocator saw extra allocations"
+    );
     assert_eq!(inner_frees, 10_001);
     assert_eq!(counted_allocs, inner_allocs);
     assert_eq!(counted_frees, inner_frees);

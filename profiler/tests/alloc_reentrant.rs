@@ -40,6 +40,9 @@ fn nested_allocations_from_the_inner_allocator_are_counted() {
     // 1000 big allocations, each with one nested 100-byte allocation.
     assert_eq!(after.allocations - before.allocations, 2000);
     assert_eq!(after.deallocations - before.deallocations, 2000);
-    assert_eq!(after.bytes_allocated - before.bytes_allocated, 1000 * (8192 + 100));
+    assert_eq!(
+        after.bytes_allocated - before.bytes_allocated,
+        1000 * (8192 + 100)
+    );
     assert_eq!(after.live_bytes, before.live_bytes);
 }

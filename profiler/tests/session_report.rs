@@ -25,7 +25,10 @@ fn report_attributes_peaks_phases_steps_and_leak() {
         .quiet()
         .start()
         .unwrap();
-    assert!(matches!(memsight::Session::builder().start(), Err(memsight::SessionError::AlreadyRunning)));
+    assert!(matches!(
+        memsight::Session::builder().start(),
+        Err(memsight::SessionError::AlreadyRunning)
+    ));
 
     let mut leaked: Vec<Vec<u8>> = Vec::new();
     for step in 0..30u64 {
@@ -53,11 +56,22 @@ fn report_attributes_peaks_phases_steps_and_leak() {
     assert_eq!(p.heap_peak_step, Some(17));
     assert_eq!(p.heap_peak_phase.as_deref(), Some("train/backward"));
     let base = p.heap_peak_bytes - (48 << 20);
-    assert!(base < 20 << 20, "peak {} not ≈ 48 MiB above a small baseline", p.heap_peak_bytes);
+    assert!(
+        base < 20 << 20,
+        "peak {} not ≈ 48 MiB above a small baseline",
+        p.heap_peak_bytes
+    );
 
-    let fwd = report.phases.iter().find(|x| x.path == "train/forward").unwrap();
+    let fwd = report
+        .phases
+        .iter()
+        .find(|x| x.path == "train/forward")
+        .unwrap();
     assert_eq!(fwd.count, 30);
-    assert!(fwd.max_rise_bytes >= 8 << 20 && fwd.max_rise_bytes < 9 << 20, "{fwd:?}");
+    assert!(
+        fwd.max_rise_bytes >= 8 << 20 && fwd.max_rise_bytes < 9 << 20,
+        "{fwd:?}"
+    );
     // Forward keeps its activations until after backward; the sampler thread's own small
     // allocations during the phase are process-wide memory too, hence the tolerance.
     assert!((fwd.net_bytes - 30 * (8 << 20)).abs() < 64 << 10, "{fwd:?}");
@@ -65,22 +79,57 @@ fn report_attributes_peaks_phases_steps_and_leak() {
     assert!(train.net_bytes >= 30 * (256 << 10));
 
     let leak = report.leak.as_ref().expect("30 steps give a leak estimate");
-    assert!((leak.slope_bytes_per_step - (256 << 10) as f64).abs() < 8192.0, "{leak:?}");
-    assert!(report.tips.iter().any(|t| t.id == "leak-suspect"), "{:?}", report.tips);
+    assert!(
+        (leak.slope_bytes_per_step - (256 << 10) as f64).abs() < 8192.0,
+        "{leak:?}"
+    );
+    assert!(
+        report.tips.iter().any(|t| t.id == "leak-suspect"),
+        "{:?}",
+        report.tips
+    );
     assert!(report.tips.iter().any(|t| t.id == "peak-in-backward"));
 
-    assert_eq!(report.steps.iter().find(|s| s.step == 17).unwrap().peak_bytes, p.heap_peak_bytes);
-    assert!(report.timeline.len() >= 10, "sampler at 5 ms produced {} samples", report.timeline.len());
+    assert_eq!(
+        report
+            .steps
+            .iter()
+            .find(|s| s.step == 17)
+            .unwrap()
+            .peak_bytes,
+        p.heap_peak_bytes
+    );
+    assert!(
+        report.timeline.len() >= 10,
+        "sampler at 5 ms produced {} samples",
+        report.timeline.len()
+    );
     assert!(report.timeline.windows(2).all(|w| w[0].t_ms <= w[1].t_ms));
-    assert!(report.histogram.iter().any(|b| b.min_bytes == 32 << 20 && b.count >= 1));
-    assert!(report.sources.iter().any(|s| s.name == "process" && s.available));
-    assert!(report.sources.iter().any(|s| s.name == "jemalloc" && s.available));
+    assert!(report
+        .histogram
+        .iter()
+        .any(|b| b.min_bytes == 32 << 20 && b.count >= 1));
+    assert!(report
+        .sources
+        .iter()
+        .any(|s| s.name == "process" && s.available));
+    assert!(report
+        .sources
+        .iter()
+        .any(|s| s.name == "jemalloc" && s.available));
     assert!(p.rss_peak_bytes.unwrap() >= 48 << 20);
 
     let leak_tip = report.tips.iter().find(|t| t.id == "leak-suspect").unwrap();
-    assert!(leak_tip.advice.contains("Phase train kept the most memory"), "{}", leak_tip.advice);
+    assert!(
+        leak_tip.advice.contains("Phase train kept the most memory"),
+        "{}",
+        leak_tip.advice
+    );
     let loaded = memsight::Report::load(&path).unwrap();
-    assert!(loaded == report, "the report did not round-trip through JSON");
+    assert!(
+        loaded == report,
+        "the report did not round-trip through JSON"
+    );
     black_box(leaked);
     std::fs::remove_dir_all(&dir).unwrap();
 }

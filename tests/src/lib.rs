@@ -6,7 +6,11 @@ use std::path::PathBuf;
 pub fn memsight_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     // target/<profile>/deps/<test> → target/<profile>/memsight
-    let bin = exe.parent().and_then(|d| d.parent()).map(|d| d.join("memsight")).expect("target dir");
+    let bin = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .map(|d| d.join("memsight"))
+        .expect("target dir");
     assert!(bin.exists(), "{} is missing: build it first with `cargo build --release -p memsight-tui` (make test does)", bin.display());
     bin
 }

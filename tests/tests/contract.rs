@@ -7,12 +7,20 @@ use std::collections::HashMap;
 use std::process::Command;
 
 fn run_job(report: &std::path::Path) -> HashMap<String, i64> {
-    let out = Command::new(env!("CARGO_BIN_EXE_contract_job")).arg(report).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_contract_job"))
+        .arg(report)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "job failed:\n{stdout}\n{stderr}");
     // The snapshot block a person sees at start and end.
-    assert!(stderr.contains("Allocated") && stderr.contains("System RSS") && stderr.contains("Available"), "{stderr}");
+    assert!(
+        stderr.contains("Allocated")
+            && stderr.contains("System RSS")
+            && stderr.contains("Available"),
+        "{stderr}"
+    );
     assert!(stderr.contains("report written to"), "{stderr}");
     stdout
         .split_whitespace()
@@ -22,7 +30,12 @@ fn run_job(report: &std::path::Path) -> HashMap<String, i64> {
 }
 
 fn check(report: &std::path::Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(memsight_bin()).arg("check").arg(report).args(args).output().unwrap();
+    let out = Command::new(memsight_bin())
+        .arg("check")
+        .arg(report)
+        .args(args)
+        .output()
+        .unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -40,17 +53,32 @@ fn contract_job_peak_malloc_baseline_and_budget_gate() {
     let held = v["live_with_100MiB"] - v["baseline_live"];
     assert!((held - mib100).abs() < mib100 / 100, "live grew by {held}");
     let peak = v["peak_after_100MiB"] - v["baseline_live"];
-    assert!((peak - mib100).abs() < mib100 / 100, "peak above baseline {peak} not within 1% of 100 MiB");
-    assert!(v["jemalloc_allocated_delta_malloc"] >= 64 << 20, "C malloc not in jemalloc stats: {v:?}");
-    assert!(v["jemalloc_allocated_delta_free"] < 1 << 20, "C free not in jemalloc stats: {v:?}");
-    assert!((v["final_live"] - v["baseline_live"]).abs() < 64 << 10, "no return to baseline: {v:?}");
+    assert!(
+        (peak - mib100).abs() < mib100 / 100,
+        "peak above baseline {peak} not within 1% of 100 MiB"
+    );
+    assert!(
+        v["jemalloc_allocated_delta_malloc"] >= 64 << 20,
+        "C malloc not in jemalloc stats: {v:?}"
+    );
+    assert!(
+        v["jemalloc_allocated_delta_free"] < 1 << 20,
+        "C free not in jemalloc stats: {v:?}"
+    );
+    assert!(
+        (v["final_live"] - v["baseline_live"]).abs() < 64 << 10,
+        "no return to baseline: {v:?}"
+    );
 
     let r = memsight::Report::load(&report).unwrap();
     assert_eq!(r.peaks.heap_peak_bytes as i64, v["report_peak"]);
     assert_eq!(r.peaks.heap_peak_step, Some(1));
     assert_eq!(r.peaks.heap_peak_phase.as_deref(), Some("hold-100MiB"));
     // The sampler saw the C malloc too.
-    assert!(r.timeline.iter().any(|s| s.jemalloc.is_some_and(|j| j.allocated >= 64 << 20)));
+    assert!(r
+        .timeline
+        .iter()
+        .any(|s| s.jemalloc.is_some_and(|j| j.allocated >= 64 << 20)));
 
     let p = r.peaks.heap_peak_bytes;
     let above = format!("{}", p + p / 100);
@@ -61,20 +89,53 @@ fn contract_job_peak_malloc_baseline_and_budget_gate() {
     let (code, out, _) = check(&report, &["--max-host-peak", &below]);
     assert_eq!(code, 1);
     assert_eq!(out.lines().count(), 1, "{out}");
-    assert!(out.starts_with("host peak 1") && out.contains("exceeds budget") && out.contains("(peaked at step 1, phase hold-100MiB)"), "{out}");
+    assert!(
+        out.starts_with("host peak 1")
+            && out.contains("exceeds budget")
+            && out.contains("(peaked at step 1, phase hold-100MiB)"),
+        "{out}"
+    );
 
     // The same budgets from a file, with a flag overriding one of them.
     let budget = dir.join("budget.toml");
-    std::fs::write(&budget, format!("version = 1\nmax_host_peak = \"{below}\"\nmax_rss_peak = \"64GiB\"\n")).unwrap();
+    std::fs::write(
+        &budget,
+        format!("version = 1\nmax_host_peak = \"{below}\"\nmax_rss_peak = \"64GiB\"\n"),
+    )
+    .unwrap();
     assert_eq!(check(&report, &["--budget", budget.to_str().unwrap()]).0, 1);
-    assert_eq!(check(&report, &["--budget", budget.to_str().unwrap(), "--max-host-peak", &above]).0, 0);
+    assert_eq!(
+        check(
+            &report,
+            &[
+                "--budget",
+                budget.to_str().unwrap(),
+                "--max-host-peak",
+                &above
+            ]
+        )
+        .0,
+        0
+    );
 
     // Summaries a CI step would publish.
-    let md = Command::new(memsight_bin()).args(["summary", "--format", "markdown"]).arg(&report).output().unwrap();
+    let md = Command::new(memsight_bin())
+        .args(["summary", "--format", "markdown"])
+        .arg(&report)
+        .output()
+        .unwrap();
     let md = String::from_utf8(md.stdout).unwrap();
-    assert!(md.contains("| peak live heap | 100.") && md.contains("hold-100MiB"), "{md}");
+    assert!(
+        md.contains("| peak live heap | 100.") && md.contains("hold-100MiB"),
+        "{md}"
+    );
     let svg = dir.join("t.svg");
-    let st = Command::new(memsight_bin()).args(["summary", "--format", "svg", "-o"]).arg(&svg).arg(&report).status().unwrap();
+    let st = Command::new(memsight_bin())
+        .args(["summary", "--format", "svg", "-o"])
+        .arg(&svg)
+        .arg(&report)
+        .status()
+        .unwrap();
     assert!(st.success());
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("polyline") && svg.contains("live heap"));
@@ -94,7 +155,10 @@ fn check_gives_exit_2_and_a_clear_message_on_bad_input() {
         std::fs::write(&p, body).unwrap();
         let (code, out, err) = check(&p, &["--max-host-peak", "1GiB"]);
         assert_eq!(code, 2, "{name}: {out}{err}");
-        assert!(err.starts_with("memsight check: ") && err.contains(msg), "{name}: {err}");
+        assert!(
+            err.starts_with("memsight check: ") && err.contains(msg),
+            "{name}: {err}"
+        );
         assert!(!err.contains("panicked"), "{err}");
     }
     let (code, _, err) = check(&dir.join("missing.json"), &["--max-host-peak", "1GiB"]);
@@ -108,7 +172,10 @@ fn check_gives_exit_2_and_a_clear_message_on_bad_input() {
     assert!(err.contains("no budget given"), "{err}");
     let bad_budget = dir.join("b.toml");
     std::fs::write(&bad_budget, "version = 1\nmax_heap = \"1GiB\"\n").unwrap();
-    let (code, _, err) = check(&dir.join("missing.json"), &["--budget", bad_budget.to_str().unwrap()]);
+    let (code, _, err) = check(
+        &dir.join("missing.json"),
+        &["--budget", bad_budget.to_str().unwrap()],
+    );
     assert_eq!(code, 2);
     assert!(err.contains("unknown field `max_heap`"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();

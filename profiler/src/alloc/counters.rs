@@ -248,7 +248,9 @@ impl Totals {
 
 fn claimed_slots() -> impl Iterator<Item = &'static Slot> {
     let n = (NEXT_SLOT.load(Relaxed) as usize).min(SLOTS);
-    SLOT_ARRAY[..n].iter().chain(std::iter::once(&OVERFLOW_SLOT))
+    SLOT_ARRAY[..n]
+        .iter()
+        .chain(std::iter::once(&OVERFLOW_SLOT))
 }
 
 /// Sums the counters of every thread.
@@ -284,7 +286,9 @@ pub(crate) fn peak(tracker: Tracker, live_now: u64) -> u64 {
 
 /// Sets a peak tracker to `value` and returns what it held (raised to `value` if lower).
 pub(crate) fn swap_peak(tracker: Tracker, value: u64) -> u64 {
-    PEAKS[tracker as usize].swap(value as i64, Relaxed).max(value as i64) as u64
+    PEAKS[tracker as usize]
+        .swap(value as i64, Relaxed)
+        .max(value as i64) as u64
 }
 
 #[cfg(test)]

@@ -61,7 +61,10 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
             i += 4;
         } else {
@@ -141,7 +144,8 @@ impl CgroupReader {
         let mut v2_path = None;
         for line in cgroup.lines() {
             let mut parts = line.splitn(3, ':');
-            let (Some(id), Some(ctrl), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            let (Some(id), Some(ctrl), Some(path)) = (parts.next(), parts.next(), parts.next())
+            else {
                 continue;
             };
             if id == "0" && ctrl.is_empty() {
@@ -167,18 +171,27 @@ impl CgroupReader {
             return Self::open(1, dir, &under(root, &m.point));
         }
         Err(match v2_path {
-            Some(_) => "cgroup v2 without the memory controller, and no v1 memory controller".into(),
+            Some(_) => {
+                "cgroup v2 without the memory controller, and no v1 memory controller".into()
+            }
             None => "no memory cgroup".into(),
         })
     }
 
     fn open(version: u8, dir: PathBuf, top: &Path) -> Result<Self, String> {
         let open = |name: &str| {
-            KeptFile::open(&dir.join(name)).map_err(|e| format!("cannot open {}: {e}", dir.join(name).display()))
+            KeptFile::open(&dir.join(name))
+                .map_err(|e| format!("cannot open {}: {e}", dir.join(name).display()))
         };
         let optional = |name: &str| KeptFile::open(&dir.join(name)).ok();
         let (usage, limit, peak, events, limit_name) = if version == 2 {
-            (open("memory.current")?, open("memory.max")?, optional("memory.peak"), optional("memory.events"), "memory.max")
+            (
+                open("memory.current")?,
+                open("memory.max")?,
+                optional("memory.peak"),
+                optional("memory.events"),
+                "memory.max",
+            )
         } else {
             (
                 open("memory.usage_in_bytes")?,
@@ -189,7 +202,15 @@ impl CgroupReader {
             )
         };
         let ancestor_limit = ancestors_limit(&dir, top, limit_name, version == 1);
-        Ok(CgroupReader { version, dir, usage, limit, peak, events, ancestor_limit })
+        Ok(CgroupReader {
+            version,
+            dir,
+            usage,
+            limit,
+            peak,
+            events,
+            ancestor_limit,
+        })
     }
 
     /// The cgroup version, 1 or 2.
@@ -221,6 +242,12 @@ impl CgroupReader {
             Some(f) => f.read_with(|t| field_u64(t, "oom_kill"))?,
             None => None,
         };
-        Ok(CgroupMemory { version: self.version, limit, usage, peak, oom_kills })
+        Ok(CgroupMemory {
+            version: self.version,
+            limit,
+            usage,
+            peak,
+            oom_kills,
+        })
     }
 }

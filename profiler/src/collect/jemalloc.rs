@@ -61,7 +61,8 @@ mod imp {
     impl JemallocReader {
         /// Resolves the statistics' names; the reason when jemalloc lacks them.
         pub fn open() -> Result<Self, String> {
-            let e = |err: tikv_jemalloc_ctl::Error| format!("jemalloc statistics unavailable: {err}");
+            let e =
+                |err: tikv_jemalloc_ctl::Error| format!("jemalloc statistics unavailable: {err}");
             Ok(JemallocReader {
                 epoch: epoch::mib().map_err(e)?,
                 allocated: stats::allocated::mib().map_err(e)?,

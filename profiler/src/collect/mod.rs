@@ -50,7 +50,12 @@ pub struct HostCollector {
 impl HostCollector {
     /// Opens every source for the current process.
     pub fn for_self() -> Self {
-        Self::open(Path::new("/proc/self"), Path::new("/proc"), Path::new("/"), true)
+        Self::open(
+            Path::new("/proc/self"),
+            Path::new("/proc"),
+            Path::new("/"),
+            true,
+        )
     }
 
     /// Opens the sources of the process at `proc_dir` (`/proc/<pid>`), with `proc_root` and the
@@ -63,8 +68,10 @@ impl HostCollector {
             } else {
                 Err("jemalloc statistics are only readable inside the process".into())
             },
-            process: ProcessReader::open(proc_dir).map_err(io(proc_dir.join("status").display().to_string())),
-            system: SystemReader::open(proc_root).map_err(io(proc_root.join("meminfo").display().to_string())),
+            process: ProcessReader::open(proc_dir)
+                .map_err(io(proc_dir.join("status").display().to_string())),
+            system: SystemReader::open(proc_root)
+                .map_err(io(proc_root.join("meminfo").display().to_string())),
             cgroup: CgroupReader::discover(proc_dir, root),
             last_error: Default::default(),
         }
@@ -95,22 +102,46 @@ impl HostCollector {
 
     /// What each source is and, where it is missing, why.
     pub fn sources(&self) -> Vec<SourceStatus> {
-        fn status<T>(name: &str, r: &Result<T, String>, err: &Option<String>, ok: String) -> SourceStatus {
+        fn status<T>(
+            name: &str,
+            r: &Result<T, String>,
+            err: &Option<String>,
+            ok: String,
+        ) -> SourceStatus {
             let (available, detail) = match (r, err) {
                 (Err(why), _) => (false, why.clone()),
                 (Ok(_), Some(e)) => (false, format!("read failed: {e}")),
                 (Ok(_), None) => (true, ok),
             };
-            SourceStatus { name: name.into(), available, detail }
+            SourceStatus {
+                name: name.into(),
+                available,
+                detail,
+            }
         }
         let cg = match &self.cgroup {
             Ok(c) => format!("cgroup v{} at {}", c.version(), c.dir().display()),
             Err(_) => String::new(),
         };
         vec![
-            status("jemalloc", &self.jemalloc, &self.last_error[0], "jemalloc stats (epoch per sample)".into()),
-            status("process", &self.process, &self.last_error[1], "/proc status".into()),
-            status("system", &self.system, &self.last_error[2], "/proc/meminfo".into()),
+            status(
+                "jemalloc",
+                &self.jemalloc,
+                &self.last_error[0],
+                "jemalloc stats (epoch per sample)".into(),
+            ),
+            status(
+                "process",
+                &self.process,
+                &self.last_error[1],
+                "/proc status".into(),
+            ),
+            status(
+                "system",
+                &self.system,
+                &self.last_error[2],
+                "/proc/meminfo".into(),
+            ),
             status("cgroup", &self.cgroup, &self.last_error[3], cg),
         ]
     }

@@ -50,7 +50,10 @@ impl ProcessReader {
 pub fn parse_status(text: &str) -> io::Result<ProcessMemory> {
     let kb = |k: &str| field_u64(text, k).map(|v| v * 1024);
     let rss = kb("VmRSS").ok_or_else(|| {
-        io::Error::new(io::ErrorKind::InvalidData, "no VmRSS line (kernel thread or zombie?)")
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "no VmRSS line (kernel thread or zombie?)",
+        )
     })?;
     Ok(ProcessMemory {
         rss,
@@ -96,7 +99,10 @@ impl SystemReader {
                 .map(|v| v * 1024);
             match (total, available) {
                 (Some(total), Some(available)) => Ok(SystemMemory { total, available }),
-                _ => Err(io::Error::new(io::ErrorKind::InvalidData, "meminfo lacks MemTotal/MemAvailable")),
+                _ => Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "meminfo lacks MemTotal/MemAvailable",
+                )),
             }
         })?
     }
@@ -122,7 +128,10 @@ mod tests {
         let r = ProcessReader::open(Path::new("/proc/self")).unwrap();
         let m = r.read().unwrap();
         assert!(m.rss > 0 && m.hwm >= m.rss && m.threads >= 1);
-        let s = SystemReader::open(Path::new("/proc")).unwrap().read().unwrap();
+        let s = SystemReader::open(Path::new("/proc"))
+            .unwrap()
+            .read()
+            .unwrap();
         assert!(s.total > 0 && s.available <= s.total);
     }
 }

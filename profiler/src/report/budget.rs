@@ -48,13 +48,15 @@ impl std::error::Error for BudgetError {}
 impl Budgets {
     /// Reads a budget file (TOML, `version = 1`).
     pub fn load(path: &Path) -> Result<Budgets, BudgetError> {
-        let text = std::fs::read_to_string(path).map_err(|e| BudgetError(format!("{}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| BudgetError(format!("{}: {e}", path.display())))?;
         Self::parse(&text).map_err(|e| BudgetError(format!("{}: {}", path.display(), e.0)))
     }
 
     /// Parses budget TOML text.
     pub fn parse(text: &str) -> Result<Budgets, BudgetError> {
-        let f: BudgetFile = toml::from_str(text).map_err(|e| BudgetError(e.message().to_string()))?;
+        let f: BudgetFile =
+            toml::from_str(text).map_err(|e| BudgetError(e.message().to_string()))?;
         if f.version != BUDGET_VERSION {
             return Err(BudgetError(format!(
                 "budget file version {} is not supported (this memsight reads version {BUDGET_VERSION})",
@@ -62,7 +64,8 @@ impl Budgets {
             )));
         }
         let size = |field: &str, v: Option<String>| -> Result<Option<u64>, BudgetError> {
-            v.map(|s| parse_size(&s).map_err(|e| BudgetError(format!("{field}: {e}")))).transpose()
+            v.map(|s| parse_size(&s).map_err(|e| BudgetError(format!("{field}: {e}"))))
+                .transpose()
         };
         let b = Budgets {
             max_host_peak: size("max_host_peak", f.max_host_peak)?,
@@ -77,9 +80,9 @@ impl Budgets {
     /// Checks ranges that a size parser cannot (fragmentation is a ratio in [0, 1]).
     pub fn validate(&self) -> Result<(), BudgetError> {
         match self.max_fragmentation {
-            Some(r) if !(0.0..=1.0).contains(&r) => {
-                Err(BudgetError(format!("max_fragmentation must be a ratio between 0 and 1, got {r}")))
-            }
+            Some(r) if !(0.0..=1.0).contains(&r) => Err(BudgetError(format!(
+                "max_fragmentation must be a ratio between 0 and 1, got {r}"
+            ))),
             _ => Ok(()),
         }
     }
@@ -144,7 +147,9 @@ impl Budgets {
                     location(Some(f.at.step), f.at.phase.as_deref())
                 )),
                 Some(_) => {}
-                None => out.push("fragmentation cannot be checked: the report has no jemalloc statistics".into()),
+                None => out.push(
+                    "fragmentation cannot be checked: the report has no jemalloc statistics".into(),
+                ),
             }
         }
         if let Some(max) = self.max_leak_per_step {
@@ -173,7 +178,8 @@ mod tests {
 
     #[test]
     fn parses_file() {
-        let b = Budgets::parse("version = 1\nmax_host_peak = \"4GiB\"\nmax_fragmentation = 0.3\n").unwrap();
+        let b = Budgets::parse("version = 1\nmax_host_peak = \"4GiB\"\nmax_fragmentation = 0.3\n")
+            .unwrap();
         assert_eq!(b.max_host_peak, Some(4 << 30));
         assert_eq!(b.max_fragmentation, Some(0.3));
         assert_eq!(b.max_rss_peak, None);
@@ -182,13 +188,19 @@ mod tests {
     #[test]
     fn rejects_bad_files_with_exact_errors() {
         let e = |t: &str| Budgets::parse(t).unwrap_err().0;
-        assert_eq!(e("version = 2\n"), "budget file version 2 is not supported (this memsight reads version 1)");
+        assert_eq!(
+            e("version = 2\n"),
+            "budget file version 2 is not supported (this memsight reads version 1)"
+        );
         assert_eq!(e("version = 1\nmax_host_peek = \"1GiB\"\n"), "unknown field `max_host_peek`, expected one of `version`, `max_host_peak`, `max_rss_peak`, `max_fragmentation`, `max_leak_per_step`");
         assert_eq!(
             e("version = 1\nmax_host_peak = \"lots\"\n"),
             "max_host_peak: invalid size \"lots\": expected a number (examples: 512MiB, 4GiB, 100MB, 1048576)"
         );
-        assert_eq!(e("version = 1\nmax_fragmentation = 3.0\n"), "max_fragmentation must be a ratio between 0 and 1, got 3");
+        assert_eq!(
+            e("version = 1\nmax_fragmentation = 3.0\n"),
+            "max_fragmentation must be a ratio between 0 and 1, got 3"
+        );
         assert_eq!(e("max_host_peak = \"1GiB\"\n"), "missing field `version`");
     }
 }

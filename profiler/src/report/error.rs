@@ -57,21 +57,36 @@ pub enum ReportError {
 impl ReportError {
     pub(crate) fn from_json(e: serde_json::Error) -> Self {
         if e.is_eof() {
-            ReportError::Truncated { path: None, line: e.line(), column: e.column() }
+            ReportError::Truncated {
+                path: None,
+                line: e.line(),
+                column: e.column(),
+            }
         } else {
-            ReportError::Syntax { path: None, why: e.to_string() }
+            ReportError::Syntax {
+                path: None,
+                why: e.to_string(),
+            }
         }
     }
 
     pub(crate) fn with_path(self, p: &Path) -> Self {
         let p = Some(p.to_path_buf());
         match self {
-            ReportError::Truncated { line, column, .. } => ReportError::Truncated { path: p, line, column },
+            ReportError::Truncated { line, column, .. } => ReportError::Truncated {
+                path: p,
+                line,
+                column,
+            },
             ReportError::Syntax { why, .. } => ReportError::Syntax { path: p, why },
             ReportError::NotAReport { why, .. } => ReportError::NotAReport { path: p, why },
-            ReportError::UnsupportedVersion { found, supported, .. } => {
-                ReportError::UnsupportedVersion { path: p, found, supported }
-            }
+            ReportError::UnsupportedVersion {
+                found, supported, ..
+            } => ReportError::UnsupportedVersion {
+                path: p,
+                found,
+                supported,
+            },
             ReportError::Invalid { why, .. } => ReportError::Invalid { path: p, why },
             io @ ReportError::Io { .. } => io,
         }
@@ -79,7 +94,9 @@ impl ReportError {
 }
 
 fn name(p: &Option<PathBuf>) -> String {
-    p.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "report".into())
+    p.as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "report".into())
 }
 
 impl fmt::Display for ReportError {

@@ -52,7 +52,15 @@ pub fn estimate(steps: &[StepStats]) -> Option<LeakEstimate> {
     let median = slopes[slopes.len() / 2];
     let agree = slopes
         .iter()
-        .filter(|&&s| if median > 0.0 { s > 0.0 } else if median < 0.0 { s < 0.0 } else { s == 0.0 })
+        .filter(|&&s| {
+            if median > 0.0 {
+                s > 0.0
+            } else if median < 0.0 {
+                s < 0.0
+            } else {
+                s == 0.0
+            }
+        })
         .count();
     Some(LeakEstimate {
         slope_bytes_per_step: median,
@@ -67,12 +75,21 @@ mod tests {
     use super::*;
 
     fn steps(f: impl Fn(u64) -> u64) -> Vec<StepStats> {
-        (0..100).map(|i| StepStats { step: i, peak_bytes: f(i), live_end_bytes: f(i) }).collect()
+        (0..100)
+            .map(|i| StepStats {
+                step: i,
+                peak_bytes: f(i),
+                live_end_bytes: f(i),
+            })
+            .collect()
     }
 
     #[test]
     fn finds_slope_despite_eval_spikes() {
-        let e = estimate(&steps(|i| 1_000_000 + i * 4096 + if i % 10 == 0 { 50_000_000 } else { 0 })).unwrap();
+        let e = estimate(&steps(|i| {
+            1_000_000 + i * 4096 + if i % 10 == 0 { 50_000_000 } else { 0 }
+        }))
+        .unwrap();
         assert!((e.slope_bytes_per_step - 4096.0).abs() < 1.0, "{e:?}");
         assert!(e.confidence > 0.7);
     }

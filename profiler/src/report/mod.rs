@@ -155,32 +155,51 @@ pub struct HistogramBucket {
 impl Report {
     /// Reads and validates a report file.
     pub fn load(path: &Path) -> Result<Report, ReportError> {
-        let bytes = std::fs::read(path).map_err(|e| ReportError::Io { path: path.to_path_buf(), source: e })?;
+        let bytes = std::fs::read(path).map_err(|e| ReportError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
         Self::from_slice(&bytes).map_err(|e| e.with_path(path))
     }
 
     /// Parses and validates a report from JSON bytes.
     pub fn from_slice(bytes: &[u8]) -> Result<Report, ReportError> {
-        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(ReportError::from_json)?;
-        let version = value
-            .get("schema_version")
-            .ok_or(ReportError::NotAReport { path: None, why: "no schema_version field".into() })?;
-        let version = version
-            .as_u64()
-            .ok_or(ReportError::NotAReport { path: None, why: format!("schema_version is {version}, not a number") })?;
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(ReportError::from_json)?;
+        let version = value.get("schema_version").ok_or(ReportError::NotAReport {
+            path: None,
+            why: "no schema_version field".into(),
+        })?;
+        let version = version.as_u64().ok_or(ReportError::NotAReport {
+            path: None,
+            why: format!("schema_version is {version}, not a number"),
+        })?;
         if version != u64::from(SCHEMA_VERSION) {
-            return Err(ReportError::UnsupportedVersion { path: None, found: version, supported: SCHEMA_VERSION });
+            return Err(ReportError::UnsupportedVersion {
+                path: None,
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
         }
-        serde_json::from_value(value).map_err(|e| ReportError::Invalid { path: None, why: e.to_string() })
+        serde_json::from_value(value).map_err(|e| ReportError::Invalid {
+            path: None,
+            why: e.to_string(),
+        })
     }
 
     /// Writes the report as pretty JSON, atomically (temporary file + rename).
     pub fn save(&self, path: &Path) -> Result<(), ReportError> {
-        let io = |e| ReportError::Io { path: path.to_path_buf(), source: e };
+        let io = |e| ReportError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        };
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp = std::path::PathBuf::from(tmp);
-        let json = serde_json::to_vec_pretty(self).map_err(|e| ReportError::Invalid { path: None, why: e.to_string() })?;
+        let json = serde_json::to_vec_pretty(self).map_err(|e| ReportError::Invalid {
+            path: None,
+            why: e.to_string(),
+        })?;
         std::fs::write(&tmp, json).map_err(io)?;
         std::fs::rename(&tmp, path).map_err(io)
     }
@@ -198,7 +217,11 @@ pub fn histogram_buckets(counts: &[u64]) -> Vec<HistogramBucket> {
                 i if i + 1 == counts.len() => (1u64 << (i - 1), u64::MAX),
                 i => (1u64 << (i - 1), (1u64 << i) - 1),
             };
-            HistogramBucket { min_bytes: min, max_bytes: max, count: c }
+            HistogramBucket {
+                min_bytes: min,
+                max_bytes: max,
+                count: c,
+            }
         })
         .collect()
 }

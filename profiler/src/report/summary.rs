@@ -10,7 +10,11 @@ pub fn markdown(r: &Report) -> String {
     let p = &r.peaks;
     let dur = r.job.end_unix_ms.saturating_sub(r.job.start_unix_ms) as f64 / 1000.0;
     let _ = writeln!(s, "## memsight report: `{}`\n", r.job.command.join(" "));
-    let _ = writeln!(s, "pid {} · {:.1} s · {} · sampled every {} ms\n", r.job.pid, dur, r.job.exit.description, r.interval_ms);
+    let _ = writeln!(
+        s,
+        "pid {} · {:.1} s · {} · sampled every {} ms\n",
+        r.job.pid, dur, r.job.exit.description, r.interval_ms
+    );
     let _ = writeln!(s, "| metric | value | where |\n|---|---|---|");
     let at = |step: Option<u64>, phase: Option<&str>| {
         let mut w = Vec::new();
@@ -22,20 +26,46 @@ pub fn markdown(r: &Report) -> String {
         }
         w.join(", ")
     };
-    let _ = writeln!(s, "| peak live heap | {} | {} |", fmt_bytes(p.heap_peak_bytes), at(p.heap_peak_step, p.heap_peak_phase.as_deref()));
+    let _ = writeln!(
+        s,
+        "| peak live heap | {} | {} |",
+        fmt_bytes(p.heap_peak_bytes),
+        at(p.heap_peak_step, p.heap_peak_phase.as_deref())
+    );
     if let Some(rss) = p.rss_peak_bytes {
-        let w = p.rss_peak_sample.as_ref().map(|a| at(Some(a.step), a.phase.as_deref())).unwrap_or_default();
+        let w = p
+            .rss_peak_sample
+            .as_ref()
+            .map(|a| at(Some(a.step), a.phase.as_deref()))
+            .unwrap_or_default();
         let _ = writeln!(s, "| peak RSS | {} | {} |", fmt_bytes(rss), w);
     }
     if let Some(res) = &p.jemalloc_resident_peak {
-        let _ = writeln!(s, "| peak jemalloc resident | {} | {} |", fmt_bytes(res.bytes), at(Some(res.step), res.phase.as_deref()));
+        let _ = writeln!(
+            s,
+            "| peak jemalloc resident | {} | {} |",
+            fmt_bytes(res.bytes),
+            at(Some(res.step), res.phase.as_deref())
+        );
     }
     if let Some(f) = &r.fragmentation {
-        let _ = writeln!(s, "| fragmentation at peak resident | {:.1}% | (resident − allocated) / resident |", f.resident_ratio * 100.0);
+        let _ = writeln!(
+            s,
+            "| fragmentation at peak resident | {:.1}% | (resident − allocated) / resident |",
+            f.resident_ratio * 100.0
+        );
     }
     if let Some(c) = &p.cgroup_usage_peak {
-        let lim = p.cgroup_limit_bytes.map(fmt_bytes).unwrap_or_else(|| "unlimited".into());
-        let _ = writeln!(s, "| peak cgroup usage | {} | limit {} |", fmt_bytes(c.bytes), lim);
+        let lim = p
+            .cgroup_limit_bytes
+            .map(fmt_bytes)
+            .unwrap_or_else(|| "unlimited".into());
+        let _ = writeln!(
+            s,
+            "| peak cgroup usage | {} | limit {} |",
+            fmt_bytes(c.bytes),
+            lim
+        );
     }
     if let Some(l) = &r.leak {
         let _ = writeln!(
@@ -46,10 +76,17 @@ pub fn markdown(r: &Report) -> String {
             l.steps_used
         );
     }
-    let _ = writeln!(s, "| live heap at end | {} | |", fmt_bytes(p.final_live_bytes));
+    let _ = writeln!(
+        s,
+        "| live heap at end | {} | |",
+        fmt_bytes(p.final_live_bytes)
+    );
 
     if !r.phases.is_empty() {
-        let _ = writeln!(s, "\n### Phases\n\n| phase | count | time | peak | net |\n|---|---:|---:|---:|---:|");
+        let _ = writeln!(
+            s,
+            "\n### Phases\n\n| phase | count | time | peak | net |\n|---|---:|---:|---:|---:|"
+        );
         let mut phases = r.phases.clone();
         phases.sort_by(|a, b| b.peak_bytes.cmp(&a.peak_bytes));
         for ph in phases.iter().take(15) {

@@ -22,13 +22,22 @@ pub struct Tip {
     pub evidence: BTreeMap<String, serde_json::Value>,
 }
 
-fn tip(id: &str, severity: &str, title: String, advice: String, evidence: &[(&str, serde_json::Value)]) -> Tip {
+fn tip(
+    id: &str,
+    severity: &str,
+    title: String,
+    advice: String,
+    evidence: &[(&str, serde_json::Value)],
+) -> Tip {
     Tip {
         id: id.into(),
         severity: severity.into(),
         title,
         advice,
-        evidence: evidence.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+        evidence: evidence
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
     }
 }
 
@@ -69,7 +78,12 @@ pub fn derive(r: &Report) -> Vec<Tip> {
 
     if let Some(phase) = &p.heap_peak_phase {
         if phase.to_ascii_lowercase().contains("backward") {
-            let rise = r.phases.iter().find(|s| &s.path == phase).map(|s| s.max_rise_bytes).unwrap_or(0);
+            let rise = r
+                .phases
+                .iter()
+                .find(|s| &s.path == phase)
+                .map(|s| s.max_rise_bytes)
+                .unwrap_or(0);
             tips.push(tip(
                 "peak-in-backward",
                 "info",
@@ -92,7 +106,11 @@ pub fn derive(r: &Report) -> Vec<Tip> {
             let grown = l.slope_bytes_per_step * l.steps_used as f64;
             // Top-level phases only: a nested phase's net is often memory its sibling frees (forward's
             // activations, freed in backward), while top-level nets add up to the step's growth.
-            let worst = r.phases.iter().filter(|s| s.net_bytes > 0 && !s.path.contains('/')).max_by_key(|s| s.net_bytes);
+            let worst = r
+                .phases
+                .iter()
+                .filter(|s| s.net_bytes > 0 && !s.path.contains('/'))
+                .max_by_key(|s| s.net_bytes);
             tips.push(tip(
                 "leak-suspect",
                 "warning",
@@ -133,12 +151,20 @@ pub fn derive(r: &Report) -> Vec<Tip> {
             tips.push(tip(
                 "rss-beyond-heap",
                 "info",
-                format!("Peak RSS {} is {:.1}× the peak live heap {}", fmt_bytes(rss), rss as f64 / heap as f64, fmt_bytes(heap)),
+                format!(
+                    "Peak RSS {} is {:.1}× the peak live heap {}",
+                    fmt_bytes(rss),
+                    rss as f64 / heap as f64,
+                    fmt_bytes(heap)
+                ),
                 format!("{cause}."),
                 &[
                     ("rss_peak_bytes", rss.into()),
                     ("heap_peak_bytes", p.heap_peak_bytes.into()),
-                    ("jemalloc_resident_peak_bytes", resident.map(Into::into).unwrap_or(serde_json::Value::Null)),
+                    (
+                        "jemalloc_resident_peak_bytes",
+                        resident.map(Into::into).unwrap_or(serde_json::Value::Null),
+                    ),
                 ],
             ));
         }

@@ -9,7 +9,9 @@ use std::time::Duration;
 static ALLOC: memsight::Allocator = memsight::Allocator::new();
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let path = std::env::args().nth(1).ok_or("usage: contract_job REPORT.json")?;
+    let path = std::env::args()
+        .nth(1)
+        .ok_or("usage: contract_job REPORT.json")?;
     let session = memsight::Session::builder()
         .interval(Duration::from_millis(20))
         .report_path(path)
@@ -34,21 +36,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("peak_after_100MiB={}", s.peak_bytes);
 
     memsight::step(2);
-    let before = memsight::snapshot().jemalloc.map(|j| j.allocated).unwrap_or(0);
+    let before = memsight::snapshot()
+        .jemalloc
+        .map(|j| j.allocated)
+        .unwrap_or(0);
     let p = unsafe { libc::malloc(64 << 20) } as *mut u8;
     if p.is_null() {
         return Err("malloc(64 MiB) failed".into());
     }
     unsafe { std::ptr::write_bytes(p, 1, 64 << 20) };
-    let during = memsight::snapshot().jemalloc.map(|j| j.allocated).unwrap_or(0);
-    println!("jemalloc_allocated_delta_malloc={}", during as i64 - before as i64);
+    let during = memsight::snapshot()
+        .jemalloc
+        .map(|j| j.allocated)
+        .unwrap_or(0);
+    println!(
+        "jemalloc_allocated_delta_malloc={}",
+        during as i64 - before as i64
+    );
     unsafe { libc::free(black_box(p) as *mut libc::c_void) };
-    let after = memsight::snapshot().jemalloc.map(|j| j.allocated).unwrap_or(0);
-    println!("jemalloc_allocated_delta_free={}", after as i64 - before as i64);
+    let after = memsight::snapshot()
+        .jemalloc
+        .map(|j| j.allocated)
+        .unwrap_or(0);
+    println!(
+        "jemalloc_allocated_delta_free={}",
+        after as i64 - before as i64
+    );
 
     let end = memsight::stats();
     println!("final_live={}", end.live_bytes);
-    println!("allocations={} deallocations={}", end.allocations, end.deallocations);
+    println!(
+        "allocations={} deallocations={}",
+        end.allocations, end.deallocations
+    );
     let report = session.finish()?;
     println!("report_peak={}", report.peaks.heap_peak_bytes);
     Ok(())

@@ -1,0 +1,33 @@
+# The two commands of the README: `make demo` and `make test`. Everything else is optional.
+.PHONY: demo test setup build lint bench clean
+
+CARGO ?= cargo
+OUT ?= out
+
+setup:
+	@scripts/setup.sh >/dev/null
+
+build: setup
+	$(CARGO) build --release --workspace --all-targets
+
+# The main job under memsight. Its last line is the path of the report it wrote.
+demo: build
+	@mkdir -p $(OUT)
+	@scripts/demo.sh $(OUT)
+
+test: build lint
+	$(CARGO) test --release --workspace
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+# Allocator overhead vs bare jemalloc, glibc malloc, heaptrack and dhat-rs (prints a ratio table).
+bench: setup
+	@command -v heaptrack >/dev/null || (apt-get update -qq && apt-get install -y -qq heaptrack >/dev/null)
+	$(CARGO) build --release -p memsight-bench
+	./target/release/alloc-bench
+
+clean:
+	$(CARGO) clean
+	rm -rf $(OUT)

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# `make demo`: runs the demo training job under memsight, then summarizes its report.
+# With a terminal the progress is shown as it runs; without one (CI, pipes) it runs headless.
+# The last line printed is always the report's path.
+set -euo pipefail
+out="${1:-out}"
+report="$(cd "$out" && pwd)/demo-report.json"
+bin=./target/release
+if [ -t 1 ]; then
+    echo "memsight demo: training a small MLP under memsight (live viewer: coming with the viewer; progress below)"
+    "$bin/examples/train_mlp" 300 "$report" >&2
+else
+    "$bin/examples/train_mlp" 300 "$report" >"$out/demo.log" 2>&1 || { cat "$out/demo.log" >&2; exit 1; }
+fi
+"$bin/memsight" summary --format markdown "$report" > "$out/demo-summary.md"
+"$bin/memsight" summary --format svg -o "$out/demo-timeline.svg" "$report" >/dev/null
+if [ -t 1 ]; then cat "$out/demo-summary.md"; fi
+echo "summary: $out/demo-summary.md, plot: $out/demo-timeline.svg" >&2
+echo "$report"

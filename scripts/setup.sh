@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what `make demo` and `make test` need on a fresh machine. Idempotent: a second run
+# only checks. Everything downloaded lives outside the tracked tree, in $MEMSIGHT_CACHE
+# (default ~/.cache/memsight):
+#   - the Rust toolchain is expected (cargo); C compiler and make for jemalloc's build;
+#   - libtorch for the tch 0.24 crates: torch==2.11.0 from PyPI in a virtual environment.
+# Prints the environment to use on its last line (`source <(scripts/setup.sh --env)`).
+set -euo pipefail
+
+CACHE="${MEMSIGHT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memsight}"
+TORCH_VERSION="2.11.0"
+VENV="$CACHE/torch-$TORCH_VERSION"
+
+say() { echo "setup: $*" >&2; }
+die() { echo "setup: error: $*" >&2; exit 1; }
+
+need_apt=()
+command -v cargo >/dev/null || die "cargo is missing: install Rust (https://rustup.rs) first"
+command -v cc >/dev/null || need_apt+=(gcc g++)
+command -v make >/dev/null || need_apt+=(make)
+command -v python3 >/dev/null || need_apt+=(python3 python3-venv)
+if [ "${#need_apt[@]}" -gt 0 ]; then
+    command -v apt-get >/dev/null || die "missing ${need_apt[*]} and no apt-get to install them"
+    say "installing ${need_apt[*]}"
+    apt-get update -qq && apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+torch_ok() { [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='$TORCH_VERSION' else 1)" 2>/dev/null; }
+if ! torch_ok; then
+    say "installing torch==$TORCH_VERSION into $VENV (about 1 minute, 4.6 GB)"
+    mkdir -p "$CACHE"
+    python3 -m venv "$VENV" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" || die "pip install torch==$TORCH_VERSION failed"
+    torch_ok || die "torch $TORCH_VERSION did not import from $VENV"
+fi
+say "torch $TORCH_VERSION ready in $VENV"
+# The variables torch-sys reads (tch 0.24) — used by the libtorch crates.
+echo "export LIBTORCH_USE_PYTORCH=1 VIRTUAL_ENV=$VENV PATH=$VENV/bin:\$PATH"
