@@ -25,7 +25,8 @@ lint:
 # Allocator overhead vs bare jemalloc, glibc malloc, heaptrack and dhat-rs (prints a ratio table).
 bench: setup
 	@command -v heaptrack >/dev/null || (apt-get update -qq && apt-get install -y -qq heaptrack >/dev/null)
-	$(CARGO) build --release -p memsight-bench
+	$(CARGO) build --release -p memsight-bench -p memsight-bench-system
+	./target/release/sampler-bench
 	./target/release/alloc-bench
 
 clean:

@@ -5,7 +5,7 @@
 //!   it, with plain `Relaxed` load + store (no LOCK-prefixed instruction on the hot path); readers
 //!   sum all slots. Cumulative counters (bytes allocated / freed, counts, histogram) are therefore
 //!   exact: live bytes = Σ allocated − Σ freed.
-//! - For the peak each slot keeps a `pending` delta that is flushed into the global `LIVE` atomic
+//! - For the peak each slot keeps its unflushed delta (`live − flushed`), added to the global `LIVE` atomic
 //!   when it leaves `±FLUSH_BYTES`; only a flush touches the shared peak trackers. The peak can thus
 //!   lag the true peak by at most `FLUSH_BYTES` per thread holding an unflushed positive delta:
 //!   **peak error ≤ 64 KiB × threads that allocate** (an underestimate, never an overestimate).
@@ -26,30 +26,30 @@ pub const HISTOGRAM_BUCKETS: usize = 48;
 /// A thread's pending live-byte delta is flushed to the global total beyond this magnitude.
 pub const FLUSH_BYTES: i64 = 64 * 1024;
 
-const UNASSIGNED: u32 = u32::MAX;
-const OVERFLOW: u32 = u32::MAX - 1;
-
 /// One thread's counters. Written only by its owner thread (or atomically for the overflow slot).
+/// Allocation calls are the histogram's sum, so the hot path touches as few fields as possible.
 #[repr(align(128))]
 pub(crate) struct Slot {
-    allocs: AtomicU64,
+    /// Cumulative bytes allocated (growth by realloc included). Written by allocations only.
+    bytes_allocated: AtomicU64,
+    /// Cumulative bytes freed (shrinkage by realloc included). Written by frees only, so the two
+    /// counters form independent dependency chains on the hot path.
+    bytes_freed: AtomicU64,
+    /// The part of this thread's live bytes (allocated − freed) already added to `LIVE`.
+    flushed: AtomicI64,
     deallocs: AtomicU64,
     reallocs: AtomicU64,
-    bytes_allocated: AtomicU64,
-    bytes_freed: AtomicU64,
-    pending: AtomicI64,
     histogram: [AtomicU64; HISTOGRAM_BUCKETS],
 }
 
 impl Slot {
     const fn new() -> Self {
         Slot {
-            allocs: AtomicU64::new(0),
-            deallocs: AtomicU64::new(0),
-            reallocs: AtomicU64::new(0),
             bytes_allocated: AtomicU64::new(0),
             bytes_freed: AtomicU64::new(0),
-            pending: AtomicI64::new(0),
+            flushed: AtomicI64::new(0),
+            deallocs: AtomicU64::new(0),
+            reallocs: AtomicU64::new(0),
             histogram: [const { AtomicU64::new(0) }; HISTOGRAM_BUCKETS],
         }
     }
@@ -72,10 +72,11 @@ pub(crate) enum Tracker {
 static PEAKS: [AtomicI64; 3] = [const { AtomicI64::new(0) }; 3];
 
 thread_local! {
-    static MY_SLOT: Cell<u32> = const { Cell::new(UNASSIGNED) };
+    /// This thread's slot; null until the first allocation claims one.
+    static MY_SLOT: Cell<*const Slot> = const { Cell::new(std::ptr::null()) };
 }
 
-#[inline]
+#[inline(always)]
 fn bucket_of(size: usize) -> usize {
     let b = (usize::BITS - size.leading_zeros()) as usize;
     if b >= HISTOGRAM_BUCKETS {
@@ -85,27 +86,37 @@ fn bucket_of(size: usize) -> usize {
     }
 }
 
-/// Returns this thread's slot index, claiming one on first use; `OVERFLOW` when none is left or
-/// the thread-local is no longer reachable (thread teardown).
-#[inline]
-fn my_slot() -> u32 {
-    MY_SLOT
-        .try_with(|s| {
-            let v = s.get();
-            if v != UNASSIGNED {
-                return v;
-            }
-            let claimed = NEXT_SLOT.fetch_add(1, Relaxed);
-            let v = if (claimed as usize) < SLOTS {
-                claimed
-            } else {
-                NEXT_SLOT.store(SLOTS as u32, Relaxed);
-                OVERFLOW
-            };
-            s.set(v);
-            v
-        })
-        .unwrap_or(OVERFLOW)
+/// Claims a slot for this thread (first allocation only); the overflow slot when none is left.
+#[cold]
+#[inline(never)]
+fn claim_slot() -> *const Slot {
+    let claimed = NEXT_SLOT.fetch_add(1, Relaxed) as usize;
+    let slot: &'static Slot = match SLOT_ARRAY.get(claimed) {
+        Some(s) => s,
+        None => {
+            NEXT_SLOT.store(SLOTS as u32, Relaxed);
+            &OVERFLOW_SLOT
+        }
+    };
+    let p: *const Slot = slot;
+    let _ = MY_SLOT.try_with(|c| c.set(p));
+    p
+}
+
+/// This thread's slot: exclusive (plain load/store updates) unless it is the overflow slot.
+#[inline(always)]
+fn my_slot() -> &'static Slot {
+    let p = MY_SLOT
+        .try_with(|c| c.get())
+        .unwrap_or(&OVERFLOW_SLOT as *const Slot);
+    let p = if p.is_null() { claim_slot() } else { p };
+    // SAFETY: `p` points into the static slot array or at the static overflow slot.
+    unsafe { &*p }
+}
+
+#[inline(always)]
+fn is_shared(s: &Slot) -> bool {
+    std::ptr::eq(s, &OVERFLOW_SLOT)
 }
 
 /// Adds `by` to an owner-only counter without a locked instruction.
@@ -123,105 +134,93 @@ fn raise_peaks(live: i64) {
     }
 }
 
+/// Publishes an exclusive slot's unflushed delta once it leaves ±FLUSH_BYTES.
 #[inline(always)]
-fn with_slot(f_exclusive: impl FnOnce(&Slot), f_shared: impl FnOnce(&Slot)) {
-    let idx = my_slot();
-    if idx == OVERFLOW {
-        f_shared(&OVERFLOW_SLOT)
-    } else {
-        // idx < SLOTS by construction of `my_slot`; `get` keeps this panic-free regardless.
-        match SLOT_ARRAY.get(idx as usize) {
-            Some(slot) => f_exclusive(slot),
-            None => f_shared(&OVERFLOW_SLOT),
-        }
+fn maybe_flush(s: &Slot) {
+    let live = s
+        .bytes_allocated
+        .load(Relaxed)
+        .wrapping_sub(s.bytes_freed.load(Relaxed)) as i64;
+    let d = live - s.flushed.load(Relaxed);
+    if !(-FLUSH_BYTES..FLUSH_BYTES).contains(&d) {
+        flush(s, live, d);
     }
 }
 
-#[inline(always)]
-fn add_pending_exclusive(slot: &Slot, delta: i64) {
-    let p = slot.pending.load(Relaxed) + delta;
-    if !(-FLUSH_BYTES..FLUSH_BYTES).contains(&p) {
-        slot.pending.store(0, Relaxed);
-        let live = LIVE.fetch_add(p, Relaxed) + p;
-        if p > 0 {
-            raise_peaks(live);
-        }
-    } else {
-        slot.pending.store(p, Relaxed);
+#[inline(never)]
+fn flush(s: &Slot, live: i64, d: i64) {
+    s.flushed.store(live, Relaxed);
+    let global = LIVE.fetch_add(d, Relaxed) + d;
+    if d > 0 {
+        raise_peaks(global);
     }
 }
 
-#[inline(always)]
-fn add_pending_shared(delta: i64) {
-    let live = LIVE.fetch_add(delta, Relaxed) + delta;
-    if delta > 0 {
-        raise_peaks(live);
+/// The overflow slot is shared: every update is an atomic read-modify-write, flushed at once.
+#[cold]
+#[inline(never)]
+fn shared_update(size_delta: i64, alloc_size: Option<usize>, dealloc: bool, realloc: bool) {
+    let s = &OVERFLOW_SLOT;
+    if let Some(n) = alloc_size {
+        s.histogram[bucket_of(n)].fetch_add(1, Relaxed);
+    }
+    if size_delta > 0 {
+        s.bytes_allocated.fetch_add(size_delta as u64, Relaxed);
+    } else {
+        s.bytes_freed.fetch_add(size_delta.unsigned_abs(), Relaxed);
+    }
+    if dealloc {
+        s.deallocs.fetch_add(1, Relaxed);
+    }
+    if realloc {
+        s.reallocs.fetch_add(1, Relaxed);
+    }
+    s.flushed.fetch_add(size_delta, Relaxed);
+    let global = LIVE.fetch_add(size_delta, Relaxed) + size_delta;
+    if size_delta > 0 {
+        raise_peaks(global);
     }
 }
 
 /// Records an allocation of `size` bytes.
 #[inline(always)]
 pub(crate) fn on_alloc(size: usize) {
-    with_slot(
-        |s| {
-            bump(&s.allocs, 1);
-            bump(&s.bytes_allocated, size as u64);
-            bump(&s.histogram[bucket_of(size)], 1);
-            add_pending_exclusive(s, size as i64);
-        },
-        |s| {
-            s.allocs.fetch_add(1, Relaxed);
-            s.bytes_allocated.fetch_add(size as u64, Relaxed);
-            s.histogram[bucket_of(size)].fetch_add(1, Relaxed);
-            add_pending_shared(size as i64);
-        },
-    )
+    let s = my_slot();
+    if is_shared(s) {
+        return shared_update(size as i64, Some(size), false, false);
+    }
+    bump(&s.bytes_allocated, size as u64);
+    bump(&s.histogram[bucket_of(size)], 1);
+    maybe_flush(s);
 }
 
 /// Records a deallocation of `size` bytes.
 #[inline(always)]
 pub(crate) fn on_dealloc(size: usize) {
-    with_slot(
-        |s| {
-            bump(&s.deallocs, 1);
-            bump(&s.bytes_freed, size as u64);
-            add_pending_exclusive(s, -(size as i64));
-        },
-        |s| {
-            s.deallocs.fetch_add(1, Relaxed);
-            s.bytes_freed.fetch_add(size as u64, Relaxed);
-            add_pending_shared(-(size as i64));
-        },
-    )
+    let s = my_slot();
+    if is_shared(s) {
+        return shared_update(-(size as i64), None, true, false);
+    }
+    bump(&s.bytes_freed, size as u64);
+    bump(&s.deallocs, 1);
+    maybe_flush(s);
 }
 
-/// Records a successful reallocation from `old` to `new` bytes: one realloc, the size change as
-/// bytes allocated or freed, and the new size in the histogram.
+/// Records a successful reallocation from `old` to `new` bytes: one realloc, and the size change
+/// as bytes allocated (growth) or freed (shrinkage).
 #[inline(always)]
 pub(crate) fn on_realloc(old: usize, new: usize) {
-    let delta = new as i64 - old as i64;
-    with_slot(
-        |s| {
-            bump(&s.reallocs, 1);
-            if delta >= 0 {
-                bump(&s.bytes_allocated, delta as u64);
-            } else {
-                bump(&s.bytes_freed, delta.unsigned_abs());
-            }
-            bump(&s.histogram[bucket_of(new)], 1);
-            add_pending_exclusive(s, delta);
-        },
-        |s| {
-            s.reallocs.fetch_add(1, Relaxed);
-            if delta >= 0 {
-                s.bytes_allocated.fetch_add(delta as u64, Relaxed);
-            } else {
-                s.bytes_freed.fetch_add(delta.unsigned_abs(), Relaxed);
-            }
-            s.histogram[bucket_of(new)].fetch_add(1, Relaxed);
-            add_pending_shared(delta);
-        },
-    )
+    let s = my_slot();
+    if is_shared(s) {
+        return shared_update(new as i64 - old as i64, None, false, true);
+    }
+    bump(&s.reallocs, 1);
+    if new >= old {
+        bump(&s.bytes_allocated, (new - old) as u64);
+    } else {
+        bump(&s.bytes_freed, (old - new) as u64);
+    }
+    maybe_flush(s);
 }
 
 /// Totals summed over every slot at one moment.
@@ -257,7 +256,7 @@ fn claimed_slots() -> impl Iterator<Item = &'static Slot> {
 pub(crate) fn totals() -> Totals {
     let mut t = Totals::default();
     for s in claimed_slots() {
-        t.allocations += s.allocs.load(Relaxed);
+        t.allocations += s.histogram.iter().map(|h| h.load(Relaxed)).sum::<u64>();
         t.deallocations += s.deallocs.load(Relaxed);
         t.reallocations += s.reallocs.load(Relaxed);
         t.bytes_allocated += s.bytes_allocated.load(Relaxed);

@@ -43,7 +43,7 @@ impl KeptFile {
 
     /// Reads the file as one unsigned integer (cgroup counters); `None` for `max`.
     pub fn read_u64_or_max(&self) -> io::Result<Option<u64>> {
-        self.read_with(|t| parse_u64_or_max(t))?.map_err(|msg| {
+        self.read_with(parse_u64_or_max)?.map_err(|msg| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("{}: {msg}", self.path.display()),

@@ -148,7 +148,7 @@ pub struct HistogramBucket {
     pub min_bytes: u64,
     /// Largest size in the class, in bytes (inclusive).
     pub max_bytes: u64,
-    /// Allocations (and reallocations to a size) in the class.
+    /// Allocation calls whose requested size is in the class.
     pub count: u64,
 }
 

@@ -16,6 +16,9 @@ pub fn svg(r: &Report) -> Result<String, String> {
     Ok(out)
 }
 
+/// One plotted series: its legend name, colour and points.
+type Series = (&'static str, RGBColor, Vec<(f64, f64)>);
+
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 
 fn draw(r: &Report, root: &Area<'_>) -> Result<(), Box<dyn std::error::Error>> {
@@ -38,7 +41,7 @@ fn draw(r: &Report, root: &Area<'_>) -> Result<(), Box<dyn std::error::Error>> {
         ("MiB", (1u64 << 20) as f64)
     };
     let gib = |b: u64| b as f64 / div;
-    let series: Vec<(&str, RGBColor, Vec<(f64, f64)>)> = vec![
+    let series: Vec<Series> = vec![
         (
             "live heap",
             RGBColor(31, 119, 180),

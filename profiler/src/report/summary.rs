@@ -88,7 +88,7 @@ pub fn markdown(r: &Report) -> String {
             "\n### Phases\n\n| phase | count | time | peak | net |\n|---|---:|---:|---:|---:|"
         );
         let mut phases = r.phases.clone();
-        phases.sort_by(|a, b| b.peak_bytes.cmp(&a.peak_bytes));
+        phases.sort_by_key(|p| std::cmp::Reverse(p.peak_bytes));
         for ph in phases.iter().take(15) {
             let _ = writeln!(
                 s,

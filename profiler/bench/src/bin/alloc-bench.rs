@@ -1,0 +1,163 @@
+//! Runs every allocator variant on every workload in interleaved rounds (separate processes, since
+//! the global allocator is per binary), takes medians and prints the ratio table.
+//!
+//! `alloc-bench [ROUNDS]` (default 7). Needs the sibling binaries `churn-*` (make bench builds them)
+//! and `heaptrack` on PATH (skipped with a note when missing).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Variant {
+    name: &'static str,
+    bin: &'static str,
+    heaptrack: bool,
+    ops: usize,
+}
+
+fn run(dir: &Path, v: &Variant, workload: &str, threads: usize) -> Option<f64> {
+    let bin = dir.join(v.bin);
+    let args = [workload.to_string(), threads.to_string(), v.ops.to_string()];
+    let out = if v.heaptrack {
+        let trace =
+            std::env::temp_dir().join(format!("memsight-bench-heaptrack-{}", std::process::id()));
+        let o = Command::new("heaptrack")
+            .arg("-o")
+            .arg(&trace)
+            .arg(&bin)
+            .args(&args)
+            .output()
+            .ok()?;
+        for ext in ["", ".zst", ".gz"] {
+            let _ = std::fs::remove_file(format!("{}{ext}", trace.display()));
+        }
+        o
+    } else {
+        Command::new(&bin).args(&args).output().ok()?
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("ns_per_op="))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+fn main() {
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(7);
+    let dir: PathBuf = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
+    let have_heaptrack = Command::new("heaptrack").arg("--version").output().is_ok();
+    let mut variants = vec![
+        Variant {
+            name: "jemalloc",
+            bin: "churn-jemalloc",
+            heaptrack: false,
+            ops: 2_000_000,
+        },
+        Variant {
+            name: "memsight",
+            bin: "churn-memsight",
+            heaptrack: false,
+            ops: 2_000_000,
+        },
+        Variant {
+            name: "glibc",
+            bin: "churn-system",
+            heaptrack: false,
+            ops: 2_000_000,
+        },
+        Variant {
+            name: "dhat-rs",
+            bin: "churn-dhat",
+            heaptrack: false,
+            ops: 200_000,
+        },
+    ];
+    if have_heaptrack {
+        variants.push(Variant {
+            name: "heaptrack",
+            bin: "churn-system",
+            heaptrack: true,
+            ops: 200_000,
+        });
+    } else {
+        eprintln!("heaptrack not found on PATH: its column is skipped (Debian: apt-get install heaptrack)");
+    }
+    for v in &variants {
+        if !dir.join(v.bin).exists() {
+            eprintln!("{} missing in {}: run `make bench`", v.bin, dir.display());
+            std::process::exit(2);
+        }
+    }
+    let cases = [
+        ("box32", 1),
+        ("batch1000", 1),
+        ("mixed", 1),
+        ("box32", 2),
+        ("batch1000", 2),
+        ("mixed", 2),
+    ];
+    let mut samples = vec![vec![Vec::new(); variants.len()]; cases.len()];
+    for round in 0..rounds {
+        eprintln!("round {}/{rounds}", round + 1);
+        for (ci, (w, t)) in cases.iter().enumerate() {
+            for (vi, v) in variants.iter().enumerate() {
+                if let Some(ns) = run(&dir, v, w, *t) {
+                    samples[ci][vi].push(ns);
+                }
+            }
+        }
+    }
+    let idx = |n: &str| variants.iter().position(|v| v.name == n);
+    println!("\nns per alloc+free (median of {rounds} interleaved rounds; ratio vs the allocator underneath)\n");
+    print!("| workload | threads |");
+    for v in &variants {
+        print!(" {} |", v.name);
+    }
+    println!(" heaptrack ÷ memsight overhead | dhat ÷ memsight overhead |");
+    println!("|---|---|{}---|---|", "---|".repeat(variants.len()));
+    for (ci, (w, t)) in cases.iter().enumerate() {
+        let m: Vec<f64> = samples[ci].iter().map(|s| median(s.clone())).collect();
+        let je = m[idx("jemalloc").unwrap_or(0)];
+        let gl = m[idx("glibc").unwrap_or(0)];
+        print!("| {w} | {t} |");
+        for (vi, v) in variants.iter().enumerate() {
+            let base = match v.name {
+                "memsight" => je,
+                "heaptrack" | "dhat-rs" => gl,
+                "glibc" => je,
+                _ => f64::NAN,
+            };
+            if base.is_nan() {
+                print!(" {:.1} |", m[vi]);
+            } else {
+                print!(" {:.1} ({:.2}×) |", m[vi], m[vi] / base);
+            }
+        }
+        let ms_over = m[idx("memsight").unwrap_or(0)] / je - 1.0;
+        let ratio = |name: &str| match idx(name) {
+            Some(i) => {
+                let over = m[i] / gl - 1.0;
+                if ms_over <= 0.005 {
+                    format!("> {:.0}× (memsight within noise)", over / 0.005)
+                } else {
+                    format!("{:.0}×", over / ms_over)
+                }
+            }
+            None => "n/a".into(),
+        };
+        println!(" {} | {} |", ratio("heaptrack"), ratio("dhat-rs"));
+    }
+}
