@@ -6,37 +6,6 @@ use crate::collect::{CgroupMemory, HostSample, JemallocStats, ProcessMemory, Sys
 use crate::units::fmt_bytes;
 use serde::{Deserialize, Serialize};
 
-/// Heap counters of the tracking allocator as recorded in a snapshot.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HeapCounters {
-    /// Bytes live through the tracking allocator.
-    pub live_bytes: u64,
-    /// Peak live bytes so far (resettable).
-    pub peak_bytes: u64,
-    /// Allocation calls so far.
-    pub allocations: u64,
-    /// Deallocation calls so far.
-    pub deallocations: u64,
-    /// Reallocation calls so far.
-    pub reallocations: u64,
-    /// Cumulative bytes allocated.
-    pub bytes_allocated: u64,
-}
-
-impl From<HeapStats> for HeapCounters {
-    fn from(s: HeapStats) -> Self {
-        HeapCounters {
-            live_bytes: s.live_bytes,
-            peak_bytes: s.peak_bytes,
-            allocations: s.allocations,
-            deallocations: s.deallocations,
-            reallocations: s.reallocations,
-            bytes_allocated: s.bytes_allocated,
-        }
-    }
-}
-
 /// Everything known about the job's memory at one instant.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,7 +18,7 @@ pub struct Snapshot {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// Tracking-allocator counters.
-    pub heap: HeapCounters,
+    pub heap: HeapStats,
     /// jemalloc statistics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jemalloc: Option<JemallocStats>,
@@ -77,7 +46,7 @@ impl Snapshot {
             t_ms,
             step,
             phase,
-            heap: heap.into(),
+            heap,
             jemalloc: host.jemalloc,
             process: host.process,
             system: host.system,
