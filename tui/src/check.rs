@@ -42,7 +42,7 @@ pub fn run(a: Args) -> ExitCode {
         max_leak_per_step: a.max_leak_per_step,
     };
     if let Err(e) = flags.validate() {
-        return fail(format!("--{e}").replace("--max_fragmentation", "--max-fragmentation"));
+        return fail(e);
     }
     let budgets = match &a.budget {
         Some(f) => match Budgets::load(f) {

@@ -8,6 +8,14 @@ use std::time::Duration;
 #[global_allocator]
 static ALLOC: memsight::Allocator = memsight::Allocator::new();
 
+/// jemalloc's allocated bytes now (Rust and C alike); 0 when jemalloc statistics are unavailable.
+fn jemalloc_allocated() -> u64 {
+    memsight::snapshot()
+        .jemalloc
+        .map(|j| j.allocated)
+        .unwrap_or(0)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = std::env::args()
         .nth(1)
@@ -36,28 +44,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("peak_after_100MiB={}", s.peak_bytes);
 
     memsight::step(2);
-    let before = memsight::snapshot()
-        .jemalloc
-        .map(|j| j.allocated)
-        .unwrap_or(0);
+    let before = jemalloc_allocated();
     let p = unsafe { libc::malloc(64 << 20) } as *mut u8;
     if p.is_null() {
         return Err("malloc(64 MiB) failed".into());
     }
     unsafe { std::ptr::write_bytes(p, 1, 64 << 20) };
-    let during = memsight::snapshot()
-        .jemalloc
-        .map(|j| j.allocated)
-        .unwrap_or(0);
+    let during = jemalloc_allocated();
     println!(
         "jemalloc_allocated_delta_malloc={}",
         during as i64 - before as i64
     );
     unsafe { libc::free(black_box(p) as *mut libc::c_void) };
-    let after = memsight::snapshot()
-        .jemalloc
-        .map(|j| j.allocated)
-        .unwrap_or(0);
+    let after = jemalloc_allocated();
     println!(
         "jemalloc_allocated_delta_free={}",
         after as i64 - before as i64
