@@ -25,7 +25,7 @@
 //! - Heap counters see allocations made through the installed [`Allocator`] (all Rust code). C and
 //!   C++ code (libtorch tensors) is served by the same jemalloc and shows in its statistics
 //!   ([`Snapshot::jemalloc`]), not in the per-call counters.
-//! - The peak may lag the true peak by at most 64 KiB per allocating thread (see [`alloc`]).
+//! - The peak is within 64 KiB per allocating thread of the true peak (see [`alloc`]).
 //! - Phases form one process-wide stack, meant to be driven from the training loop's thread.
 //! - jemalloc statistics refresh only on an epoch advance, done once per sample.
 

@@ -5,13 +5,18 @@
 //!   it, with plain `Relaxed` load + store (no LOCK-prefixed instruction on the hot path); readers
 //!   sum all slots. Cumulative counters (bytes allocated / freed, counts, histogram) are therefore
 //!   exact: live bytes = Σ allocated − Σ freed.
-//! - For the peak each slot keeps its unflushed delta (`live − flushed`), added to the global `LIVE` atomic
-//!   when it leaves `±FLUSH_BYTES`; only a flush touches the shared peak trackers. The peak can thus
-//!   lag the true peak by at most `FLUSH_BYTES` per thread holding an unflushed positive delta:
-//!   **peak error ≤ 64 KiB × threads that allocate** (an underestimate, never an overestimate).
-//!   An allocation of ≥ 64 KiB flushes at once, so large buffers are seen exactly.
-//! - Threads beyond `SLOTS` share an overflow slot updated with atomic read-modify-write: slower,
-//!   still exact. Slots are never released (a dead thread's counts remain part of the sums).
+//! - For the peak, a slot publishes its live bytes to the global `LIVE` atomic (a *flush*) whenever
+//!   its cumulative allocated or freed bytes pass a mark set `FLUSH_BYTES` beyond their values at the
+//!   last flush. The hot path is thus one compare per call, against a mark in the same cache line.
+//!   Only a flush touches shared memory (`LIVE` and the peak trackers).
+//! - Between flushes a slot holds an unpublished delta in (−`FLUSH_BYTES`, `FLUSH_BYTES`), so `LIVE`
+//!   is within 64 KiB per allocating thread of the truth, and **the peak's error is below
+//!   64 KiB × threads that allocate**, either way. An allocation of ≥ 64 KiB passes the mark by
+//!   itself, so large buffers are seen at once; every read of the peak also raises it to the exact
+//!   live bytes of that moment.
+//! - Threads beyond `SLOTS − 1` share the overflow slot (index 0), updated with atomic
+//!   read-modify-write and flushed on every call: slower, still exact. Slots are never released (a
+//!   dead thread's counts remain part of the sums).
 //!
 //! Nothing here allocates, locks, blocks or panics; the thread-local is a `const` `Cell` without
 //! `Drop`, which registers no destructor.
@@ -19,11 +24,12 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
 
-/// Number of exclusive per-thread slots.
+/// Number of slots: index 0 is the shared overflow slot, the rest are exclusive per-thread slots.
 pub(crate) const SLOTS: usize = 1024;
 /// Number of power-of-two size buckets: bucket `i` counts sizes in `[2^(i-1), 2^i)`, bucket 0 is 0.
-pub const HISTOGRAM_BUCKETS: usize = 48;
-/// A thread's pending live-byte delta is flushed to the global total beyond this magnitude.
+/// One per bit position, so computing a bucket needs no clamp.
+pub const HISTOGRAM_BUCKETS: usize = usize::BITS as usize + 1;
+/// A thread publishes its live bytes after allocating or freeing this many bytes since it last did.
 pub const FLUSH_BYTES: i64 = 64 * 1024;
 
 /// One thread's counters. Written only by its owner thread (or atomically for the overflow slot).
@@ -32,9 +38,13 @@ pub const FLUSH_BYTES: i64 = 64 * 1024;
 pub(crate) struct Slot {
     /// Cumulative bytes allocated (growth by realloc included). Written by allocations only.
     bytes_allocated: AtomicU64,
+    /// `bytes_allocated` value at which the next flush happens.
+    alloc_mark: AtomicU64,
     /// Cumulative bytes freed (shrinkage by realloc included). Written by frees only, so the two
     /// counters form independent dependency chains on the hot path.
     bytes_freed: AtomicU64,
+    /// `bytes_freed` value at which the next flush happens.
+    free_mark: AtomicU64,
     /// The part of this thread's live bytes (allocated − freed) already added to `LIVE`.
     flushed: AtomicI64,
     deallocs: AtomicU64,
@@ -46,7 +56,9 @@ impl Slot {
     const fn new() -> Self {
         Slot {
             bytes_allocated: AtomicU64::new(0),
+            alloc_mark: AtomicU64::new(0),
             bytes_freed: AtomicU64::new(0),
+            free_mark: AtomicU64::new(0),
             flushed: AtomicI64::new(0),
             deallocs: AtomicU64::new(0),
             reallocs: AtomicU64::new(0),
@@ -55,9 +67,10 @@ impl Slot {
     }
 }
 
+/// Every slot; index 0 is the overflow slot shared by threads that found no exclusive one.
 static SLOT_ARRAY: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
-static OVERFLOW_SLOT: Slot = Slot::new();
-static NEXT_SLOT: AtomicU32 = AtomicU32::new(0);
+/// Next exclusive slot to hand out (starts after the overflow slot).
+static NEXT_SLOT: AtomicU32 = AtomicU32::new(1);
 
 /// Flushed live bytes (Σ flushed deltas). Exact live bytes come from the slot sums.
 static LIVE: AtomicI64 = AtomicI64::new(0);
@@ -72,57 +85,68 @@ pub(crate) enum Tracker {
 static PEAKS: [AtomicI64; 3] = [const { AtomicI64::new(0) }; 3];
 
 thread_local! {
-    /// This thread's slot; null until the first allocation claims one.
+    /// This thread's slot: null until its first call claims one; the overflow slot when none was left.
     static MY_SLOT: Cell<*const Slot> = const { Cell::new(std::ptr::null()) };
 }
 
 #[inline(always)]
 fn bucket_of(size: usize) -> usize {
-    let b = (usize::BITS - size.leading_zeros()) as usize;
-    if b >= HISTOGRAM_BUCKETS {
-        HISTOGRAM_BUCKETS - 1
+    (usize::BITS - size.leading_zeros()) as usize
+}
+
+fn overflow_slot() -> &'static Slot {
+    &SLOT_ARRAY[0]
+}
+
+/// The thread-local value of a thread on the overflow slot (null: no slot claimed yet). Both are
+/// below every real slot's address, so the hot path tells them apart from an exclusive slot with
+/// one compare against a constant.
+const ON_OVERFLOW: usize = 1;
+
+/// This thread's exclusive slot, or `None` (unclaimed yet, or sharing the overflow slot).
+#[inline(always)]
+fn exclusive_slot() -> Option<&'static Slot> {
+    let p = MY_SLOT.try_with(|c| c.get()).unwrap_or(std::ptr::null());
+    if (p as usize) <= ON_OVERFLOW {
+        None
     } else {
-        b
+        // SAFETY: any other value was set by `claim_slot` and points into the static slot array.
+        Some(unsafe { &*p })
     }
 }
 
-/// Claims a slot for this thread (first allocation only); the overflow slot when none is left.
+/// The slow path's slot: claims one for this thread on its first call; the overflow slot when
+/// none is left (or thread-local storage is gone).
 #[cold]
 #[inline(never)]
-fn claim_slot() -> *const Slot {
+fn claim_slot() -> &'static Slot {
+    let current = MY_SLOT
+        .try_with(|c| c.get())
+        .unwrap_or(ON_OVERFLOW as *const Slot);
+    match current as usize {
+        0 => {}
+        ON_OVERFLOW => return overflow_slot(),
+        // SAFETY: set below to a slot of the static array.
+        _ => return unsafe { &*current },
+    }
     let claimed = NEXT_SLOT.fetch_add(1, Relaxed) as usize;
-    let slot: &'static Slot = match SLOT_ARRAY.get(claimed) {
-        Some(s) => s,
+    let (slot, mark) = match SLOT_ARRAY.get(claimed) {
+        Some(s) => (s, s as *const Slot),
         None => {
             NEXT_SLOT.store(SLOTS as u32, Relaxed);
-            &OVERFLOW_SLOT
+            (overflow_slot(), ON_OVERFLOW as *const Slot)
         }
     };
-    let p: *const Slot = slot;
-    let _ = MY_SLOT.try_with(|c| c.set(p));
-    p
+    let _ = MY_SLOT.try_with(|c| c.set(mark));
+    slot
 }
 
-/// This thread's slot: exclusive (plain load/store updates) unless it is the overflow slot.
+/// Adds `by` to an owner-only counter without a locked instruction; returns the new value.
 #[inline(always)]
-fn my_slot() -> &'static Slot {
-    let p = MY_SLOT
-        .try_with(|c| c.get())
-        .unwrap_or(&OVERFLOW_SLOT as *const Slot);
-    let p = if p.is_null() { claim_slot() } else { p };
-    // SAFETY: `p` points into the static slot array or at the static overflow slot.
-    unsafe { &*p }
-}
-
-#[inline(always)]
-fn is_shared(s: &Slot) -> bool {
-    std::ptr::eq(s, &OVERFLOW_SLOT)
-}
-
-/// Adds `by` to an owner-only counter without a locked instruction.
-#[inline(always)]
-fn bump(c: &AtomicU64, by: u64) {
-    c.store(c.load(Relaxed).wrapping_add(by), Relaxed);
+fn bump(c: &AtomicU64, by: u64) -> u64 {
+    let v = c.load(Relaxed).wrapping_add(by);
+    c.store(v, Relaxed);
+    v
 }
 
 #[inline]
@@ -134,50 +158,98 @@ fn raise_peaks(live: i64) {
     }
 }
 
-/// Publishes an exclusive slot's unflushed delta once it leaves ±FLUSH_BYTES.
-#[inline(always)]
-fn maybe_flush(s: &Slot) {
-    let live = s
-        .bytes_allocated
-        .load(Relaxed)
-        .wrapping_sub(s.bytes_freed.load(Relaxed)) as i64;
-    let d = live - s.flushed.load(Relaxed);
-    if !(-FLUSH_BYTES..FLUSH_BYTES).contains(&d) {
-        flush(s, live, d);
-    }
-}
-
+/// Publishes an exclusive slot's live bytes to `LIVE` and sets both marks `FLUSH_BYTES` ahead.
 #[inline(never)]
-fn flush(s: &Slot, live: i64, d: i64) {
+fn flush(s: &Slot) {
+    let allocated = s.bytes_allocated.load(Relaxed);
+    let freed = s.bytes_freed.load(Relaxed);
+    let live = allocated.wrapping_sub(freed) as i64;
+    let d = live - s.flushed.load(Relaxed);
     s.flushed.store(live, Relaxed);
+    s.alloc_mark
+        .store(allocated.wrapping_add(FLUSH_BYTES as u64), Relaxed);
+    s.free_mark
+        .store(freed.wrapping_add(FLUSH_BYTES as u64), Relaxed);
     let global = LIVE.fetch_add(d, Relaxed) + d;
     if d > 0 {
         raise_peaks(global);
     }
 }
 
-/// The overflow slot is shared: every update is an atomic read-modify-write, flushed at once.
+/// Adds `size` to the allocated bytes and flushes when it passes the mark.
+#[inline(always)]
+fn add_allocated(s: &Slot, size: u64) {
+    let a = bump(&s.bytes_allocated, size);
+    if a >= s.alloc_mark.load(Relaxed) {
+        flush(s);
+    }
+}
+
+/// Adds `size` to the freed bytes and flushes when it passes the mark.
+#[inline(always)]
+fn add_freed(s: &Slot, size: u64) {
+    let f = bump(&s.bytes_freed, size);
+    if f >= s.free_mark.load(Relaxed) {
+        flush(s);
+    }
+}
+
+#[inline(always)]
+fn alloc_exclusive(s: &Slot, size: usize) {
+    bump(&s.histogram[bucket_of(size)], 1);
+    add_allocated(s, size as u64);
+}
+
+#[inline(always)]
+fn dealloc_exclusive(s: &Slot, size: usize) {
+    bump(&s.deallocs, 1);
+    add_freed(s, size as u64);
+}
+
+#[inline(always)]
+fn realloc_exclusive(s: &Slot, old: usize, new: usize) {
+    bump(&s.reallocs, 1);
+    if new >= old {
+        add_allocated(s, (new - old) as u64);
+    } else {
+        add_freed(s, (old - new) as u64);
+    }
+}
+
+/// The slow path: a thread's first call, or a thread on the shared overflow slot (every update an
+/// atomic read-modify-write, published at once). `delta` is the change in live bytes; `count` the
+/// counter of the call (deallocs or reallocs; `None` for an allocation, which counts in the
+/// histogram).
 #[cold]
 #[inline(never)]
-fn shared_update(size_delta: i64, alloc_size: Option<usize>, dealloc: bool, realloc: bool) {
-    let s = &OVERFLOW_SLOT;
-    if let Some(n) = alloc_size {
-        s.histogram[bucket_of(n)].fetch_add(1, Relaxed);
+fn record_slow(delta: i64, alloc_size: usize, count: Option<fn(&Slot) -> &AtomicU64>) {
+    let s = claim_slot();
+    let exclusive = !std::ptr::eq(s, overflow_slot());
+    match count {
+        None if exclusive => return alloc_exclusive(s, alloc_size),
+        None => {
+            s.histogram[bucket_of(alloc_size)].fetch_add(1, Relaxed);
+        }
+        Some(counter) if exclusive => {
+            bump(counter(s), 1);
+            return if delta >= 0 {
+                add_allocated(s, delta as u64)
+            } else {
+                add_freed(s, delta.unsigned_abs())
+            };
+        }
+        Some(counter) => {
+            counter(s).fetch_add(1, Relaxed);
+        }
     }
-    if size_delta > 0 {
-        s.bytes_allocated.fetch_add(size_delta as u64, Relaxed);
+    if delta > 0 {
+        s.bytes_allocated.fetch_add(delta as u64, Relaxed);
     } else {
-        s.bytes_freed.fetch_add(size_delta.unsigned_abs(), Relaxed);
+        s.bytes_freed.fetch_add(delta.unsigned_abs(), Relaxed);
     }
-    if dealloc {
-        s.deallocs.fetch_add(1, Relaxed);
-    }
-    if realloc {
-        s.reallocs.fetch_add(1, Relaxed);
-    }
-    s.flushed.fetch_add(size_delta, Relaxed);
-    let global = LIVE.fetch_add(size_delta, Relaxed) + size_delta;
-    if size_delta > 0 {
+    s.flushed.fetch_add(delta, Relaxed);
+    let global = LIVE.fetch_add(delta, Relaxed) + delta;
+    if delta > 0 {
         raise_peaks(global);
     }
 }
@@ -185,42 +257,29 @@ fn shared_update(size_delta: i64, alloc_size: Option<usize>, dealloc: bool, real
 /// Records an allocation of `size` bytes.
 #[inline(always)]
 pub(crate) fn on_alloc(size: usize) {
-    let s = my_slot();
-    if is_shared(s) {
-        return shared_update(size as i64, Some(size), false, false);
+    match exclusive_slot() {
+        Some(s) => alloc_exclusive(s, size),
+        None => record_slow(size as i64, size, None),
     }
-    bump(&s.bytes_allocated, size as u64);
-    bump(&s.histogram[bucket_of(size)], 1);
-    maybe_flush(s);
 }
 
 /// Records a deallocation of `size` bytes.
 #[inline(always)]
 pub(crate) fn on_dealloc(size: usize) {
-    let s = my_slot();
-    if is_shared(s) {
-        return shared_update(-(size as i64), None, true, false);
+    match exclusive_slot() {
+        Some(s) => dealloc_exclusive(s, size),
+        None => record_slow(-(size as i64), 0, Some(|s| &s.deallocs)),
     }
-    bump(&s.bytes_freed, size as u64);
-    bump(&s.deallocs, 1);
-    maybe_flush(s);
 }
 
 /// Records a successful reallocation from `old` to `new` bytes: one realloc, and the size change
 /// as bytes allocated (growth) or freed (shrinkage).
 #[inline(always)]
 pub(crate) fn on_realloc(old: usize, new: usize) {
-    let s = my_slot();
-    if is_shared(s) {
-        return shared_update(new as i64 - old as i64, None, false, true);
+    match exclusive_slot() {
+        Some(s) => realloc_exclusive(s, old, new),
+        None => record_slow(new as i64 - old as i64, 0, Some(|s| &s.reallocs)),
     }
-    bump(&s.reallocs, 1);
-    if new >= old {
-        bump(&s.bytes_allocated, (new - old) as u64);
-    } else {
-        bump(&s.bytes_freed, (old - new) as u64);
-    }
-    maybe_flush(s);
 }
 
 /// Totals summed over every slot at one moment.
@@ -247,9 +306,7 @@ impl Totals {
 
 fn claimed_slots() -> impl Iterator<Item = &'static Slot> {
     let n = (NEXT_SLOT.load(Relaxed) as usize).min(SLOTS);
-    SLOT_ARRAY[..n]
-        .iter()
-        .chain(std::iter::once(&OVERFLOW_SLOT))
+    SLOT_ARRAY[..n].iter()
 }
 
 /// Sums the counters of every thread.

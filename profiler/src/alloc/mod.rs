@@ -107,8 +107,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Allocator<A> {
 pub struct HeapStats {
     /// Bytes currently allocated through the tracking allocator (exact).
     pub live_bytes: u64,
-    /// Highest live bytes since start or the last [`reset_peak`] (may lag the true peak by at most
-    /// 64 KiB per allocating thread; never above it).
+    /// Highest live bytes since start or the last [`reset_peak`] (within 64 KiB per allocating
+    /// thread of the true peak).
     pub peak_bytes: u64,
     /// Allocation calls so far.
     pub allocations: u64,
