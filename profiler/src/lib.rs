@@ -31,6 +31,7 @@
 
 pub mod alloc;
 pub mod collect;
+pub mod diagnose;
 mod phases;
 pub mod report;
 mod session;

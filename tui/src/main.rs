@@ -1,6 +1,7 @@
 //! The `memsight` command: verb dispatch only. Each verb lives in its own module.
 
 mod check;
+mod diagnose;
 mod summary;
 
 use clap::{Parser, Subcommand};
@@ -20,6 +21,8 @@ enum Verb {
     Check(check::Args),
     /// Turn a report into a markdown CI summary or an SVG timeline plot.
     Summary(summary::Args),
+    /// Find every OOM message in a log; give each a verdict and ranked remedies (exit 1: none found).
+    Diagnose(diagnose::Args),
 }
 
 fn main() -> ExitCode {
@@ -27,5 +30,6 @@ fn main() -> ExitCode {
     match cli.verb {
         Verb::Check(a) => check::run(a),
         Verb::Summary(a) => summary::run(a),
+        Verb::Diagnose(a) => diagnose::run(a),
     }
 }

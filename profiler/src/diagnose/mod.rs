@@ -1,0 +1,117 @@
+//! OOM diagnosis: find every out-of-memory message in a log, extract the facts it states, and turn
+//! them into a verdict with ranked remedies. Kinds and fact names follow `shared/oom-corpus`.
+//!
+//! [`find_ooms`] only parses (it never panics, whatever the input); [`diagnose`] adds the verdict.
+
+mod accel;
+mod facts;
+mod host;
+mod remedy;
+mod render;
+mod scan;
+mod size;
+mod torch;
+mod verdict;
+
+pub use facts::{Fact, Facts, GpuProcess};
+pub use remedy::Remedy;
+pub use render::render;
+pub use verdict::{Context, Verdict, VerdictKind};
+
+use serde::Serialize;
+
+/// The family of an OOM message (the corpus's `kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// PyTorch ≥ 2.1 CUDA/HIP caching-allocator message.
+    TorchCudaOomNew,
+    /// PyTorch ≤ 2.0 CUDA message (`Tried to allocate X (GPU N; …)`).
+    TorchCudaOomOld,
+    /// PyTorch `DefaultCPUAllocator` failure.
+    TorchCpuOom,
+    /// PyTorch Apple MPS backend.
+    TorchMpsOom,
+    /// Rust's `memory allocation of N bytes failed`.
+    RustAllocFailure,
+    /// The Linux kernel's OOM killer (global or memory cgroup).
+    LinuxOomKiller,
+    /// A CUDA driver/runtime error (`CUDA error: out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`).
+    CudaDriverOom,
+    /// candle / cudarc `DriverError(CUDA_ERROR_OUT_OF_MEMORY, …)`.
+    CandleOrCudarcOom,
+    /// JAX / XLA `RESOURCE_EXHAUSTED`.
+    JaxXlaOom,
+    /// TensorFlow `OOM when allocating tensor` and BFC allocator warnings.
+    TensorflowOom,
+    /// NCCL, Triton, ONNX Runtime and other runtimes.
+    NcclOrOther,
+}
+
+impl Kind {
+    /// The corpus name, e.g. `torch_cuda_oom_new`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::TorchCudaOomNew => "torch_cuda_oom_new",
+            Kind::TorchCudaOomOld => "torch_cuda_oom_old",
+            Kind::TorchCpuOom => "torch_cpu_oom",
+            Kind::TorchMpsOom => "torch_mps_oom",
+            Kind::RustAllocFailure => "rust_alloc_failure",
+            Kind::LinuxOomKiller => "linux_oom_killer",
+            Kind::CudaDriverOom => "cuda_driver_oom",
+            Kind::CandleOrCudarcOom => "candle_or_cudarc_oom",
+            Kind::JaxXlaOom => "jax_xla_oom",
+            Kind::TensorflowOom => "tensorflow_oom",
+            Kind::NcclOrOther => "nccl_or_other",
+        }
+    }
+}
+
+/// One OOM message found in a text, with the facts it states.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Finding {
+    /// What kind of message it is.
+    pub kind: Kind,
+    /// The facts the text states, in the corpus's field names and units (bytes).
+    pub facts: Facts,
+    /// 1-based line of the text where the message starts.
+    pub line: usize,
+}
+
+/// A finding with its verdict and ranked remedies.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Diagnosis {
+    /// The kind of message.
+    pub kind: Kind,
+    /// The facts it states.
+    pub facts: Facts,
+    /// 1-based line where it starts.
+    pub line: usize,
+    /// The verdict, with the numbers behind it (`verdict` and `evidence` in JSON).
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// What to do, best first.
+    pub remedies: Vec<Remedy>,
+}
+
+/// Every OOM message in `text`, in order.
+pub fn find_ooms(text: &str) -> Vec<Finding> {
+    scan::scan(text)
+}
+
+/// Every OOM message in `text`, each judged.
+pub fn diagnose(text: &str, ctx: &Context) -> Vec<Diagnosis> {
+    find_ooms(text).into_iter().map(|f| judge(f, ctx)).collect()
+}
+
+/// Judges one finding (also used for live OOM events, which arrive as findings).
+pub fn judge(f: Finding, ctx: &Context) -> Diagnosis {
+    let (verdict, remedies) = verdict::judge(f.kind, &f.facts, ctx);
+    Diagnosis {
+        kind: f.kind,
+        facts: f.facts,
+        line: f.line,
+        verdict,
+        remedies,
+    }
+}

@@ -1,0 +1,88 @@
+//! Every case of the OOM corpus parses to exactly its expected kind and facts. The corpus is a copy
+//! of `shared/oom-corpus` (fixtures/oom-corpus/cases.jsonl) plus `traps.jsonl`, cases written to the
+//! corpus README's rules for traps it names; `MEMSIGHT_OOM_CORPUS=path.jsonl` checks another file
+//! of the same format as well.
+
+use memsight::diagnose::find_ooms;
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn corpus_files() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/oom-corpus");
+    // The shared corpus, and memsight's own cases for the traps its README describes.
+    let mut files = vec![dir.join("cases.jsonl"), dir.join("traps.jsonl")];
+    if let Some(extra) = std::env::var_os("MEMSIGHT_OOM_CORPUS") {
+        files.push(PathBuf::from(extra));
+    }
+    files
+}
+
+#[test]
+fn every_corpus_case_parses_to_its_expected_facts() {
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for file in corpus_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let case: Value = serde_json::from_str(line).unwrap();
+            let id = case["id"].as_str().unwrap();
+            let found = find_ooms(case["text"].as_str().unwrap());
+            checked += 1;
+            if found.len() != 1 {
+                failures.push(format!(
+                    "{id}: {} findings, expected 1: {found:?}",
+                    found.len()
+                ));
+                continue;
+            }
+            let kind = serde_json::to_value(found[0].kind).unwrap();
+            // Through text so 2^64-sized facts compare the way the expected JSON parses.
+            let facts: Value =
+                serde_json::from_str(&serde_json::to_string(&found[0].facts).unwrap()).unwrap();
+            if kind != case["kind"] {
+                failures.push(format!("{id}: kind {kind}, expected {}", case["kind"]));
+            }
+            if facts != case["expected"] {
+                failures.push(format!(
+                    "{id}:\n  got      {facts}\n  expected {}",
+                    case["expected"]
+                ));
+            }
+        }
+    }
+    assert!(checked >= 57, "only {checked} cases read");
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} cases wrong:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn several_messages_in_one_log_are_found_in_order() {
+    let text = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/oom-corpus/cases.jsonl"),
+    )
+    .unwrap();
+    let cases: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // A log of every case's text, each behind a timestamped prefix, separated by noise lines.
+    let mut log = String::new();
+    for (i, c) in cases.iter().enumerate() {
+        log.push_str(&format!(
+            "2026-11-21 10:00:{i:02} step {i} loss 2.31\n[rank0]: "
+        ));
+        log.push_str(c["text"].as_str().unwrap());
+        log.push_str("\nTraceback (most recent call last):\n  File \"train.py\", line 1\n\n");
+    }
+    let found = find_ooms(&log);
+    let kinds: Vec<Value> = found
+        .iter()
+        .map(|f| serde_json::to_value(f.kind).unwrap())
+        .collect();
+    let expected: Vec<Value> = cases.iter().map(|c| c["kind"].clone()).collect();
+    assert_eq!(kinds, expected);
+}

@@ -1,0 +1,158 @@
+//! `memsight diagnose` as a user runs it: a messy training log with several OOMs, JSON output,
+//! standard input, a report whose leak slope changes the verdict, and bad input.
+
+use memsight_e2e::{memsight_bin, scratch};
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+const FRAGMENTED: &str = "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 546.00 MiB. GPU 0 has a total capacity of 15.77 GiB of which 514.19 MiB is free. Process 562167 has 15.25 GiB memory in use. Of the allocated memory 13.73 GiB is allocated by PyTorch, with 46.00 MiB allocated in private pools (e.g., CUDA Graphs), and 736.86 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (\nhttps://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
+const CONTENDED: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 42.00 MiB. GPU 0 has a total capacity of 47.27 GiB of which 9.38 MiB is free. Process 3053273 has 29.04 GiB memory in use. Process 3120922 has 14.74 GiB memory in use. Including non-PyTorch memory, this process has 3.14 GiB memory in use. Of the allocated memory 2.92 GiB is allocated by PyTorch, and 34.62 MiB is reserved by PyTorch but unallocated.";
+const KILLED: &str = "[18026.221140] Memory cgroup out of memory: Killed process 140339 (python3) total-vm:120832kB, anon-rss:15596kB, file-rss:8924kB, shmem-rss:0kB, UID:0 pgtables:276kB oom_score_adj:-997";
+const CAPACITY: &str = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 496.00 MiB. GPU 0 has a total capacty of 14.75 GiB of which 235.06 MiB is free. Process 20398 has 14.52 GiB memory in use. Of the allocated memory 14.06 GiB is allocated by PyTorch, and 330.42 MiB is reserved by PyTorch but unallocated.";
+
+fn log() -> String {
+    format!(
+        "epoch 1 step 10 loss 2.31\n{FRAGMENTED}\nTraceback (most recent call last):\n  File \"train.py\", line 9\nstep 11 loss 2.29\n{CONTENDED}\n{KILLED}\n"
+    )
+}
+
+fn diagnose(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    let mut child = Command::new(memsight_bin())
+        .arg("diagnose")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
+        .env_remove("PYTORCH_ALLOC_CONF")
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_log_with_three_ooms_gets_three_verdicts_in_order() {
+    let dir = scratch("diagnose-text");
+    let path = dir.join("train.log");
+    std::fs::write(&path, log()).unwrap();
+    let (code, out, err) = diagnose(&[path.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("3 out-of-memory messages"), "{out}");
+    let verdicts: Vec<&str> = out.lines().filter(|l| l.contains("verdict:")).collect();
+    assert_eq!(verdicts.len(), 3, "{out}");
+    assert!(
+        verdicts[0].contains("FRAGMENTATION") && verdicts[0].contains("736.86 MiB"),
+        "{out}"
+    );
+    assert!(
+        verdicts[1].contains("CONTENTION") && verdicts[1].contains("43.78 GiB"),
+        "{out}"
+    );
+    assert!(
+        verdicts[2].contains("HOST_OOM") && verdicts[2].contains("python3"),
+        "{out}"
+    );
+    // The first remedy for fragmentation is the allocator setting, with its saving.
+    let first = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("1."))
+        .unwrap();
+    assert!(
+        first.contains("expandable_segments:True") && first.contains("736.86 MiB"),
+        "{first}"
+    );
+    assert!(out.contains("line 2 · torch_cuda_oom_new"), "{out}");
+}
+
+#[test]
+fn json_output_has_kind_facts_verdict_and_ranked_remedies() {
+    let (code, out, err) = diagnose(&["--json", "-"], Some(&log()));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let f = v["findings"].as_array().unwrap();
+    assert_eq!(f.len(), 3);
+    assert_eq!(f[0]["kind"], "torch_cuda_oom_new");
+    assert_eq!(f[0]["facts"]["requested_bytes"], 572522496u64);
+    assert_eq!(f[0]["facts"]["private_pools_bytes"], 48234496u64);
+    assert_eq!(f[0]["verdict"], "fragmentation");
+    assert_eq!(f[0]["remedies"][0]["id"], "expandable_segments");
+    assert_eq!(f[0]["remedies"][0]["saving_bytes"], 772653711u64);
+    assert_eq!(f[1]["verdict"], "contention");
+    assert_eq!(f[1]["remedies"][0]["id"], "concurrency_plan");
+    assert_eq!(f[2]["kind"], "linux_oom_killer");
+    assert_eq!(f[2]["facts"]["scope"], "memcg");
+    assert_eq!(f[2]["verdict"], "host_oom");
+}
+
+#[test]
+fn allocator_setting_already_in_effect_is_said_so() {
+    let (code, out, _) = diagnose(
+        &["--alloc-conf", "expandable_segments:True", "--json"],
+        Some(FRAGMENTED),
+    );
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let r = &v["findings"][0]["remedies"][0];
+    assert_eq!(r["id"], "max_split_size_mb");
+    assert!(r["action"].as_str().unwrap().contains("already set"), "{r}");
+}
+
+#[test]
+fn a_report_with_a_growing_heap_turns_capacity_into_leak() {
+    let dir = scratch("diagnose-leak");
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/report.example.json");
+    let mut report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(example).unwrap()).unwrap();
+    report["leak"]["slope_bytes_per_step"] = serde_json::json!(8.0 * 1048576.0);
+    report["leak"]["confidence"] = serde_json::json!(0.97);
+    let path = dir.join("report.json");
+    std::fs::write(&path, report.to_string()).unwrap();
+
+    let (code, out, _) = diagnose(&["--json"], Some(CAPACITY));
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["findings"][0]["verdict"], "capacity");
+
+    let (code, out, err) = diagnose(&["--report", path.to_str().unwrap()], Some(CAPACITY));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("LEAK") && out.contains("8.00 MiB per step"),
+        "{out}"
+    );
+}
+
+#[test]
+fn no_oom_and_bad_input_have_their_own_exit_codes() {
+    let (code, out, _) = diagnose(&[], Some("step 1 loss 2.3\nstep 2 loss 2.2\n"));
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("no out-of-memory message found in standard input"),
+        "{out}"
+    );
+
+    let (code, _, err) = diagnose(&["/nonexistent/train.log"], None);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot read /nonexistent/train.log"), "{err}");
+
+    let dir = scratch("diagnose-bad-report");
+    let bad = dir.join("report.json");
+    std::fs::write(&bad, "{\"schema_version\": 1").unwrap();
+    let (code, _, err) = diagnose(&["--report", bad.to_str().unwrap()], Some(CAPACITY));
+    assert_eq!(code, 2);
+    assert!(err.starts_with("memsight diagnose: "), "{err}");
+
+    // Binary junk around a message is tolerated.
+    let mut junk = vec![0xffu8, 0xfe, 0x00, b'\n'];
+    junk.extend_from_slice(KILLED.as_bytes());
+    std::fs::write(dir.join("junk.log"), &junk).unwrap();
+    let (code, out, _) = diagnose(&[dir.join("junk.log").to_str().unwrap()], None);
+    assert_eq!(code, 0, "{out}");
+}
