@@ -32,6 +32,7 @@
 pub mod alloc;
 pub mod collect;
 pub mod diagnose;
+pub mod estimate;
 mod phases;
 pub mod report;
 mod session;

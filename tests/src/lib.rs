@@ -22,3 +22,39 @@ pub fn scratch(name: &str) -> PathBuf {
     std::fs::create_dir_all(&d).expect("scratch dir");
     d
 }
+
+/// What a run of the `memsight` binary showed: exit code, standard output, standard error.
+pub struct Run {
+    /// Exit code (-1 when killed by a signal).
+    pub code: i32,
+    /// Standard output.
+    pub out: String,
+    /// Standard error.
+    pub err: String,
+}
+
+/// Runs `memsight ARGS…` with `stdin` as its standard input (empty when `None`), without the
+/// PyTorch allocator variables of the calling environment.
+pub fn run_memsight<S: AsRef<std::ffi::OsStr>>(args: &[S], stdin: Option<&str>) -> Run {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(memsight_bin())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
+        .env_remove("PYTORCH_ALLOC_CONF")
+        .spawn()
+        .expect("memsight runs");
+    if let Some(mut input) = child.stdin.take() {
+        // A verb that does not read its input closes the pipe; that is not a failure.
+        let _ = input.write_all(stdin.unwrap_or("").as_bytes());
+    }
+    let out = child.wait_with_output().expect("memsight finishes");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        out: String::from_utf8_lossy(&out.stdout).into_owned(),
+        err: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}

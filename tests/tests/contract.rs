@@ -2,7 +2,7 @@
 //! peak within 1%, sees a C malloc in jemalloc's statistics, returns to baseline, and its report
 //! passes `memsight check` just above its peak and fails just below. Also the CLI's bad-input path.
 
-use memsight_e2e::{memsight_bin, scratch};
+use memsight_e2e::{memsight_bin, run_memsight, scratch};
 use std::collections::HashMap;
 use std::process::Command;
 
@@ -30,17 +30,10 @@ fn run_job(report: &std::path::Path) -> HashMap<String, i64> {
 }
 
 fn check(report: &std::path::Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(memsight_bin())
-        .arg("check")
-        .arg(report)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut a = vec![std::ffi::OsStr::new("check"), report.as_os_str()];
+    a.extend(args.iter().map(std::ffi::OsStr::new));
+    let r = run_memsight(&a, None);
+    (r.code, r.out, r.err)
 }
 
 #[test]

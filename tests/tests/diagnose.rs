@@ -1,9 +1,7 @@
 //! `memsight diagnose` as a user runs it: a messy training log with several OOMs, JSON output,
 //! standard input, a report whose leak slope changes the verdict, and bad input.
 
-use memsight_e2e::{memsight_bin, scratch};
-use std::io::Write;
-use std::process::{Command, Stdio};
+use memsight_e2e::{run_memsight, scratch};
 
 const FRAGMENTED: &str = "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 546.00 MiB. GPU 0 has a total capacity of 15.77 GiB of which 514.19 MiB is free. Process 562167 has 15.25 GiB memory in use. Of the allocated memory 13.73 GiB is allocated by PyTorch, with 46.00 MiB allocated in private pools (e.g., CUDA Graphs), and 736.86 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (\nhttps://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
 const CONTENDED: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 42.00 MiB. GPU 0 has a total capacity of 47.27 GiB of which 9.38 MiB is free. Process 3053273 has 29.04 GiB memory in use. Process 3120922 has 14.74 GiB memory in use. Including non-PyTorch memory, this process has 3.14 GiB memory in use. Of the allocated memory 2.92 GiB is allocated by PyTorch, and 34.62 MiB is reserved by PyTorch but unallocated.";
@@ -17,25 +15,10 @@ fn log() -> String {
 }
 
 fn diagnose(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
-    let mut child = Command::new(memsight_bin())
-        .arg("diagnose")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
-        .env_remove("PYTORCH_ALLOC_CONF")
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
-    drop(input);
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut a = vec!["diagnose"];
+    a.extend(args);
+    let r = run_memsight(&a, stdin);
+    (r.code, r.out, r.err)
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 mod check;
 mod diagnose;
+mod estimate;
 mod summary;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +24,8 @@ enum Verb {
     Summary(summary::Args),
     /// Find every OOM message in a log; give each a verdict and ranked remedies (exit 1: none found).
     Diagnose(diagnose::Args),
+    /// Estimate a GPT-style model's training memory: breakdown, peak, largest micro-batch that fits.
+    Estimate(estimate::Args),
 }
 
 fn main() -> ExitCode {
@@ -31,5 +34,6 @@ fn main() -> ExitCode {
         Verb::Check(a) => check::run(a),
         Verb::Summary(a) => summary::run(a),
         Verb::Diagnose(a) => diagnose::run(a),
+        Verb::Estimate(a) => estimate::run(a),
     }
 }

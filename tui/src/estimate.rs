@@ -1,0 +1,333 @@
+//! `memsight estimate`: the analytic memory breakdown of training (or running) a GPT-style model,
+//! its peak, and the largest micro-batch that fits a device.
+
+use memsight::estimate::{
+    estimate, preset, Attention, Dtype, EstimateInput, ModelShape, Optimizer, PRESETS,
+};
+use memsight::units::{fmt_bytes, parse_size};
+use std::process::ExitCode;
+
+/// Model, run and device; `--preset` or `--layers/--hidden/--heads/--vocab` (or only `--params`).
+#[derive(clap::Args)]
+pub struct Args {
+    /// A named shape: gpt2, gpt2-medium, gpt2-large, gpt2-xl.
+    #[arg(long)]
+    preset: Option<String>,
+    /// Transformer blocks.
+    #[arg(long)]
+    layers: Option<u64>,
+    /// Hidden size (d_model).
+    #[arg(long)]
+    hidden: Option<u64>,
+    /// Attention heads.
+    #[arg(long)]
+    heads: Option<u64>,
+    /// Vocabulary size (default 50257).
+    #[arg(long)]
+    vocab: Option<u64>,
+    /// Parameter count (`124M`, `1.3B`, `33e9`); from the shape when omitted.
+    #[arg(long, value_parser = parse_count)]
+    params: Option<u64>,
+    /// Sequence length (default: the preset's context, 1024).
+    #[arg(long)]
+    seq: Option<u64>,
+    /// Micro-batch.
+    #[arg(long, default_value_t = 1)]
+    batch: u64,
+    /// Weight dtype: fp32, bf16, fp16.
+    #[arg(long, default_value = "fp32", value_parser = Dtype::parse)]
+    dtype: Dtype,
+    /// Activation dtype (autocast); default: the weight dtype.
+    #[arg(long, value_parser = Dtype::parse)]
+    activation_dtype: Option<Dtype>,
+    /// adamw, sgd, or none (forward only).
+    #[arg(long, default_value = "adamw", value_parser = parse_optimizer)]
+    optimizer: Optimizer,
+    /// LoRA rank (adapters on the attention projections; base weights frozen).
+    #[arg(long)]
+    lora_rank: Option<u64>,
+    /// Activation checkpointing per block.
+    #[arg(long)]
+    checkpointing: bool,
+    /// naive or efficient.
+    #[arg(long, default_value = "naive", value_parser = parse_attention)]
+    attention: Attention,
+    /// Compute logits only for the last N positions.
+    #[arg(long, value_name = "N")]
+    logits_to_keep: Option<u64>,
+    /// Frozen block weights in 8 or 4 bits.
+    #[arg(long, value_parser = parse_bits)]
+    quant_bits: Option<u8>,
+    /// Load only the first N blocks (analysis jobs).
+    #[arg(long, value_name = "N")]
+    first_layers: Option<u64>,
+    /// ZeRO stage 0–3 (shards optimizer state, then gradients, then weights over --gpus).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
+    zero_stage: u8,
+    /// Data-parallel GPUs for ZeRO.
+    #[arg(long, default_value_t = 1)]
+    gpus: u64,
+    /// Device memory to fit (e.g. 80GiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    device_memory: Option<u64>,
+    /// Share of device memory kept free (0.15 = 15%).
+    #[arg(long, default_value_t = 0.15)]
+    headroom: f64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_count(s: &str) -> Result<u64, String> {
+    let t = s.trim().replace(['_', ','], "");
+    let (num, mul) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1e3),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1e6),
+        Some('B' | 'b' | 'G' | 'g') => (&t[..t.len() - 1], 1e9),
+        Some('T' | 't') => (&t[..t.len() - 1], 1e12),
+        _ => (t.as_str(), 1.0),
+    };
+    match num.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v * mul < 1e15 => Ok((v * mul).round() as u64),
+        _ => Err(format!(
+            "`{s}` is not a parameter count (e.g. 124M, 1.3B, 33e9)"
+        )),
+    }
+}
+
+fn parse_optimizer(s: &str) -> Result<Optimizer, String> {
+    match s {
+        "adamw" | "adam" => Ok(Optimizer::Adamw),
+        "sgd" => Ok(Optimizer::Sgd),
+        "none" => Ok(Optimizer::None),
+        _ => Err(format!("unknown optimizer `{s}`: use adamw, sgd or none")),
+    }
+}
+
+fn parse_attention(s: &str) -> Result<Attention, String> {
+    match s {
+        "naive" => Ok(Attention::Naive),
+        "efficient" | "flash" | "sdpa" => Ok(Attention::Efficient),
+        _ => Err(format!("unknown attention `{s}`: use naive or efficient")),
+    }
+}
+
+fn parse_bits(s: &str) -> Result<u8, String> {
+    match s {
+        "8" => Ok(8),
+        "4" => Ok(4),
+        _ => Err(format!("--quant-bits takes 8 or 4, not `{s}`")),
+    }
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("memsight estimate: {msg}");
+    ExitCode::from(2)
+}
+
+/// Largest accepted value of each shape dimension, so products stay meaningful.
+const LIMIT: u64 = 100_000_000;
+
+fn input(a: &Args) -> Result<EstimateInput, String> {
+    let base = match &a.preset {
+        Some(p) => Some(preset(p).ok_or_else(|| {
+            let names: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
+            format!("unknown preset `{p}`: use {}", names.join(", "))
+        })?),
+        None => None,
+    };
+    let given = [a.layers, a.hidden, a.heads];
+    let shape = match (base, given) {
+        (Some(s), _) => Some(ModelShape {
+            layers: a.layers.unwrap_or(s.layers),
+            hidden: a.hidden.unwrap_or(s.hidden),
+            heads: a.heads.unwrap_or(s.heads),
+            vocab: a.vocab.unwrap_or(s.vocab),
+            positions: a.seq.unwrap_or(s.positions),
+        }),
+        (None, [Some(layers), Some(hidden), Some(heads)]) => Some(ModelShape {
+            layers,
+            hidden,
+            heads,
+            vocab: a.vocab.unwrap_or(50257),
+            positions: a.seq.unwrap_or(1024),
+        }),
+        (None, [None, None, None]) => None,
+        (None, _) => return Err("give all of --layers, --hidden and --heads (or --preset)".into()),
+    };
+    let mut i = match (shape, a.params) {
+        (Some(s), p) => {
+            for (name, v) in [
+                ("layers", s.layers),
+                ("hidden", s.hidden),
+                ("heads", s.heads),
+                ("vocab", s.vocab),
+                ("seq", s.positions),
+            ] {
+                if v == 0 || v > LIMIT {
+                    return Err(format!("--{name} must be between 1 and {LIMIT}"));
+                }
+            }
+            if s.hidden % s.heads != 0 {
+                return Err(format!(
+                    "--hidden {} is not a multiple of --heads {}",
+                    s.hidden, s.heads
+                ));
+            }
+            let mut i = EstimateInput::for_shape(s);
+            if let Some(p) = p {
+                i.params = p;
+            }
+            i
+        }
+        (None, Some(p)) => EstimateInput::for_params(p),
+        (None, None) => {
+            return Err(
+                "describe the model: --preset NAME, --layers/--hidden/--heads, or --params N"
+                    .into(),
+            )
+        }
+    };
+    if a.batch == 0 || a.batch > LIMIT {
+        return Err(format!("--batch must be between 1 and {LIMIT}"));
+    }
+    if a.gpus == 0 {
+        return Err("--gpus must be at least 1".into());
+    }
+    if !(0.0..1.0).contains(&a.headroom) {
+        return Err(format!(
+            "--headroom {} must be at least 0 and below 1",
+            a.headroom
+        ));
+    }
+    if a.first_layers == Some(0) {
+        return Err("--first-layers must be at least 1".into());
+    }
+    i.batch = a.batch;
+    i.dtype = a.dtype;
+    i.activation_dtype = a.activation_dtype.unwrap_or(a.dtype);
+    i.optimizer = a.optimizer;
+    i.lora_rank = a.lora_rank;
+    i.checkpointing = a.checkpointing;
+    i.attention = a.attention;
+    i.logits_to_keep = a.logits_to_keep;
+    i.quant_bits = a.quant_bits;
+    i.first_layers = a.first_layers;
+    i.zero_stage = a.zero_stage;
+    i.gpus = a.gpus;
+    i.device_memory = a.device_memory;
+    i.headroom = a.headroom;
+    Ok(i)
+}
+
+/// The lowercase name an option is given with (`bf16`, `adamw`, `efficient`).
+fn name(v: impl serde::Serialize) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// Binary and decimal, as people quote both (`61.47 GiB = 66.00 GB`).
+fn both(b: u64) -> String {
+    format!("{:>11}  {:>9.2} GB", fmt_bytes(b), b as f64 / 1e9)
+}
+
+/// Runs the estimate.
+pub fn run(a: Args) -> ExitCode {
+    let i = match input(&a) {
+        Ok(i) => i,
+        Err(e) => return fail(e),
+    };
+    let e = estimate(&i);
+    if a.json {
+        let v = serde_json::json!({ "input": i, "estimate": e });
+        return match serde_json::to_string_pretty(&v) {
+            Ok(s) => {
+                println!("{s}");
+                ExitCode::SUCCESS
+            }
+            Err(err) => fail(err),
+        };
+    }
+    let model = match (i.shape, &a.preset) {
+        (Some(s), p) => format!(
+            "{}{} layers, hidden {}, {} heads, vocab {}",
+            p.as_ref().map_or(String::new(), |p| format!("{p}: ")),
+            i.first_layers.map_or(s.layers, |n| n.min(s.layers)),
+            s.hidden,
+            s.heads,
+            s.vocab
+        ),
+        (None, _) => "parameters only (give the shape for activations)".into(),
+    };
+    println!(
+        "memsight estimate: {model}; seq {}, micro-batch {}",
+        i.seq, i.batch
+    );
+    println!(
+        "  {} weights, {} activations, optimizer {}, {} attention{}{}\n",
+        name(i.dtype),
+        name(i.activation_dtype),
+        name(i.optimizer),
+        name(i.attention),
+        if i.checkpointing {
+            ", checkpointing"
+        } else {
+            ""
+        },
+        if i.zero_stage > 0 {
+            format!(", ZeRO-{} over {} GPUs", i.zero_stage, i.gpus)
+        } else {
+            String::new()
+        }
+    );
+    println!(
+        "  {:<32}{}  ({} params, {} trainable)",
+        "weights",
+        both(e.weights_bytes),
+        e.params,
+        e.trainable_params
+    );
+    println!("  {:<32}{}", "gradients", both(e.gradients_bytes));
+    println!("  {:<32}{}", "optimizer state", both(e.optimizer_bytes));
+    let opt = |name: &str, v: Option<u64>, extra: &str| {
+        if let Some(v) = v {
+            println!("  {name:<32}{}{extra}", both(v));
+        }
+    };
+    opt("activations (kept)", e.activations_bytes, "");
+    opt("  per layer", e.activations_per_layer_bytes, "");
+    opt(
+        "  per layer, checkpointed",
+        e.activations_per_layer_checkpointed_bytes,
+        "",
+    );
+    opt(
+        "  attention scores per layer",
+        e.attention_scores_bytes_per_layer,
+        "",
+    );
+    opt("logits", e.logits_bytes, "");
+    opt("workspace", e.workspace_bytes, "");
+    opt(
+        "KV cache (generation)",
+        e.kv_cache_bytes,
+        if i.optimizer == Optimizer::None {
+            ""
+        } else {
+            "  (not in the training peak)"
+        },
+    );
+    println!("  {:<32}{}", "PEAK", both(e.peak_bytes));
+    match (e.device_memory_bytes, e.max_micro_batch) {
+        (Some(d), Some(m)) => println!(
+            "\n  device {} with {:.0}% headroom: {} · largest micro-batch that fits: {m}",
+            fmt_bytes(d),
+            e.headroom * 100.0,
+            if e.fits == Some(true) { "fits" } else { "does NOT fit" }
+        ),
+        _ => println!("\n  no device memory given: pass --device-memory SIZE for the fit and the largest micro-batch"),
+    }
+    ExitCode::SUCCESS
+}
