@@ -36,9 +36,11 @@ pub mod estimate;
 mod phases;
 pub mod report;
 mod session;
+pub mod sidecar;
 pub mod snapshot;
 pub mod timeline;
 pub mod units;
+pub mod wire;
 
 pub use alloc::{reset_peak, size_histogram, stats, Allocator, HeapStats};
 pub use phases::{

@@ -2,16 +2,17 @@
 //!
 //! Environment overrides (so `memsight run` can switch a binary's session without code changes):
 //! `MEMSIGHT_REPORT` (report path), `MEMSIGHT_INTERVAL_MS` (sampling interval), `MEMSIGHT_QUIET=1`
-//! (no snapshot blocks on stderr). They take precedence over the builder.
+//! (no snapshot blocks on stderr), `MEMSIGHT_RING` (write every snapshot to a flight-recorder ring
+//! at that path, for a sidecar). They take precedence over the builder.
 
 use crate::alloc;
 use crate::collect::HostCollector;
 use crate::phases;
-use crate::report::{
-    self, leak, tips, Fragmentation, Job, JobExit, Peaks, Report, ReportError, SCHEMA_VERSION,
-};
+use crate::report::{self, Job, JobExit, Report, ReportError};
 use crate::snapshot::Snapshot;
 use crate::timeline::{Timeline, DEFAULT_CAPACITY};
+use crate::wire::ring::RingWriter;
+use crate::wire::Record;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,6 +64,7 @@ pub struct SessionBuilder {
     report_path: Option<PathBuf>,
     timeline_capacity: usize,
     quiet: bool,
+    ring_path: Option<PathBuf>,
 }
 
 impl Default for SessionBuilder {
@@ -72,6 +74,7 @@ impl Default for SessionBuilder {
             report_path: None,
             timeline_capacity: DEFAULT_CAPACITY,
             quiet: false,
+            ring_path: None,
         }
     }
 }
@@ -132,6 +135,9 @@ impl SessionBuilder {
         if std::env::var("MEMSIGHT_QUIET").is_ok_and(|v| v == "1") {
             self.quiet = true;
         }
+        if let Some(p) = std::env::var_os("MEMSIGHT_RING").filter(|p| !p.is_empty()) {
+            self.ring_path = Some(p.into());
+        }
         Ok(self)
     }
 
@@ -147,9 +153,32 @@ impl SessionBuilder {
         if ACTIVE.swap(true, Ordering::SeqCst) {
             return Err(SessionError::AlreadyRunning);
         }
+        let started_unix_ms = unix_ms();
+        // The job never fails because its watcher's ring cannot be made: it says so and runs on.
+        let ring = cfg.ring_path.as_deref().and_then(|p| {
+            let interval_ms = cfg.interval.as_millis() as u64;
+            match RingWriter::create(p, std::process::id(), started_unix_ms, interval_ms) {
+                Ok(w) => {
+                    let w = w.install_alloc_failure_words();
+                    w.append(&Record::Hello {
+                        pid: std::process::id(),
+                        command: std::env::args().collect(),
+                        start_unix_ms: started_unix_ms,
+                        interval_ms,
+                        memsight_version: env!("CARGO_PKG_VERSION").into(),
+                    });
+                    Some(w)
+                }
+                Err(e) => {
+                    eprintln!("memsight: no flight recorder at {}: {e}", p.display());
+                    None
+                }
+            }
+        });
         let shared = Arc::new(Shared {
             started: Instant::now(),
-            started_unix_ms: unix_ms(),
+            started_unix_ms,
+            ring,
             timeline: Mutex::new(Timeline::with_capacity(cfg.timeline_capacity)),
             collector: Mutex::new(HostCollector::for_self()),
             stop: Mutex::new(false),
@@ -159,7 +188,7 @@ impl SessionBuilder {
         if !cfg.quiet {
             eprint!("{}", first.render_block("session start"));
         }
-        lock(&shared.timeline).push(first);
+        shared.record(first);
         let worker = Arc::clone(&shared);
         let interval = cfg.interval;
         let sampler = std::thread::Builder::new()
@@ -182,6 +211,7 @@ impl SessionBuilder {
 struct Shared {
     started: Instant,
     started_unix_ms: u64,
+    ring: Option<&'static RingWriter>,
     timeline: Mutex<Timeline>,
     collector: Mutex<HostCollector>,
     stop: Mutex<bool>,
@@ -189,6 +219,14 @@ struct Shared {
 }
 
 impl Shared {
+    /// Keeps a snapshot in the timeline and, when a sidecar watches, in the flight recorder.
+    fn record(&self, s: Snapshot) {
+        if let Some(r) = &self.ring {
+            r.append(&Record::Snapshot(Box::new(s.clone())));
+        }
+        lock(&self.timeline).push(s);
+    }
+
     fn sample(&self) -> Snapshot {
         let host = lock(&self.collector).sample();
         Snapshot::new(
@@ -220,7 +258,7 @@ impl Shared {
             }
             drop(stop);
             let s = self.sample();
-            lock(&self.timeline).push(s);
+            self.record(s);
             // Fixed-rate schedule; after a stall, resume from now instead of bursting.
             next += interval;
             let now = Instant::now();
@@ -278,11 +316,35 @@ impl Session {
         if !self.cfg.quiet {
             eprint!("{}", last.render_block("session end"));
         }
+        if let Some(r) = &self.shared.ring {
+            r.append(&Record::Snapshot(Box::new(last.clone())));
+        }
         let report = {
             let mut tl = lock(&self.shared.timeline);
             tl.push(last);
             let sources = lock(&self.shared.collector).sources();
-            build_report(&tl, sources, self.shared.started_unix_ms, self.cfg.interval)
+            let end_unix_ms = unix_ms();
+            report::build::build(report::build::Parts {
+                job: Job {
+                    pid: std::process::id(),
+                    command: std::env::args().collect(),
+                    start_unix_ms: self.shared.started_unix_ms,
+                    end_unix_ms,
+                    exit: JobExit {
+                        kind: "finished".into(),
+                        code: None,
+                        signal: None,
+                        description: "session finished in-process".into(),
+                    },
+                },
+                interval_ms: self.cfg.interval.as_millis() as u64,
+                timeline: &tl,
+                heap: alloc::stats(),
+                phases: phases::phase_stats(),
+                steps: phases::step_stats(),
+                histogram: report::histogram_buckets(&alloc::size_histogram()),
+                sources,
+            })
         };
         *lock(&CURRENT) = None;
         ACTIVE.store(false, Ordering::SeqCst);
@@ -291,6 +353,15 @@ impl Session {
             if !self.cfg.quiet {
                 eprintln!("memsight · report written to {}", p.display());
             }
+        }
+        if let Some(r) = &self.shared.ring {
+            r.append(&Record::Finished {
+                report_path: self
+                    .cfg
+                    .report_path
+                    .as_ref()
+                    .map(|p| p.display().to_string()),
+            });
         }
         Ok(report)
     }
@@ -328,81 +399,4 @@ pub fn snapshot() -> Snapshot {
 /// to stderr.
 pub fn print_snapshot(title: &str) {
     eprint!("{}", snapshot().render_block(title));
-}
-
-fn build_report(
-    tl: &Timeline,
-    sources: Vec<crate::collect::SourceStatus>,
-    started_unix_ms: u64,
-    interval: Duration,
-) -> Report {
-    let heap = alloc::stats();
-    let phase_stats = phases::phase_stats();
-    let steps = phases::step_stats();
-    let sp = tl.peaks();
-    // The step and innermost phase whose windows reached the global peak.
-    let heap_peak_step = steps
-        .iter()
-        .rev()
-        .find(|s| s.peak_bytes >= heap.peak_bytes)
-        .map(|s| s.step);
-    let heap_peak_phase = phase_stats
-        .iter()
-        .filter(|p| p.peak_bytes >= heap.peak_bytes)
-        .max_by_key(|p| p.path.matches('/').count())
-        .map(|p| p.path.clone());
-    let rss_peak_bytes = match (sp.hwm, sp.rss.as_ref().map(|r| r.bytes)) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    };
-    let fragmentation = sp.resident.as_ref().and_then(|(at, s)| {
-        let j = s.jemalloc?;
-        Some(Fragmentation {
-            resident_ratio: j.resident_fragmentation(),
-            active_ratio: j.active_fragmentation(),
-            allocated_bytes: j.allocated,
-            active_bytes: j.active,
-            resident_bytes: j.resident,
-            at: at.clone(),
-        })
-    });
-    let mut report = Report {
-        schema_version: SCHEMA_VERSION,
-        memsight_version: env!("CARGO_PKG_VERSION").into(),
-        job: Job {
-            pid: std::process::id(),
-            command: std::env::args().collect(),
-            start_unix_ms: started_unix_ms,
-            end_unix_ms: unix_ms(),
-            exit: JobExit {
-                kind: "finished".into(),
-                code: None,
-                signal: None,
-                description: "session finished in-process".into(),
-            },
-        },
-        interval_ms: interval.as_millis() as u64,
-        peaks: Peaks {
-            heap_peak_bytes: heap.peak_bytes,
-            heap_peak_step,
-            heap_peak_phase,
-            final_live_bytes: heap.live_bytes,
-            rss_peak_bytes,
-            rss_peak_sample: sp.rss.clone(),
-            jemalloc_resident_peak: sp.resident.as_ref().map(|(p, _)| p.clone()),
-            cgroup_usage_peak: sp.cgroup_usage.clone(),
-            cgroup_limit_bytes: tl.last().and_then(|s| s.cgroup).and_then(|c| c.limit),
-        },
-        fragmentation,
-        leak: leak::estimate(&steps),
-        phases: phase_stats,
-        steps,
-        histogram: report::histogram_buckets(&alloc::size_histogram()),
-        timeline: tl.samples().to_vec(),
-        timeline_merged: tl.merged(),
-        sources,
-        tips: Vec::new(),
-    };
-    report.tips = tips::derive(&report);
-    report
 }

@@ -3,6 +3,7 @@
 mod check;
 mod diagnose;
 mod estimate;
+mod run;
 mod summary;
 
 use clap::{Parser, Subcommand};
@@ -26,6 +27,8 @@ enum Verb {
     Diagnose(diagnose::Args),
     /// Estimate a GPT-style model's training memory: breakdown, peak, largest micro-batch that fits.
     Estimate(estimate::Args),
+    /// Run a job with memsight switched on; write its report with a post-mortem, even if it is killed.
+    Run(run::Args),
 }
 
 fn main() -> ExitCode {
@@ -35,5 +38,6 @@ fn main() -> ExitCode {
         Verb::Summary(a) => summary::run(a),
         Verb::Diagnose(a) => diagnose::run(a),
         Verb::Estimate(a) => estimate::run(a),
+        Verb::Run(a) => run::run(a),
     }
 }

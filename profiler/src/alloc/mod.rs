@@ -71,6 +71,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Allocator<A> {
         let p = self.inner.alloc(layout);
         if !p.is_null() {
             counters::on_alloc(layout.size());
+        } else {
+            failed(layout.size());
         }
         p
     }
@@ -80,6 +82,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Allocator<A> {
         let p = self.inner.alloc_zeroed(layout);
         if !p.is_null() {
             counters::on_alloc(layout.size());
+        } else {
+            failed(layout.size());
         }
         p
     }
@@ -95,9 +99,19 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Allocator<A> {
         let p = self.inner.realloc(ptr, layout, new_size);
         if !p.is_null() {
             counters::on_realloc(layout.size(), new_size);
+        } else {
+            failed(new_size);
         }
         p
     }
+}
+
+/// A failed allocation: the process is usually about to abort, so it goes straight to the flight
+/// recorder's header (no allocation, no lock), where a sidecar finds it after the death.
+#[cold]
+#[inline(never)]
+fn failed(size: usize) {
+    crate::wire::ring::note_alloc_failure(size);
 }
 
 /// Heap statistics of the tracking allocator, read without allocating (also the `heap` part of

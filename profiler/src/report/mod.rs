@@ -4,14 +4,17 @@
 //! test); field meanings are in `docs/report.md`.
 
 pub mod budget;
+pub mod build;
 mod error;
 pub mod leak;
 #[cfg(feature = "plot")]
 pub mod plot;
+mod postmortem;
 pub mod summary;
 pub mod tips;
 
 pub use error::ReportError;
+pub use postmortem::{PostMortem, PostMortemFinding};
 
 use crate::collect::SourceStatus;
 use crate::phases::{PhaseStats, StepStats};
@@ -57,6 +60,9 @@ pub struct Report {
     pub sources: Vec<SourceStatus>,
     /// Advice derived from the numbers above.
     pub tips: Vec<tips::Tip>,
+    /// How the job ended, written by the sidecar (`memsight run`): cause, last sample, diagnosis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_mortem: Option<PostMortem>,
 }
 
 /// The profiled process.

@@ -1,0 +1,113 @@
+//! Assembling a [`Report`] from its parts: one builder for the in-process session and for the
+//! sidecar (which rebuilds steps from the flight recorder's snapshots when the job died).
+
+use super::{leak, tips, Fragmentation, HistogramBucket, Job, Peaks, Report, SCHEMA_VERSION};
+use crate::alloc::HeapStats;
+use crate::collect::SourceStatus;
+use crate::phases::{PhaseStats, StepStats};
+use crate::snapshot::Snapshot;
+use crate::timeline::Timeline;
+
+/// Everything a report is made of.
+pub struct Parts<'a> {
+    /// The profiled process and how it ended.
+    pub job: Job,
+    /// Sampling interval.
+    pub interval_ms: u64,
+    /// The bounded timeline (its peaks were computed before any merge).
+    pub timeline: &'a Timeline,
+    /// Heap counters at the end.
+    pub heap: HeapStats,
+    /// Phase statistics.
+    pub phases: Vec<PhaseStats>,
+    /// Step statistics.
+    pub steps: Vec<StepStats>,
+    /// Size histogram.
+    pub histogram: Vec<HistogramBucket>,
+    /// Source statuses.
+    pub sources: Vec<SourceStatus>,
+}
+
+/// Builds the report, its peaks' attribution, fragmentation, leak slope and tips.
+pub fn build(p: Parts) -> Report {
+    let tl = p.timeline;
+    let heap = p.heap;
+    let sp = tl.peaks();
+    // The step and innermost phase whose windows reached the global peak.
+    let heap_peak_step = p
+        .steps
+        .iter()
+        .rev()
+        .find(|s| s.peak_bytes >= heap.peak_bytes)
+        .map(|s| s.step);
+    let heap_peak_phase = p
+        .phases
+        .iter()
+        .filter(|ph| ph.peak_bytes >= heap.peak_bytes)
+        .max_by_key(|ph| ph.path.matches('/').count())
+        .map(|ph| ph.path.clone());
+    let rss_peak_bytes = match (sp.hwm, sp.rss.as_ref().map(|r| r.bytes)) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    let fragmentation = sp.resident.as_ref().and_then(|(at, s)| {
+        let j = s.jemalloc?;
+        Some(Fragmentation {
+            resident_ratio: j.resident_fragmentation(),
+            active_ratio: j.active_fragmentation(),
+            allocated_bytes: j.allocated,
+            active_bytes: j.active,
+            resident_bytes: j.resident,
+            at: at.clone(),
+        })
+    });
+    let mut report = Report {
+        schema_version: SCHEMA_VERSION,
+        memsight_version: env!("CARGO_PKG_VERSION").into(),
+        job: p.job,
+        interval_ms: p.interval_ms,
+        peaks: Peaks {
+            heap_peak_bytes: heap.peak_bytes,
+            heap_peak_step,
+            heap_peak_phase,
+            final_live_bytes: heap.live_bytes,
+            rss_peak_bytes,
+            rss_peak_sample: sp.rss.clone(),
+            jemalloc_resident_peak: sp.resident.as_ref().map(|(p, _)| p.clone()),
+            cgroup_usage_peak: sp.cgroup_usage.clone(),
+            cgroup_limit_bytes: tl.last().and_then(|s| s.cgroup).and_then(|c| c.limit),
+        },
+        fragmentation,
+        leak: leak::estimate(&p.steps),
+        phases: p.phases,
+        steps: p.steps,
+        histogram: p.histogram,
+        timeline: tl.samples().to_vec(),
+        timeline_merged: tl.merged(),
+        sources: p.sources,
+        tips: Vec::new(),
+        post_mortem: None,
+    };
+    report.tips = tips::derive(&report);
+    report
+}
+
+/// Step statistics recovered from samples (the sidecar's view when the job could not write its
+/// own): each step's highest sampled live heap and its live heap at the last sample of the step.
+pub fn steps_from_snapshots(samples: &[Snapshot]) -> Vec<StepStats> {
+    let mut steps: Vec<StepStats> = Vec::new();
+    for s in samples {
+        match steps.last_mut() {
+            Some(last) if last.step == s.step => {
+                last.peak_bytes = last.peak_bytes.max(s.heap.live_bytes);
+                last.live_end_bytes = s.heap.live_bytes;
+            }
+            _ => steps.push(StepStats {
+                step: s.step,
+                peak_bytes: s.heap.live_bytes,
+                live_end_bytes: s.heap.live_bytes,
+            }),
+        }
+    }
+    steps
+}

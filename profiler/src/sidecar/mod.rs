@@ -1,0 +1,226 @@
+//! The sidecar: runs a job with profiling switched on through the environment, follows its
+//! flight recorder, and writes the final report with a post-mortem — also when the job was killed,
+//! which is when the data matters most. The job never waits for the sidecar; killing the sidecar
+//! leaves the job running.
+
+mod postmortem;
+mod runtime_dir;
+
+pub use runtime_dir::runtime_dir;
+
+use crate::report::Report;
+use crate::snapshot::Snapshot;
+use crate::timeline::Timeline;
+use crate::wire::ring::RingReader;
+use crate::wire::Record;
+use std::ffi::OsString;
+use std::fmt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus};
+use std::sync::mpsc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What `memsight run` was asked to do.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// The command and its arguments.
+    pub command: Vec<OsString>,
+    /// Where the final report goes.
+    pub report: PathBuf,
+    /// Sampling interval the job is switched on with.
+    pub interval: Duration,
+}
+
+/// How the run ended.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// The job's exit code, 128 + signal when it was killed.
+    pub exit_code: i32,
+    /// The report written.
+    pub report: Report,
+}
+
+/// Why the sidecar could not do its job.
+#[derive(Debug)]
+pub enum SidecarError {
+    /// No command given.
+    NoCommand,
+    /// The command could not be started.
+    Spawn(String, std::io::Error),
+    /// The runtime directory could not be made.
+    RuntimeDir(PathBuf, std::io::Error),
+    /// The report could not be written.
+    Report(crate::report::ReportError),
+}
+
+impl fmt::Display for SidecarError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SidecarError::NoCommand => {
+                f.write_str("no command given: memsight run [OPTIONS] -- CMD ARGS…")
+            }
+            SidecarError::Spawn(cmd, e) => write!(f, "cannot start `{cmd}`: {e}"),
+            SidecarError::RuntimeDir(p, e) => {
+                write!(f, "cannot use runtime directory {}: {e}", p.display())
+            }
+            SidecarError::Report(e) => write!(f, "cannot write the report: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SidecarError {}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The exit code a shell would show: the code, or 128 + signal.
+pub fn shell_code(status: ExitStatus) -> i32 {
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1)
+}
+
+/// What the sidecar gathered while the job ran.
+pub(crate) struct Watch {
+    pub timeline: Timeline,
+    pub last: Option<Snapshot>,
+    pub hello: Option<Record>,
+    pub finished_report: Option<PathBuf>,
+    pub ring_start_unix_ms: Option<u64>,
+    pub dropped: u64,
+    pub alloc_failures: (u64, u64),
+    pub ring_error: Option<String>,
+}
+
+impl Watch {
+    /// Opens the job's ring once it exists; a ring that cannot be read is remembered as the reason.
+    fn open_ring(&mut self, reader: &mut Option<RingReader>, path: &std::path::Path) {
+        if reader.is_some() || !path.exists() {
+            return;
+        }
+        match RingReader::open(path) {
+            Ok(r) => {
+                self.ring_start_unix_ms = Some(r.info().start_unix_ms);
+                self.ring_error = None;
+                *reader = Some(r);
+            }
+            Err(e) => self.ring_error = Some(e.to_string()),
+        }
+    }
+
+    fn take(&mut self, records: Vec<Record>) {
+        for r in records {
+            match r {
+                Record::Snapshot(s) => {
+                    self.last = Some((*s).clone());
+                    self.timeline.push(*s);
+                }
+                Record::Finished { report_path } => {
+                    self.finished_report = report_path.map(PathBuf::from);
+                }
+                h @ Record::Hello { .. } => self.hello = Some(h),
+                Record::Unknown => {}
+            }
+        }
+    }
+}
+
+/// Runs `opts.command` under the sidecar and writes the report.
+pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
+    let (program, args) = opts.command.split_first().ok_or(SidecarError::NoCommand)?;
+    let dir = runtime_dir().map_err(|(p, e)| SidecarError::RuntimeDir(p, e))?;
+    let tag = format!("{}-{}", std::process::id(), unix_ms());
+    let ring_path = dir.join(format!("ring-{tag}.bin"));
+    let job_report = dir.join(format!("job-report-{tag}.json"));
+    let oom_kills_before = postmortem::cgroup_oom_kills();
+
+    let start_unix_ms = unix_ms();
+    let mut child = Command::new(program)
+        .args(args)
+        .env("MEMSIGHT_RING", &ring_path)
+        .env("MEMSIGHT_REPORT", &job_report)
+        .env(
+            "MEMSIGHT_INTERVAL_MS",
+            opts.interval.as_millis().max(1).to_string(),
+        )
+        .spawn()
+        .map_err(|e| SidecarError::Spawn(program.to_string_lossy().into_owned(), e))?;
+    let pid = child.id();
+    // Ctrl-C reaches the job through the process group; the sidecar stays to write the report.
+    // SAFETY: setting a signal disposition to SIG_IGN.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+
+    // A thread waits for the job so its death is timed precisely; the main loop follows the ring.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let status = child.wait();
+        let _ = tx.send((status, unix_ms()));
+    });
+    let mut watch = Watch {
+        timeline: Timeline::with_capacity(crate::timeline::DEFAULT_CAPACITY),
+        last: None,
+        hello: None,
+        finished_report: None,
+        ring_start_unix_ms: None,
+        dropped: 0,
+        alloc_failures: (0, 0),
+        ring_error: None,
+    };
+    let mut reader: Option<RingReader> = None;
+    let poll = opts.interval.min(Duration::from_millis(50));
+    let (status, died_unix_ms) = loop {
+        watch.open_ring(&mut reader, &ring_path);
+        if let Some(r) = reader.as_mut() {
+            let records = r.poll();
+            watch.take(records);
+        }
+        match rx.recv_timeout(poll) {
+            Ok(done) => break done,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break (
+                    Err(std::io::Error::other("the wait thread ended")),
+                    unix_ms(),
+                )
+            }
+        }
+    };
+    // SAFETY: restoring the default disposition.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+    watch.open_ring(&mut reader, &ring_path);
+    if let Some(r) = reader.as_mut() {
+        let records = r.poll_final();
+        watch.take(records);
+        watch.dropped = r.dropped();
+        watch.alloc_failures = r.alloc_failures();
+    }
+    let status = status.ok();
+    let oom_kills = match (oom_kills_before, postmortem::cgroup_oom_kills()) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    let report = postmortem::final_report(postmortem::Ending {
+        watch: &watch,
+        status,
+        pid,
+        command: &opts.command,
+        start_unix_ms: watch.ring_start_unix_ms.unwrap_or(start_unix_ms),
+        died_unix_ms,
+        interval: opts.interval,
+        oom_kills,
+        job_report: &job_report,
+    });
+    report.save(&opts.report).map_err(SidecarError::Report)?;
+    let _ = std::fs::remove_file(&ring_path);
+    let _ = std::fs::remove_file(&job_report);
+    Ok(RunOutcome {
+        exit_code: status.map_or(1, shell_code),
+        report,
+    })
+}

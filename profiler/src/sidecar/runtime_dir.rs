@@ -1,0 +1,53 @@
+//! The per-user runtime directory for rings (and, later, sockets): `$XDG_RUNTIME_DIR/memsight`, or
+//! `/dev/shm/memsight-<uid>`, or `<tmp>/memsight-<uid>`; mode 0700, owned by this user.
+
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::PathBuf;
+
+/// Creates (if needed) and checks the runtime directory.
+pub fn runtime_dir() -> Result<PathBuf, (PathBuf, std::io::Error)> {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let candidates = [
+        std::env::var_os("XDG_RUNTIME_DIR")
+            .filter(|d| !d.is_empty())
+            .map(|d| PathBuf::from(d).join("memsight")),
+        Some(PathBuf::from(format!("/dev/shm/memsight-{uid}"))),
+        Some(std::env::temp_dir().join(format!("memsight-{uid}"))),
+    ];
+    let mut last = None;
+    for dir in candidates.into_iter().flatten() {
+        match ensure(&dir, uid) {
+            Ok(()) => return Ok(dir),
+            Err(e) => last = Some((dir, e)),
+        }
+    }
+    Err(last.unwrap_or_else(|| (PathBuf::new(), std::io::Error::other("no candidate"))))
+}
+
+fn ensure(dir: &PathBuf, uid: u32) -> std::io::Result<()> {
+    if let Some(parent) = dir.parent() {
+        if !parent.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no parent directory",
+            ));
+        }
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() || meta.uid() != uid {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "exists but is not a directory owned by this user",
+        ));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,443 @@
+//! The flight recorder: a fixed-size ring of slots in a shared file (tmpfs), written by the job
+//! without any lock it could wait on, read by the sidecar — also after the job died.
+//!
+//! Layout (little-endian; `docs/wire.md`): a 128-byte header, then `slot_count` slots of
+//! `slot_size` bytes. A writer claims record number `n` with one atomic add on the header's
+//! `next_record`, then writes slot `n % slot_count` under a per-slot sequence word (a seqlock):
+//! `2n+1` while writing, `2n+2` when complete. A reader copies a slot and accepts it only when the
+//! sequence word read before and after is the same even value for the record it expects; records
+//! overwritten before it read them are counted as dropped. If nobody reads, nothing accumulates.
+
+use super::{Record, WireError, MAJOR, MINOR};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
+
+/// File magic.
+pub const MAGIC: [u8; 8] = *b"MSIGHTRG";
+/// Header bytes.
+pub const HEADER_SIZE: usize = 128;
+/// Default slot size: a snapshot's JSON is well under 2 KiB.
+pub const DEFAULT_SLOT_SIZE: usize = 4096;
+/// Default slot count: 256 × 4 KiB = 1 MiB, 25 s of history at 10 Hz for a reader that fell behind.
+pub const DEFAULT_SLOTS: usize = 256;
+/// Bytes before a slot's payload: sequence word (8), length (4), kind (2), reserved (2).
+const SLOT_HEADER: usize = 16;
+/// Header offsets.
+const OFF_MAJOR: usize = 8;
+const OFF_MINOR: usize = 10;
+const OFF_HEADER_SIZE: usize = 12;
+const OFF_SLOT_SIZE: usize = 16;
+const OFF_SLOT_COUNT: usize = 20;
+const OFF_PID: usize = 24;
+const OFF_START: usize = 32;
+const OFF_INTERVAL: usize = 40;
+const OFF_NEXT: usize = 48;
+const OFF_ALLOC_FAILURES: usize = 56;
+const OFF_ALLOC_FAILED_BYTES: usize = 64;
+/// Slot payload kind: a JSON-encoded [`Record`].
+const KIND_JSON: u16 = 1;
+
+/// A shared mapping of a ring file.
+struct Map {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; every concurrent access goes through atomics or
+// is validated by the seqlock.
+unsafe impl Send for Map {}
+unsafe impl Sync for Map {}
+
+impl Map {
+    fn new(file: &File, len: usize, writable: bool) -> Result<Self, WireError> {
+        use std::os::fd::AsRawFd;
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: mapping a file we hold open, with its checked length.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(WireError::Io(std::io::Error::last_os_error()));
+        }
+        Ok(Map {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
+    fn atomic(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= self.len);
+        // SAFETY: in bounds and 8-aligned (the mapping is page-aligned, offsets are multiples of 8).
+        unsafe { &*(self.ptr.add(off) as *const AtomicU64) }
+    }
+
+    /// The header's failed-allocation count and last failed size.
+    fn alloc_failures(&self) -> (u64, u64) {
+        (
+            self.atomic(OFF_ALLOC_FAILURES).load(Ordering::Acquire),
+            self.atomic(OFF_ALLOC_FAILED_BYTES).load(Ordering::Relaxed),
+        )
+    }
+
+    fn read<const N: usize>(&self, off: usize) -> [u8; N] {
+        let mut b = [0u8; N];
+        // SAFETY: callers pass offsets inside the mapping.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), b.as_mut_ptr(), N) };
+        b
+    }
+
+    fn write(&self, off: usize, bytes: &[u8]) {
+        // SAFETY: callers pass ranges inside a writable mapping.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(off), bytes.len()) };
+    }
+
+    fn copy_out(&self, off: usize, out: &mut Vec<u8>, n: usize) {
+        out.clear();
+        out.resize(n, 0);
+        // SAFETY: `off + n` was checked against the slot bounds.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), out.as_mut_ptr(), n) };
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: unmapping what `new` mapped.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// Where the allocator records a failed allocation: the header words of the session's ring
+/// (count, then size), or null when no ring is open. Set once per ring, never unmapped after.
+static ALLOC_FAILURE_WORDS: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Records a failed allocation of `size` bytes in the open ring's header, if any. Called on the
+/// allocator's failure path: it never allocates, locks or blocks.
+pub(crate) fn note_alloc_failure(size: usize) {
+    let p = ALLOC_FAILURE_WORDS.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: points at two consecutive header words of a mapping that is never unmapped.
+        unsafe {
+            (*p.add(1)).store(size as u64, Ordering::Relaxed);
+            (*p).fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+/// The job's side: appends records.
+pub struct RingWriter {
+    map: Map,
+    path: PathBuf,
+    slot_size: usize,
+    slots: usize,
+    /// Records too large for a slot (never written).
+    oversize: AtomicU64,
+}
+
+impl RingWriter {
+    /// Creates the ring file at `path` (mode 0600; it must not exist) with the default geometry.
+    pub fn create(
+        path: &Path,
+        pid: u32,
+        start_unix_ms: u64,
+        interval_ms: u64,
+    ) -> Result<Self, WireError> {
+        Self::create_with(
+            path,
+            pid,
+            start_unix_ms,
+            interval_ms,
+            DEFAULT_SLOT_SIZE,
+            DEFAULT_SLOTS,
+        )
+    }
+
+    /// Creates a ring with `slots` slots of `slot_size` bytes (a multiple of 8, at least 64).
+    pub fn create_with(
+        path: &Path,
+        pid: u32,
+        start_unix_ms: u64,
+        interval_ms: u64,
+        slot_size: usize,
+        slots: usize,
+    ) -> Result<Self, WireError> {
+        if slot_size < 64 || !slot_size.is_multiple_of(8) || slots == 0 {
+            return Err(WireError::NotARing(format!(
+                "bad geometry {slots} × {slot_size}"
+            )));
+        }
+        let len = HEADER_SIZE + slot_size * slots;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        file.set_len(len as u64)?;
+        let map = Map::new(&file, len, true)?;
+        map.write(OFF_MAJOR, &MAJOR.to_le_bytes());
+        map.write(OFF_MINOR, &MINOR.to_le_bytes());
+        map.write(OFF_HEADER_SIZE, &(HEADER_SIZE as u32).to_le_bytes());
+        map.write(OFF_SLOT_SIZE, &(slot_size as u32).to_le_bytes());
+        map.write(OFF_SLOT_COUNT, &(slots as u32).to_le_bytes());
+        map.write(OFF_PID, &pid.to_le_bytes());
+        map.write(OFF_START, &start_unix_ms.to_le_bytes());
+        map.write(OFF_INTERVAL, &interval_ms.to_le_bytes());
+        // The magic last: a reader never sees a half-written header as valid.
+        fence(Ordering::Release);
+        map.write(0, &MAGIC);
+        fence(Ordering::Release);
+        Ok(RingWriter {
+            map,
+            path: path.to_path_buf(),
+            slot_size,
+            slots,
+            oversize: AtomicU64::new(0),
+        })
+    }
+
+    /// Makes this ring the one the allocator reports failed allocations to. The mapping then stays
+    /// mapped for the rest of the process, even after the writer is dropped.
+    pub fn install_alloc_failure_words(self) -> &'static RingWriter {
+        let w: &'static RingWriter = Box::leak(Box::new(self));
+        let p = w.map.atomic(OFF_ALLOC_FAILURES) as *const AtomicU64 as *mut AtomicU64;
+        ALLOC_FAILURE_WORDS.store(p, Ordering::Release);
+        w
+    }
+
+    /// The ring file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends a record; never waits. Returns false when the record is larger than a slot.
+    pub fn append(&self, record: &Record) -> bool {
+        let Ok(payload) = serde_json::to_vec(record) else {
+            return false;
+        };
+        if payload.len() > self.slot_size - SLOT_HEADER {
+            self.oversize.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let n = self.map.atomic(OFF_NEXT).fetch_add(1, Ordering::AcqRel);
+        let slot = HEADER_SIZE + (n as usize % self.slots) * self.slot_size;
+        let seq = self.map.atomic(slot);
+        seq.store(2 * n + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.map
+            .write(slot + 8, &(payload.len() as u32).to_le_bytes());
+        self.map.write(slot + 12, &KIND_JSON.to_le_bytes());
+        self.map.write(slot + SLOT_HEADER, &payload);
+        seq.store(2 * n + 2, Ordering::Release);
+        true
+    }
+
+    /// Failed allocations recorded in the header, and the size of the last one.
+    pub fn alloc_failures(&self) -> (u64, u64) {
+        self.map.alloc_failures()
+    }
+
+    /// Records dropped because they did not fit a slot.
+    pub fn oversize(&self) -> u64 {
+        self.oversize.load(Ordering::Relaxed)
+    }
+}
+
+/// The header of a ring, as read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingInfo {
+    /// Format version.
+    pub major: u16,
+    /// Format minor version.
+    pub minor: u16,
+    /// Slot size in bytes.
+    pub slot_size: usize,
+    /// Number of slots.
+    pub slots: usize,
+    /// The writing process.
+    pub pid: u32,
+    /// Session start, Unix milliseconds.
+    pub start_unix_ms: u64,
+    /// Sampling interval.
+    pub interval_ms: u64,
+}
+
+/// The sidecar's side: reads records in order, counting what was overwritten before it looked.
+pub struct RingReader {
+    map: Map,
+    info: RingInfo,
+    next: u64,
+    dropped: u64,
+    buf: Vec<u8>,
+}
+
+impl RingReader {
+    /// Opens and validates a ring file.
+    pub fn open(path: &Path) -> Result<Self, WireError> {
+        let file = File::open(path)?;
+        let len = file.metadata()?.len() as usize;
+        if len < HEADER_SIZE {
+            return Err(WireError::NotARing(format!(
+                "{} is {len} bytes, shorter than the {HEADER_SIZE}-byte header",
+                path.display()
+            )));
+        }
+        let map = Map::new(&file, len, false)?;
+        let magic: [u8; 8] = map.read(0);
+        if magic != MAGIC {
+            return Err(WireError::NotARing(format!(
+                "{} has no ring magic",
+                path.display()
+            )));
+        }
+        fence(Ordering::Acquire);
+        let u16_at = |o| u16::from_le_bytes(map.read(o));
+        let u32_at = |o| u32::from_le_bytes(map.read(o));
+        let u64_at = |o| u64::from_le_bytes(map.read(o));
+        let major = u16_at(OFF_MAJOR);
+        if major != MAJOR {
+            return Err(WireError::Version { found: major });
+        }
+        let info = RingInfo {
+            major,
+            minor: u16_at(OFF_MINOR),
+            slot_size: u32_at(OFF_SLOT_SIZE) as usize,
+            slots: u32_at(OFF_SLOT_COUNT) as usize,
+            pid: u32_at(OFF_PID),
+            start_unix_ms: u64_at(OFF_START),
+            interval_ms: u64_at(OFF_INTERVAL),
+        };
+        let header = u32_at(OFF_HEADER_SIZE) as usize;
+        let need = info
+            .slot_size
+            .checked_mul(info.slots)
+            .and_then(|s| s.checked_add(HEADER_SIZE));
+        if header != HEADER_SIZE
+            || info.slot_size < 64
+            || !info.slot_size.is_multiple_of(8)
+            || info.slots == 0
+            || need.is_none_or(|n| n > len)
+        {
+            return Err(WireError::NotARing(format!(
+                "{}: header says {} slots of {} bytes ({}-byte header) but the file is {len} bytes",
+                path.display(),
+                info.slots,
+                info.slot_size,
+                header
+            )));
+        }
+        Ok(RingReader {
+            map,
+            info,
+            next: 0,
+            dropped: 0,
+            buf: Vec::new(),
+        })
+    }
+
+    /// The header.
+    pub fn info(&self) -> RingInfo {
+        self.info
+    }
+
+    /// Failed allocations the job recorded, and the size of the last one (read any time, also
+    /// after the job died).
+    pub fn alloc_failures(&self) -> (u64, u64) {
+        self.map.alloc_failures()
+    }
+
+    /// Records lost so far: overwritten before this reader got to them, torn or unreadable.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Every complete record written since the last call, oldest first.
+    pub fn poll(&mut self) -> Vec<Record> {
+        self.poll_inner(false)
+    }
+
+    /// Like [`RingReader::poll`], once the writer is gone: a record it was still writing when it
+    /// died is counted as dropped instead of waited for.
+    pub fn poll_final(&mut self) -> Vec<Record> {
+        self.poll_inner(true)
+    }
+
+    fn poll_inner(&mut self, writer_gone: bool) -> Vec<Record> {
+        let written = self.map.atomic(OFF_NEXT).load(Ordering::Acquire);
+        let oldest = written.saturating_sub(self.info.slots as u64);
+        if self.next < oldest {
+            self.dropped += oldest - self.next;
+            self.next = oldest;
+        }
+        let mut out = Vec::new();
+        while self.next < written {
+            let n = self.next;
+            match self.read_slot(n) {
+                Slot::Ready(r) => {
+                    out.push(r);
+                    self.next += 1;
+                }
+                // Claimed but not yet complete: look again next time.
+                Slot::InProgress if !writer_gone => break,
+                Slot::InProgress => {
+                    self.dropped += 1;
+                    self.next += 1;
+                }
+                Slot::Lost => {
+                    self.dropped += 1;
+                    self.next += 1;
+                }
+            }
+        }
+        out
+    }
+
+    fn read_slot(&mut self, n: u64) -> Slot {
+        let slot = HEADER_SIZE + (n as usize % self.info.slots) * self.info.slot_size;
+        let seq = self.map.atomic(slot);
+        let before = seq.load(Ordering::Acquire);
+        if before <= 2 * n + 1 {
+            return Slot::InProgress;
+        }
+        if before != 2 * n + 2 {
+            return Slot::Lost;
+        }
+        let len = u32::from_le_bytes(self.map.read(slot + 8)) as usize;
+        let kind = u16::from_le_bytes(self.map.read(slot + 12));
+        if len > self.info.slot_size - SLOT_HEADER {
+            return Slot::Lost;
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        self.map.copy_out(slot + SLOT_HEADER, &mut buf, len);
+        fence(Ordering::Acquire);
+        let after = seq.load(Ordering::Relaxed);
+        let result = if after != before || kind != KIND_JSON {
+            Slot::Lost
+        } else {
+            match serde_json::from_slice::<Record>(&buf) {
+                Ok(r) => Slot::Ready(r),
+                Err(_) => Slot::Lost,
+            }
+        };
+        self.buf = buf;
+        result
+    }
+}
+
+enum Slot {
+    Ready(Record),
+    InProgress,
+    Lost,
+}
