@@ -2,8 +2,10 @@
 //!
 //! Environment overrides (so `memsight run` can switch a binary's session without code changes):
 //! `MEMSIGHT_REPORT` (report path), `MEMSIGHT_INTERVAL_MS` (sampling interval), `MEMSIGHT_QUIET=1`
-//! (no snapshot blocks on stderr), `MEMSIGHT_RING` (write every snapshot to a flight-recorder ring
-//! at that path, for a sidecar). They take precedence over the builder.
+//! (no snapshot blocks on stderr), `MEMSIGHT_RING` (the flight-recorder ring's path, set by
+//! `memsight run`; `off` for none). They take precedence over the builder. Without `MEMSIGHT_RING`
+//! a session writes its ring to `ring-<pid>.bin` in the runtime directory, where `memsight attach`
+//! finds it, and removes it when it finishes.
 
 use crate::alloc;
 use crate::collect::HostCollector;
@@ -12,7 +14,7 @@ use crate::report::{self, Job, JobExit, Report, ReportError};
 use crate::snapshot::Snapshot;
 use crate::timeline::{Timeline, DEFAULT_CAPACITY};
 use crate::wire::ring::RingWriter;
-use crate::wire::Record;
+use crate::wire::{self, Record};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,7 +66,18 @@ pub struct SessionBuilder {
     report_path: Option<PathBuf>,
     timeline_capacity: usize,
     quiet: bool,
-    ring_path: Option<PathBuf>,
+    ring: RingChoice,
+}
+
+/// Where the session's flight recorder goes.
+#[derive(Clone, Debug)]
+enum RingChoice {
+    /// `ring-<pid>.bin` in the runtime directory, removed at finish.
+    Default,
+    /// A path a sidecar chose (it removes the file).
+    At(PathBuf),
+    /// No flight recorder.
+    Off,
 }
 
 impl Default for SessionBuilder {
@@ -74,7 +87,7 @@ impl Default for SessionBuilder {
             report_path: None,
             timeline_capacity: DEFAULT_CAPACITY,
             quiet: false,
-            ring_path: None,
+            ring: RingChoice::Default,
         }
     }
 }
@@ -135,8 +148,10 @@ impl SessionBuilder {
         if std::env::var("MEMSIGHT_QUIET").is_ok_and(|v| v == "1") {
             self.quiet = true;
         }
-        if let Some(p) = std::env::var_os("MEMSIGHT_RING").filter(|p| !p.is_empty()) {
-            self.ring_path = Some(p.into());
+        match std::env::var_os("MEMSIGHT_RING").filter(|p| !p.is_empty()) {
+            Some(p) if p == "off" => self.ring = RingChoice::Off,
+            Some(p) => self.ring = RingChoice::At(p.into()),
+            None => {}
         }
         Ok(self)
     }
@@ -155,7 +170,17 @@ impl SessionBuilder {
         }
         let started_unix_ms = unix_ms();
         // The job never fails because its watcher's ring cannot be made: it says so and runs on.
-        let ring = cfg.ring_path.as_deref().and_then(|p| {
+        let ring_path = match &cfg.ring {
+            RingChoice::Off => None,
+            RingChoice::At(p) => Some(p.clone()),
+            // A file left by a dead process that had our pid is stale.
+            RingChoice::Default => wire::default_ring_path(std::process::id())
+                .ok()
+                .inspect(|p| {
+                    let _ = std::fs::remove_file(p);
+                }),
+        };
+        let ring = ring_path.as_deref().and_then(|p| {
             let interval_ms = cfg.interval.as_millis() as u64;
             match RingWriter::create(p, std::process::id(), started_unix_ms, interval_ms) {
                 Ok(w) => {

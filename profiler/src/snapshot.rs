@@ -2,7 +2,9 @@
 //! reports, `check`, summaries and (later) the wire format and viewer all read this type.
 
 use crate::alloc::HeapStats;
-use crate::collect::{CgroupMemory, HostSample, JemallocStats, ProcessMemory, SystemMemory};
+use crate::collect::{
+    CgroupMemory, HostSample, JemallocStats, ProcessMemory, ProcessTree, SystemMemory,
+};
 use crate::units::fmt_bytes;
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +33,9 @@ pub struct Snapshot {
     /// The memory cgroup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<CgroupMemory>,
+    /// The process and its descendants (sidecar's `attach`, which watches the whole tree).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<ProcessTree>,
 }
 
 impl Snapshot {
@@ -51,6 +56,7 @@ impl Snapshot {
             process: host.process,
             system: host.system,
             cgroup: host.cgroup,
+            tree: None,
         }
     }
 

@@ -29,6 +29,8 @@ enum Verb {
     Estimate(estimate::Args),
     /// Run a job with memsight switched on; write its report with a post-mortem, even if it is killed.
     Run(run::Args),
+    /// Watch a running process (with or without memsight inside) until it ends; write its report.
+    Attach(run::AttachArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,5 +41,6 @@ fn main() -> ExitCode {
         Verb::Diagnose(a) => diagnose::run(a),
         Verb::Estimate(a) => estimate::run(a),
         Verb::Run(a) => run::run(a),
+        Verb::Attach(a) => run::attach(a),
     }
 }

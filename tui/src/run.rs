@@ -1,7 +1,7 @@
 //! `memsight run [--report PATH] [--interval D] -- CMD ARGS…`: runs a job under the sidecar and
 //! writes its report with a post-mortem; exits with the job's code (128 + signal when killed).
 
-use memsight::sidecar::{run as run_job, RunOptions};
+use memsight::sidecar::{attach as attach_to, run as run_job, AttachOptions, RunOptions};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,6 +19,54 @@ pub struct Args {
     /// The job: `-- CMD ARGS…`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
+}
+
+/// Watches a running process until it ends (or Ctrl-C), then writes its report.
+#[derive(clap::Args)]
+pub struct AttachArgs {
+    /// The process id.
+    pid: u32,
+    /// Where to write the report.
+    #[arg(long, default_value = "memsight-report.json")]
+    report: PathBuf,
+    /// Sampling interval for a process without memsight (`100ms`, `1s`).
+    #[arg(long, default_value = "100ms", value_parser = parse_interval)]
+    interval: Duration,
+}
+
+/// Attaches; exit 0 once the report is written, 2 when there is no such process.
+pub fn attach(a: AttachArgs) -> ExitCode {
+    let opts = AttachOptions {
+        pid: a.pid,
+        report: a.report,
+        interval: a.interval,
+    };
+    eprintln!(
+        "memsight · watching process {} (Ctrl-C to detach)",
+        opts.pid
+    );
+    match attach_to(&opts) {
+        Ok(outcome) => finish(&outcome, &opts.report),
+        Err(e) => {
+            eprintln!("memsight attach: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Prints the post-mortem and the report path; the job's exit code.
+fn finish(outcome: &memsight::sidecar::RunOutcome, report: &std::path::Path) -> ExitCode {
+    if let Some(pm) = &outcome.report.post_mortem {
+        eprintln!("memsight · {}", pm.description);
+        for f in &pm.findings {
+            eprintln!("memsight · verdict {}: {}", f.verdict, f.evidence);
+            if let Some(first) = f.remedies.first() {
+                eprintln!("memsight · first remedy: {first}");
+            }
+        }
+    }
+    eprintln!("memsight · report written to {}", report.display());
+    ExitCode::from(outcome.exit_code.clamp(0, 255) as u8)
 }
 
 fn parse_interval(s: &str) -> Result<Duration, String> {
@@ -46,19 +94,7 @@ pub fn run(a: Args) -> ExitCode {
         interval: a.interval,
     };
     match run_job(&opts) {
-        Ok(outcome) => {
-            if let Some(pm) = &outcome.report.post_mortem {
-                eprintln!("memsight · {}", pm.description);
-                for f in &pm.findings {
-                    eprintln!("memsight · verdict {}: {}", f.verdict, f.evidence);
-                    if let Some(first) = f.remedies.first() {
-                        eprintln!("memsight · first remedy: {first}");
-                    }
-                }
-            }
-            eprintln!("memsight · report written to {}", opts.report.display());
-            ExitCode::from(outcome.exit_code.clamp(0, 255) as u8)
-        }
+        Ok(outcome) => finish(&outcome, &opts.report),
         Err(e) => {
             eprintln!("memsight run: {e}");
             ExitCode::from(match e {

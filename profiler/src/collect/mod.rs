@@ -5,10 +5,12 @@ pub mod cgroup;
 pub mod jemalloc;
 mod kept_file;
 pub mod procfs;
+pub mod tree;
 
 pub use cgroup::{CgroupMemory, CgroupReader};
 pub use jemalloc::{JemallocReader, JemallocStats};
 pub use procfs::{ProcessMemory, ProcessReader, SystemMemory, SystemReader};
+pub use tree::{read_tree, ProcessTree, TreeProcess};
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;

@@ -3,15 +3,16 @@
 //! which is when the data matters most. The job never waits for the sidecar; killing the sidecar
 //! leaves the job running.
 
+mod attach;
 mod postmortem;
-mod runtime_dir;
 
-pub use runtime_dir::runtime_dir;
+pub use attach::{attach, AttachOptions};
 
 use crate::report::Report;
 use crate::snapshot::Snapshot;
 use crate::timeline::Timeline;
 use crate::wire::ring::RingReader;
+use crate::wire::runtime_dir;
 use crate::wire::Record;
 use std::ffi::OsString;
 use std::fmt;
@@ -52,6 +53,8 @@ pub enum SidecarError {
     RuntimeDir(PathBuf, std::io::Error),
     /// The report could not be written.
     Report(crate::report::ReportError),
+    /// `attach` was given a pid with no process.
+    NoProcess(u32),
 }
 
 impl fmt::Display for SidecarError {
@@ -65,13 +68,14 @@ impl fmt::Display for SidecarError {
                 write!(f, "cannot use runtime directory {}: {e}", p.display())
             }
             SidecarError::Report(e) => write!(f, "cannot write the report: {e}"),
+            SidecarError::NoProcess(pid) => write!(f, "no process {pid} (see `ps`)"),
         }
     }
 }
 
 impl std::error::Error for SidecarError {}
 
-fn unix_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -96,9 +100,25 @@ pub(crate) struct Watch {
     pub dropped: u64,
     pub alloc_failures: (u64, u64),
     pub ring_error: Option<String>,
+    /// Sources the sidecar read itself (uninstrumented `attach`).
+    pub sources: Vec<crate::collect::SourceStatus>,
 }
 
 impl Watch {
+    pub(crate) fn new() -> Self {
+        Watch {
+            timeline: Timeline::with_capacity(crate::timeline::DEFAULT_CAPACITY),
+            last: None,
+            hello: None,
+            finished_report: None,
+            ring_start_unix_ms: None,
+            dropped: 0,
+            alloc_failures: (0, 0),
+            ring_error: None,
+            sources: Vec::new(),
+        }
+    }
+
     /// Opens the job's ring once it exists; a ring that cannot be read is remembered as the reason.
     fn open_ring(&mut self, reader: &mut Option<RingReader>, path: &std::path::Path) {
         if reader.is_some() || !path.exists() {
@@ -162,16 +182,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         let status = child.wait();
         let _ = tx.send((status, unix_ms()));
     });
-    let mut watch = Watch {
-        timeline: Timeline::with_capacity(crate::timeline::DEFAULT_CAPACITY),
-        last: None,
-        hello: None,
-        finished_report: None,
-        ring_start_unix_ms: None,
-        dropped: 0,
-        alloc_failures: (0, 0),
-        ring_error: None,
-    };
+    let mut watch = Watch::new();
     let mut reader: Option<RingReader> = None;
     let poll = opts.interval.min(Duration::from_millis(50));
     let (status, died_unix_ms) = loop {
@@ -207,14 +218,14 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     };
     let report = postmortem::final_report(postmortem::Ending {
         watch: &watch,
-        status,
+        end: postmortem::End::Child(status),
         pid,
         command: &opts.command,
         start_unix_ms: watch.ring_start_unix_ms.unwrap_or(start_unix_ms),
         died_unix_ms,
         interval: opts.interval,
         oom_kills,
-        job_report: &job_report,
+        job_report: Some(&job_report),
     });
     report.save(&opts.report).map_err(SidecarError::Report)?;
     let _ = std::fs::remove_file(&ring_path);

@@ -23,17 +23,29 @@ pub(crate) fn cgroup_oom_kills() -> Option<u64> {
         .oom_kills
 }
 
+/// How watching ended.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum End {
+    /// Our child exited (its status, if `wait` gave one).
+    Child(Option<ExitStatus>),
+    /// An attached process ended; only its parent learns the status.
+    Ended,
+    /// The sidecar was asked to stop while the process ran on.
+    Detached,
+}
+
 /// Everything known when the job ended.
 pub(crate) struct Ending<'a> {
     pub watch: &'a Watch,
-    pub status: Option<ExitStatus>,
+    pub end: End,
     pub pid: u32,
     pub command: &'a [OsString],
     pub start_unix_ms: u64,
     pub died_unix_ms: u64,
     pub interval: Duration,
     pub oom_kills: Option<u64>,
-    pub job_report: &'a Path,
+    /// The report path the sidecar asked the job to use (`run`); `None` accepts the job's own.
+    pub job_report: Option<&'a Path>,
 }
 
 fn signal_name(sig: i32) -> String {
@@ -54,7 +66,27 @@ fn signal_name(sig: i32) -> String {
     format!("{name} (signal {sig})")
 }
 
-fn job_exit(status: Option<ExitStatus>) -> JobExit {
+fn job_exit(end: End) -> JobExit {
+    let status =
+        match end {
+            End::Child(s) => s,
+            End::Ended => return JobExit {
+                kind: "ended".into(),
+                code: None,
+                signal: None,
+                description:
+                    "the process ended (its exit status goes to its parent, not to memsight attach)"
+                        .into(),
+            },
+            End::Detached => {
+                return JobExit {
+                    kind: "running".into(),
+                    code: None,
+                    signal: None,
+                    description: "memsight detached while the process was still running".into(),
+                }
+            }
+        };
     match status {
         Some(s) if s.signal().is_some() => {
             let sig = s.signal().unwrap_or(0);
@@ -102,11 +134,15 @@ fn where_(p: &PeakAt) -> String {
 /// The report to write: the job's own, or one rebuilt from the ring; with the post-mortem.
 pub(crate) fn final_report(e: Ending) -> Report {
     let w = e.watch;
-    let exit = job_exit(e.status);
+    let exit = job_exit(e.end);
+    let status = match e.end {
+        End::Child(s) => s,
+        _ => None,
+    };
     let own = w
         .finished_report
         .as_ref()
-        .filter(|p| p.as_path() == e.job_report)
+        .filter(|p| e.job_report.is_none_or(|want| p.as_path() == want))
         .and_then(|p| Report::load(p).ok());
     let mut report = own.unwrap_or_else(|| {
         let (pid, command) = match &w.hello {
@@ -147,7 +183,7 @@ pub(crate) fn final_report(e: Ending) -> Report {
             phases: Vec::new(),
             steps: steps_from_snapshots(w.timeline.samples()),
             histogram: Vec::new(),
-            sources: vec![ring],
+            sources: std::iter::once(ring).chain(w.sources.iter().cloned()).collect(),
         })
     });
     report.job.exit = exit;
@@ -164,7 +200,7 @@ pub(crate) fn final_report(e: Ending) -> Report {
         .iter()
         .max_by_key(|s| s.heap.live_bytes)
         .map(at);
-    let signal = e.status.and_then(|s| s.signal());
+    let signal = status.and_then(|s| s.signal());
     let (failures, failed_bytes) = w.alloc_failures;
     let oom_killed = signal == Some(libc::SIGKILL) && e.oom_kills.is_some_and(|k| k > 0);
     let place = last
@@ -200,11 +236,9 @@ pub(crate) fn final_report(e: Ending) -> Report {
         f.int("requested_bytes", failed_bytes);
         finding(Kind::RustAllocFailure, f);
         let how = signal.map_or_else(
-            || {
-                format!(
-                    "exited with code {}",
-                    e.status.and_then(|s| s.code()).unwrap_or(1)
-                )
+            || match status.and_then(|s| s.code()) {
+                Some(c) => format!("exited with code {c}"),
+                None => "ended".to_string(),
             },
             |s| format!("aborted with {}", signal_name(s)),
         );
@@ -227,11 +261,15 @@ pub(crate) fn final_report(e: Ending) -> Report {
     } else if let Some(sig) = signal {
         ("signaled", format!("killed by {}{place}", signal_name(sig)))
     } else {
-        let code = e.status.and_then(|s| s.code());
-        (
-            "exited",
-            code.map_or("ended".to_string(), |c| format!("exited with code {c}")),
-        )
+        match (e.end, status.and_then(|s| s.code())) {
+            (End::Detached, _) => (
+                "detached",
+                format!("memsight detached{place}; the process runs on"),
+            ),
+            (End::Ended, _) => ("ended", format!("the process ended{place}")),
+            (_, Some(c)) => ("exited", format!("exited with code {c}")),
+            (_, None) => ("exited", "ended".to_string()),
+        }
     };
     let age = last_age.map_or(String::new(), |a| {
         format!("; last sample {a} ms before the end")
@@ -239,7 +277,7 @@ pub(crate) fn final_report(e: Ending) -> Report {
     report.post_mortem = Some(PostMortem {
         cause: cause.into(),
         description: format!("{description}{age}"),
-        exit_code: e.status.and_then(|s| s.code()),
+        exit_code: status.and_then(|s| s.code()),
         signal,
         last_sample_age_ms: last_age,
         last_sample: last,

@@ -4,7 +4,10 @@
 //! versions only add record types and optional fields, and a reader rejects a newer major version
 //! with a clear message.
 
+mod location;
 pub mod ring;
+
+pub use location::{default_ring_path, runtime_dir};
 
 use crate::snapshot::Snapshot;
 use serde::{Deserialize, Serialize};

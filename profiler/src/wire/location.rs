@@ -1,5 +1,6 @@
-//! The per-user runtime directory for rings (and, later, sockets): `$XDG_RUNTIME_DIR/memsight`, or
-//! `/dev/shm/memsight-<uid>`, or `<tmp>/memsight-<uid>`; mode 0700, owned by this user.
+//! Where rings (and, later, sockets) live: the per-user runtime directory `$XDG_RUNTIME_DIR/memsight`,
+//! or `/dev/shm/memsight-<uid>`, or `<tmp>/memsight-<uid>`; mode 0700, owned by this user. A session
+//! not started by `memsight run` writes `ring-<pid>.bin` there, which `memsight attach PID` finds.
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::PathBuf;
@@ -50,4 +51,9 @@ fn ensure(dir: &PathBuf, uid: u32) -> std::io::Result<()> {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     }
     Ok(())
+}
+
+/// The ring a session of process `pid` writes when no sidecar named one.
+pub fn default_ring_path(pid: u32) -> Result<PathBuf, (PathBuf, std::io::Error)> {
+    Ok(runtime_dir()?.join(format!("ring-{pid}.bin")))
 }

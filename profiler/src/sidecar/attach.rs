@@ -1,0 +1,180 @@
+//! `memsight attach PID`: a sidecar for a process it did not start. A process with a memsight
+//! session is followed through its flight recorder (`ring-<pid>.bin`); any other process — a
+//! Python PyTorch job, say — is sampled from outside: /proc status, the memory cgroup, and the
+//! process tree (data-loader workers and other children, each with its RSS).
+
+use super::postmortem::{self, End, Ending};
+use super::{unix_ms, RunOutcome, SidecarError, Watch};
+use crate::alloc::HeapStats;
+use crate::collect::{read_tree, HostCollector};
+use crate::snapshot::Snapshot;
+use crate::wire::default_ring_path;
+use crate::wire::ring::RingReader;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// What to attach to.
+#[derive(Clone, Debug)]
+pub struct AttachOptions {
+    /// The process.
+    pub pid: u32,
+    /// Where the report goes.
+    pub report: PathBuf,
+    /// Sampling interval (uninstrumented mode).
+    pub interval: Duration,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// The process's start time in clock ticks after boot (field 22 of `stat`): a pid reused by a new
+/// process has another one.
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The process's start as Unix milliseconds.
+fn start_unix_ms(ticks: u64) -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let btime: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(btime * 1000 + ticks * 1000 / hz)
+}
+
+fn command_line(pid: u32) -> Vec<OsString> {
+    use std::os::unix::ffi::OsStringExt;
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| OsString::from_vec(a.to_vec()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Watches process `opts.pid` until it ends or this process gets SIGINT/SIGTERM, then writes the
+/// report.
+pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
+    let pid = opts.pid;
+    let ticks = start_ticks(pid).ok_or(SidecarError::NoProcess(pid))?;
+    let proc_start = start_unix_ms(ticks);
+    let mut command = command_line(pid);
+    let oom_kills_before = postmortem::cgroup_oom_kills();
+    // SAFETY: installing a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(
+            libc::SIGINT,
+            on_stop_signal as *const () as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGTERM,
+            on_stop_signal as *const () as libc::sighandler_t,
+        );
+    }
+    let mut watch = Watch::new();
+    // A ring of this very process: same pid, written after it started (not a stale file).
+    let mut reader = default_ring_path(pid)
+        .ok()
+        .and_then(|p| RingReader::open(&p).ok())
+        .filter(|r| {
+            r.info().pid == pid && proc_start.is_none_or(|s| r.info().start_unix_ms + 1000 >= s)
+        });
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    let mut host = reader
+        .is_none()
+        .then(|| HostCollector::open(&proc_dir, Path::new("/proc"), Path::new("/"), false));
+    if let Some(r) = &reader {
+        watch.ring_start_unix_ms = Some(r.info().start_unix_ms);
+    }
+    let started = Instant::now();
+    let attach_unix_ms = unix_ms();
+    let mut next = Instant::now();
+    let end = loop {
+        if STOP.load(Ordering::SeqCst) {
+            break End::Detached;
+        }
+        if start_ticks(pid) != Some(ticks) {
+            break End::Ended;
+        }
+        if Instant::now() >= next {
+            next += opts.interval;
+            if let Some(r) = reader.as_mut() {
+                let records = r.poll();
+                watch.take(records);
+            } else if let Some(h) = host.as_mut() {
+                let mut s = Snapshot::new(
+                    started.elapsed().as_millis() as u64,
+                    0,
+                    None,
+                    HeapStats::default(),
+                    h.sample(),
+                );
+                s.tree = read_tree(Path::new("/proc"), pid).ok();
+                // A sample taken as the process vanished says nothing. The command line is read
+                // again: wrappers (pyenv shims, `env`) exec into the real program.
+                if s.process.is_some() {
+                    let now = command_line(pid);
+                    if !now.is_empty() {
+                        command = now;
+                    }
+                    watch.last = Some(s.clone());
+                    watch.timeline.push(s);
+                }
+            }
+        }
+        std::thread::sleep(opts.interval.min(Duration::from_millis(20)));
+    };
+    let died_unix_ms = unix_ms();
+    // SAFETY: restoring default dispositions.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::signal(libc::SIGTERM, libc::SIG_DFL);
+    }
+    if let Some(r) = reader.as_mut() {
+        let records = if matches!(end, End::Ended) {
+            r.poll_final()
+        } else {
+            r.poll()
+        };
+        watch.take(records);
+        watch.dropped = r.dropped();
+        watch.alloc_failures = r.alloc_failures();
+    }
+    if let Some(h) = &host {
+        watch.sources = h.sources();
+    }
+    let oom_kills = match (oom_kills_before, postmortem::cgroup_oom_kills()) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    let report = postmortem::final_report(Ending {
+        watch: &watch,
+        end,
+        pid,
+        command: &command,
+        start_unix_ms: watch.ring_start_unix_ms.unwrap_or(attach_unix_ms),
+        died_unix_ms,
+        interval: opts.interval,
+        oom_kills,
+        job_report: None,
+    });
+    report.save(&opts.report).map_err(SidecarError::Report)?;
+    Ok(RunOutcome {
+        exit_code: 0,
+        report,
+    })
+}
