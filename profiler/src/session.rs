@@ -177,6 +177,7 @@ impl SessionBuilder {
             RingChoice::Default => wire::default_ring_path(std::process::id())
                 .ok()
                 .inspect(|p| {
+                    wire::remove_stale_rings();
                     let _ = std::fs::remove_file(p);
                 }),
         };
@@ -387,6 +388,10 @@ impl Session {
                     .as_ref()
                     .map(|p| p.display().to_string()),
             });
+            // The default ring is ours to remove; a sidecar's is the sidecar's.
+            if matches!(self.cfg.ring, RingChoice::Default) {
+                let _ = std::fs::remove_file(r.path());
+            }
         }
         Ok(report)
     }

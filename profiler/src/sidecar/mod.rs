@@ -155,6 +155,7 @@ impl Watch {
 pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     let (program, args) = opts.command.split_first().ok_or(SidecarError::NoCommand)?;
     let dir = runtime_dir().map_err(|(p, e)| SidecarError::RuntimeDir(p, e))?;
+    crate::wire::remove_stale_rings();
     let tag = format!("{}-{}", std::process::id(), unix_ms());
     let ring_path = dir.join(format!("ring-{tag}.bin"));
     let job_report = dir.join(format!("job-report-{tag}.json"));

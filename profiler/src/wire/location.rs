@@ -57,3 +57,36 @@ fn ensure(dir: &PathBuf, uid: u32) -> std::io::Result<()> {
 pub fn default_ring_path(pid: u32) -> Result<PathBuf, (PathBuf, std::io::Error)> {
     Ok(runtime_dir()?.join(format!("ring-{pid}.bin")))
 }
+
+/// Removes rings (and sidecar job-report files) in the runtime directory whose process is gone:
+/// `ring-<pid>.bin` of a job, `ring-<sidecar pid>-<ms>.bin` and `job-report-<sidecar pid>-<ms>.json`
+/// of a sidecar. A SIGKILLed job cannot clean up after itself; the next session does.
+pub fn remove_stale_rings() {
+    let Ok(dir) = runtime_dir() else { return };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let stem = name
+            .strip_prefix("ring-")
+            .and_then(|n| n.strip_suffix(".bin"))
+            .or_else(|| {
+                name.strip_prefix("job-report-")
+                    .and_then(|n| n.strip_suffix(".json"))
+            });
+        let Some(pid) = stem
+            .and_then(|s| s.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}

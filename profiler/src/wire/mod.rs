@@ -7,7 +7,7 @@
 mod location;
 pub mod ring;
 
-pub use location::{default_ring_path, runtime_dir};
+pub use location::{default_ring_path, remove_stale_rings, runtime_dir};
 
 use crate::snapshot::Snapshot;
 use serde::{Deserialize, Serialize};
