@@ -39,6 +39,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (median, p90) = time(2000, memsight::snapshot);
     println!("snapshot cost: median {median:.1} µs, p90 {p90:.1} µs (target ≤ 50 µs)");
 
+    // A sampler tick also records the snapshot in the flight recorder (JSON into a ring slot).
+    let ring =
+        std::env::temp_dir().join(format!("memsight-sampler-bench-{}.bin", std::process::id()));
+    let _ = std::fs::remove_file(&ring);
+    if let Ok(w) = memsight::wire::ring::RingWriter::create(&ring, std::process::id(), 0, 100) {
+        let (median, p90) = time(2000, || {
+            w.append(&memsight::wire::Record::Snapshot(Box::new(
+                memsight::snapshot(),
+            )))
+        });
+        println!(
+            "sampler tick (snapshot + flight recorder): median {median:.1} µs, p90 {p90:.1} µs"
+        );
+        let s = memsight::snapshot();
+        let (median, _) = time(2000, || {
+            w.append(&memsight::wire::Record::Snapshot(Box::new(s.clone())))
+        });
+        println!("  of which the flight-recorder append {median:>6.1}");
+        let _ = std::fs::remove_file(&ring);
+    }
+
     use memsight::collect::{CgroupReader, JemallocReader, ProcessReader, SystemReader};
     let proc_dir = Path::new("/proc/self");
     println!("per source (median µs):");
