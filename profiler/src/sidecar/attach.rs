@@ -100,6 +100,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
     if let Some(r) = &reader {
         watch.ring_start_unix_ms = Some(r.info().start_unix_ms);
     }
+    let server = super::start_server(pid, &command);
     let started = Instant::now();
     let attach_unix_ms = unix_ms();
     let mut next = Instant::now();
@@ -114,7 +115,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
             next += opts.interval;
             if let Some(r) = reader.as_mut() {
                 let records = r.poll();
-                watch.take(records);
+                watch.take(records, server.as_ref());
             } else if let Some(h) = host.as_mut() {
                 let mut s = Snapshot::new(
                     started.elapsed().as_millis() as u64,
@@ -130,6 +131,9 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
                     let now = command_line(pid);
                     if !now.is_empty() {
                         command = now;
+                    }
+                    if let Some(srv) = &server {
+                        srv.publish(&crate::wire::Record::Snapshot(Box::new(s.clone())));
                     }
                     watch.last = Some(s.clone());
                     watch.timeline.push(s);
@@ -150,7 +154,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
         } else {
             r.poll()
         };
-        watch.take(records);
+        watch.take(records, server.as_ref());
         watch.dropped = r.dropped();
         watch.alloc_failures = r.alloc_failures();
     }
@@ -172,6 +176,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
         oom_kills,
         job_report: None,
     });
+    super::announce_end(server, &report);
     report.save(&opts.report).map_err(SidecarError::Report)?;
     Ok(RunOutcome {
         exit_code: 0,

@@ -5,6 +5,7 @@
 
 mod attach;
 mod postmortem;
+pub mod server;
 
 pub use attach::{attach, AttachOptions};
 
@@ -134,8 +135,11 @@ impl Watch {
         }
     }
 
-    fn take(&mut self, records: Vec<Record>) {
+    fn take(&mut self, records: Vec<Record>, server: Option<&server::Server>) {
         for r in records {
+            if let Some(srv) = server {
+                srv.publish(&r);
+            }
             match r {
                 Record::Snapshot(s) => {
                     self.last = Some((*s).clone());
@@ -145,9 +149,38 @@ impl Watch {
                     self.finished_report = report_path.map(PathBuf::from);
                 }
                 h @ Record::Hello { .. } => self.hello = Some(h),
-                Record::Unknown => {}
+                _ => {}
             }
         }
+    }
+}
+
+/// Starts the socket server for `pid`; a sidecar without one still writes its report.
+pub(crate) fn start_server(pid: u32, command: &[OsString]) -> Option<server::Server> {
+    let command = command
+        .iter()
+        .map(|c| c.to_string_lossy().into_owned())
+        .collect();
+    let started = server::socket_path(pid)
+        .map_err(|(p, e)| format!("{}: {e}", p.display()))
+        .and_then(|p| {
+            server::Server::start(&p, pid, command).map_err(|e| format!("{}: {e}", p.display()))
+        });
+    match started {
+        Ok(s) => Some(s),
+        Err(e) => {
+            eprintln!("memsight: no live socket for viewers: {e}");
+            None
+        }
+    }
+}
+
+/// Tells the connected clients how the job ended, then closes the socket.
+pub(crate) fn announce_end(server: Option<server::Server>, report: &Report) {
+    if let (Some(s), Some(pm)) = (server, &report.post_mortem) {
+        s.publish(&Record::Ended {
+            description: pm.description.clone(),
+        });
     }
 }
 
@@ -173,6 +206,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         .spawn()
         .map_err(|e| SidecarError::Spawn(program.to_string_lossy().into_owned(), e))?;
     let pid = child.id();
+    let server = start_server(pid, &opts.command);
     // Ctrl-C reaches the job through the process group; the sidecar stays to write the report.
     // SAFETY: setting a signal disposition to SIG_IGN.
     unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
@@ -190,7 +224,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         watch.open_ring(&mut reader, &ring_path);
         if let Some(r) = reader.as_mut() {
             let records = r.poll();
-            watch.take(records);
+            watch.take(records, server.as_ref());
         }
         match rx.recv_timeout(poll) {
             Ok(done) => break done,
@@ -208,7 +242,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     watch.open_ring(&mut reader, &ring_path);
     if let Some(r) = reader.as_mut() {
         let records = r.poll_final();
-        watch.take(records);
+        watch.take(records, server.as_ref());
         watch.dropped = r.dropped();
         watch.alloc_failures = r.alloc_failures();
     }
@@ -228,6 +262,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         oom_kills,
         job_report: Some(&job_report),
     });
+    announce_end(server, &report);
     report.save(&opts.report).map_err(SidecarError::Report)?;
     let _ = std::fs::remove_file(&ring_path);
     let _ = std::fs::remove_file(&job_report);

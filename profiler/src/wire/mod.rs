@@ -6,6 +6,7 @@
 
 mod location;
 pub mod ring;
+pub mod stream;
 
 pub use location::{default_ring_path, remove_stale_rings, runtime_dir};
 
@@ -43,6 +44,32 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         report_path: Option<String>,
     },
+    /// The sidecar greets a socket client (first line of the stream).
+    SidecarHello {
+        /// Wire format major version.
+        major: u16,
+        /// Wire format minor version.
+        minor: u16,
+        /// The watched job's pid.
+        job_pid: u32,
+        /// The job's command line.
+        command: Vec<String>,
+    },
+    /// Everything the sidecar has so far (second line of the stream): the bounded timeline.
+    State {
+        /// Snapshots, oldest first.
+        timeline: Vec<Snapshot>,
+    },
+    /// This client fell behind and `count` records were not sent to it.
+    Dropped {
+        /// Records skipped since the last notice.
+        count: u64,
+    },
+    /// The job ended (last line of the stream).
+    Ended {
+        /// The post-mortem's one-line description.
+        description: String,
+    },
     /// A record type from a newer minor version: skipped by this reader.
     #[serde(other)]
     Unknown,
@@ -55,6 +82,8 @@ pub enum WireError {
     Io(std::io::Error),
     /// Not a memsight ring (wrong magic, or shorter than its header says).
     NotARing(String),
+    /// A socket stream that does not carry memsight records.
+    NotAStream(String),
     /// Written by an incompatible (newer or older major) format.
     Version {
         /// Major version found.
@@ -67,15 +96,15 @@ impl fmt::Display for WireError {
         match self {
             WireError::Io(e) => write!(f, "{e}"),
             WireError::NotARing(why) => write!(f, "not a memsight flight-recorder ring: {why}"),
+            WireError::NotAStream(why) => write!(f, "not a memsight sidecar stream: {why}"),
             WireError::Version { found } if *found > MAJOR => write!(
                 f,
-                "the ring was written by wire format {found}.x, newer than this memsight reads \
-                 ({MAJOR}.x): upgrade memsight"
+                "written by wire format {found}.x, newer than this memsight reads ({MAJOR}.x): \
+                 upgrade memsight"
             ),
             WireError::Version { found } => write!(
                 f,
-                "the ring was written by wire format {found}.x, older than this memsight reads \
-                 ({MAJOR}.x)"
+                "written by wire format {found}.x, older than this memsight reads ({MAJOR}.x)"
             ),
         }
     }

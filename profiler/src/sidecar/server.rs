@@ -1,0 +1,231 @@
+//! The sidecar's Unix-socket server: `sidecar-<job pid>.sock` in the runtime directory (0700),
+//! socket mode 0600, peer uid checked with SO_PEERCRED. Each client gets the greeting and the full
+//! state, then every new record through its own bounded queue: a client that reads slowly gets
+//! `dropped` notices instead of slowing the sidecar down.
+
+use crate::snapshot::Snapshot;
+use crate::timeline::{Timeline, DEFAULT_CAPACITY};
+use crate::wire::{Record, MAJOR, MINOR};
+use std::io::{self, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Records queued per client before it starts missing some.
+const CLIENT_QUEUE: usize = 1024;
+
+struct Client {
+    tx: SyncSender<Arc<str>>,
+    dropped: Arc<AtomicU64>,
+}
+
+struct Inner {
+    hello: Arc<str>,
+    timeline: Timeline,
+    clients: Vec<Client>,
+}
+
+/// A running socket server; stops (and removes its socket) when dropped, after giving clients up
+/// to [`DRAIN`] to receive what was queued for them (the `ended` record, typically).
+pub struct Server {
+    path: PathBuf,
+    inner: Arc<Mutex<Inner>>,
+    stop: Arc<AtomicBool>,
+    /// One clone per live client thread.
+    writers: Arc<()>,
+}
+
+/// Longest wait for client threads to send their last records when the server stops.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn line(r: &Record) -> Arc<str> {
+    let mut s = serde_json::to_string(r).unwrap_or_else(|_| "{\"type\":\"unknown\"}".into());
+    s.push('\n');
+    s.into()
+}
+
+/// The socket path of the sidecar watching `job_pid`.
+pub fn socket_path(job_pid: u32) -> Result<PathBuf, (PathBuf, io::Error)> {
+    Ok(crate::wire::runtime_dir()?.join(format!("sidecar-{job_pid}.sock")))
+}
+
+/// Whether a peer with `peer_uid` may connect to a server run by `own_uid`.
+pub fn peer_allowed(peer_uid: u32, own_uid: u32) -> bool {
+    peer_uid == own_uid
+}
+
+fn peer_uid(s: &UnixStream) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(cred.uid)
+}
+
+impl Server {
+    /// Listens at `path` (an old socket file there is replaced).
+    pub fn start(path: &Path, job_pid: u32, command: Vec<String>) -> io::Result<Server> {
+        let _ = std::fs::remove_file(path);
+        let listener = UnixListener::bind(path)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        let hello = line(&Record::SidecarHello {
+            major: MAJOR,
+            minor: MINOR,
+            job_pid,
+            command,
+        });
+        let inner = Arc::new(Mutex::new(Inner {
+            hello,
+            timeline: Timeline::with_capacity(DEFAULT_CAPACITY),
+            clients: Vec::new(),
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers = Arc::new(());
+        let (inner2, stop2, writers2) =
+            (Arc::clone(&inner), Arc::clone(&stop), Arc::clone(&writers));
+        std::thread::Builder::new()
+            .name("memsight-server".into())
+            .spawn(move || accept_loop(listener, inner2, stop2, writers2))?;
+        Ok(Server {
+            path: path.to_path_buf(),
+            inner,
+            stop,
+            writers,
+        })
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Sends a record to every client (snapshots also join the state new clients get).
+    pub fn publish(&self, record: &Record) {
+        let text = line(record);
+        let mut inner = lock(&self.inner);
+        if let Record::Snapshot(s) = record {
+            inner.timeline.push(Snapshot::clone(s));
+        }
+        inner
+            .clients
+            .retain(|c| match c.tx.try_send(Arc::clone(&text)) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_)) => {
+                    c.dropped.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+                Err(TrySendError::Disconnected(_)) => false,
+            });
+    }
+
+    /// Clients connected now.
+    pub fn clients(&self) -> usize {
+        lock(&self.inner).clients.len()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag, then close every client's queue.
+        let _ = UnixStream::connect(&self.path);
+        lock(&self.inner).clients.clear();
+        let _ = std::fs::remove_file(&self.path);
+        // The accept loop holds one clone until it returns; each client thread one more.
+        let deadline = std::time::Instant::now() + DRAIN;
+        while Arc::strong_count(&self.writers) > 1 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
+fn accept_loop(
+    listener: UnixListener,
+    inner: Arc<Mutex<Inner>>,
+    stop: Arc<AtomicBool>,
+    writers: Arc<()>,
+) {
+    // SAFETY: getuid cannot fail.
+    let own = unsafe { libc::getuid() };
+    for conn in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(mut stream) = conn else { continue };
+        if !peer_uid(&stream).is_some_and(|u| peer_allowed(u, own)) {
+            let _ =
+                stream.write_all(b"{\"type\":\"error\",\"message\":\"refused: another user\"}\n");
+            continue;
+        }
+        let (tx, rx) = sync_channel::<Arc<str>>(CLIENT_QUEUE);
+        let dropped = Arc::new(AtomicU64::new(0));
+        {
+            // Greeting and state are queued under the lock that orders published records, so the
+            // client sees every record after its state exactly once.
+            let mut g = lock(&inner);
+            let state = line(&Record::State {
+                timeline: g.timeline.samples().to_vec(),
+            });
+            let hello = Arc::clone(&g.hello);
+            let _ = tx.try_send(hello);
+            let _ = tx.try_send(state);
+            g.clients.push(Client {
+                tx,
+                dropped: Arc::clone(&dropped),
+            });
+        }
+        let token = Arc::clone(&writers);
+        let spawned = std::thread::Builder::new()
+            .name("memsight-client".into())
+            .spawn(move || {
+                let _token = token;
+                for text in rx {
+                    let missed = dropped.swap(0, Ordering::Relaxed);
+                    if missed > 0 {
+                        let notice = line(&Record::Dropped { count: missed });
+                        if stream.write_all(notice.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                    if stream.write_all(text.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        if spawned.is_err() {
+            continue;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_same_user_may_connect() {
+        assert!(peer_allowed(1000, 1000));
+        assert!(!peer_allowed(0, 1000));
+        assert!(!peer_allowed(1001, 1000));
+    }
+}
