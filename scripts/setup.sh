@@ -24,6 +24,12 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
     say "installing ${need_apt[*]}"
     apt-get update -qq && apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
+# Optional: promtool and a Prometheus server for the metrics test (it skips, saying so, without).
+if ! command -v promtool >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    say "installing prometheus (promtool and server, for the metrics test)"
+    { apt-get install -y -qq prometheus || { apt-get update -qq && apt-get install -y -qq prometheus; }; } >/dev/null 2>&1 \
+        || say "could not install prometheus: the metrics test will skip its promtool and scrape checks"
+fi
 
 torch_ok() { [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='$TORCH_VERSION' else 1)" 2>/dev/null; }
 if ! torch_ok; then

@@ -16,6 +16,9 @@ pub struct Args {
     /// Sampling interval of the job (`100ms`, `1s`, or milliseconds).
     #[arg(long, default_value = "100ms", value_parser = parse_interval)]
     interval: Duration,
+    /// Serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464; port 0 picks one).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
     /// The job: `-- CMD ARGS…`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -32,6 +35,9 @@ pub struct AttachArgs {
     /// Sampling interval for a process without memsight (`100ms`, `1s`).
     #[arg(long, default_value = "100ms", value_parser = parse_interval)]
     interval: Duration,
+    /// Serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
 }
 
 /// Attaches; exit 0 once the report is written, 2 when there is no such process.
@@ -40,6 +46,7 @@ pub fn attach(a: AttachArgs) -> ExitCode {
         pid: a.pid,
         report: a.report,
         interval: a.interval,
+        metrics: a.metrics,
     };
     eprintln!(
         "memsight · watching process {} (Ctrl-C to detach)",
@@ -92,6 +99,7 @@ pub fn run(a: Args) -> ExitCode {
         command: a.command,
         report: a.report,
         interval: a.interval,
+        metrics: a.metrics,
     };
     match run_job(&opts) {
         Ok(outcome) => finish(&outcome, &opts.report),

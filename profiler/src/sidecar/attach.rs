@@ -24,6 +24,8 @@ pub struct AttachOptions {
     pub report: PathBuf,
     /// Sampling interval (uninstrumented mode).
     pub interval: Duration,
+    /// Serve Prometheus metrics at this address.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -100,7 +102,8 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
     if let Some(r) = &reader {
         watch.ring_start_unix_ms = Some(r.info().start_unix_ms);
     }
-    let server = super::start_server(pid, &command);
+    let mut outputs = super::Outputs::new(opts.metrics, &command)?;
+    outputs.listen(pid, &command);
     let started = Instant::now();
     let attach_unix_ms = unix_ms();
     let mut next = Instant::now();
@@ -115,7 +118,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
             next += opts.interval;
             if let Some(r) = reader.as_mut() {
                 let records = r.poll();
-                watch.take(records, server.as_ref());
+                watch.take(records, &outputs);
             } else if let Some(h) = host.as_mut() {
                 let mut s = Snapshot::new(
                     started.elapsed().as_millis() as u64,
@@ -132,9 +135,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
                     if !now.is_empty() {
                         command = now;
                     }
-                    if let Some(srv) = &server {
-                        srv.publish(&crate::wire::Record::Snapshot(Box::new(s.clone())));
-                    }
+                    outputs.emit(&crate::wire::Record::Snapshot(Box::new(s.clone())));
                     watch.last = Some(s.clone());
                     watch.timeline.push(s);
                 }
@@ -154,7 +155,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
         } else {
             r.poll()
         };
-        watch.take(records, server.as_ref());
+        watch.take(records, &outputs);
         watch.dropped = r.dropped();
         watch.alloc_failures = r.alloc_failures();
     }
@@ -176,7 +177,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
         oom_kills,
         job_report: None,
     });
-    super::announce_end(server, &report);
+    outputs.end(&report);
     report.save(&opts.report).map_err(SidecarError::Report)?;
     Ok(RunOutcome {
         exit_code: 0,

@@ -4,6 +4,7 @@
 //! leaves the job running.
 
 mod attach;
+pub mod metrics;
 mod postmortem;
 pub mod server;
 
@@ -20,7 +21,7 @@ use std::fmt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What `memsight run` was asked to do.
@@ -32,6 +33,8 @@ pub struct RunOptions {
     pub report: PathBuf,
     /// Sampling interval the job is switched on with.
     pub interval: Duration,
+    /// Serve Prometheus metrics at this address.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// How the run ended.
@@ -56,6 +59,8 @@ pub enum SidecarError {
     Report(crate::report::ReportError),
     /// `attach` was given a pid with no process.
     NoProcess(u32),
+    /// The metrics address could not be bound.
+    Metrics(std::net::SocketAddr, std::io::Error),
 }
 
 impl fmt::Display for SidecarError {
@@ -70,6 +75,7 @@ impl fmt::Display for SidecarError {
             }
             SidecarError::Report(e) => write!(f, "cannot write the report: {e}"),
             SidecarError::NoProcess(pid) => write!(f, "no process {pid} (see `ps`)"),
+            SidecarError::Metrics(a, e) => write!(f, "cannot serve metrics at {a}: {e}"),
         }
     }
 }
@@ -135,11 +141,9 @@ impl Watch {
         }
     }
 
-    fn take(&mut self, records: Vec<Record>, server: Option<&server::Server>) {
+    fn take(&mut self, records: Vec<Record>, out: &Outputs) {
         for r in records {
-            if let Some(srv) = server {
-                srv.publish(&r);
-            }
+            out.emit(&r);
             match r {
                 Record::Snapshot(s) => {
                     self.last = Some((*s).clone());
@@ -155,32 +159,77 @@ impl Watch {
     }
 }
 
-/// Starts the socket server for `pid`; a sidecar without one still writes its report.
-pub(crate) fn start_server(pid: u32, command: &[OsString]) -> Option<server::Server> {
-    let command = command
-        .iter()
-        .map(|c| c.to_string_lossy().into_owned())
-        .collect();
-    let started = server::socket_path(pid)
-        .map_err(|(p, e)| format!("{}: {e}", p.display()))
-        .and_then(|p| {
-            server::Server::start(&p, pid, command).map_err(|e| format!("{}: {e}", p.display()))
-        });
-    match started {
-        Ok(s) => Some(s),
-        Err(e) => {
-            eprintln!("memsight: no live socket for viewers: {e}");
-            None
-        }
-    }
+/// Where the sidecar sends what it sees while the job runs: viewers' socket, Prometheus.
+pub(crate) struct Outputs {
+    server: Option<server::Server>,
+    metrics: Option<Arc<metrics::Metrics>>,
 }
 
-/// Tells the connected clients how the job ended, then closes the socket.
-pub(crate) fn announce_end(server: Option<server::Server>, report: &Report) {
-    if let (Some(s), Some(pm)) = (server, &report.post_mortem) {
-        s.publish(&Record::Ended {
-            description: pm.description.clone(),
-        });
+impl Outputs {
+    /// Binds the metrics address (an explicit request: failing is an error).
+    pub(crate) fn new(
+        addr: Option<std::net::SocketAddr>,
+        command: &[OsString],
+    ) -> Result<Self, SidecarError> {
+        let metrics = match addr {
+            None => None,
+            Some(a) => {
+                let program = command
+                    .first()
+                    .map(|c| c.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let m = Arc::new(metrics::Metrics::new(metrics::job_labels(&program)));
+                let bound =
+                    metrics::serve(a, Arc::clone(&m)).map_err(|e| SidecarError::Metrics(a, e))?;
+                if !bound.ip().is_loopback() {
+                    eprintln!(
+                        "memsight: metrics on {bound} are readable by anyone who can reach it"
+                    );
+                }
+                eprintln!("memsight · Prometheus metrics at http://{bound}/metrics");
+                Some(m)
+            }
+        };
+        Ok(Outputs {
+            server: None,
+            metrics,
+        })
+    }
+
+    /// Opens the viewers' socket for `pid`; without one the sidecar still writes its report.
+    pub(crate) fn listen(&mut self, pid: u32, command: &[OsString]) {
+        let command = command
+            .iter()
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect();
+        let started = server::socket_path(pid)
+            .map_err(|(p, e)| format!("{}: {e}", p.display()))
+            .and_then(|p| {
+                server::Server::start(&p, pid, command).map_err(|e| format!("{}: {e}", p.display()))
+            });
+        match started {
+            Ok(s) => self.server = Some(s),
+            Err(e) => eprintln!("memsight: no live socket for viewers: {e}"),
+        }
+    }
+
+    /// Sends a record to viewers and updates the metrics.
+    pub(crate) fn emit(&self, r: &Record) {
+        if let Some(s) = &self.server {
+            s.publish(r);
+        }
+        if let (Some(m), Record::Snapshot(s)) = (&self.metrics, r) {
+            m.update(s);
+        }
+    }
+
+    /// Tells viewers how the job ended, then closes the socket.
+    pub(crate) fn end(self, report: &Report) {
+        if let Some(pm) = &report.post_mortem {
+            self.emit(&Record::Ended {
+                description: pm.description.clone(),
+            });
+        }
     }
 }
 
@@ -194,6 +243,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     let job_report = dir.join(format!("job-report-{tag}.json"));
     let oom_kills_before = postmortem::cgroup_oom_kills();
 
+    let mut outputs = Outputs::new(opts.metrics, &opts.command)?;
     let start_unix_ms = unix_ms();
     let mut child = Command::new(program)
         .args(args)
@@ -206,7 +256,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         .spawn()
         .map_err(|e| SidecarError::Spawn(program.to_string_lossy().into_owned(), e))?;
     let pid = child.id();
-    let server = start_server(pid, &opts.command);
+    outputs.listen(pid, &opts.command);
     // Ctrl-C reaches the job through the process group; the sidecar stays to write the report.
     // SAFETY: setting a signal disposition to SIG_IGN.
     unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
@@ -224,7 +274,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         watch.open_ring(&mut reader, &ring_path);
         if let Some(r) = reader.as_mut() {
             let records = r.poll();
-            watch.take(records, server.as_ref());
+            watch.take(records, &outputs);
         }
         match rx.recv_timeout(poll) {
             Ok(done) => break done,
@@ -242,7 +292,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     watch.open_ring(&mut reader, &ring_path);
     if let Some(r) = reader.as_mut() {
         let records = r.poll_final();
-        watch.take(records, server.as_ref());
+        watch.take(records, &outputs);
         watch.dropped = r.dropped();
         watch.alloc_failures = r.alloc_failures();
     }
@@ -262,7 +312,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         oom_kills,
         job_report: Some(&job_report),
     });
-    announce_end(server, &report);
+    outputs.end(&report);
     report.save(&opts.report).map_err(SidecarError::Report)?;
     let _ = std::fs::remove_file(&ring_path);
     let _ = std::fs::remove_file(&job_report);
