@@ -75,7 +75,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
     let ticks = start_ticks(pid).ok_or(SidecarError::NoProcess(pid))?;
     let proc_start = start_unix_ms(ticks);
     let mut command = command_line(pid);
-    let oom_kills_before = postmortem::cgroup_oom_kills();
+    let mut oom = super::oomwatch::OomWatch::new(pid);
     // SAFETY: installing a handler that only stores to an atomic.
     unsafe {
         libc::signal(
@@ -116,6 +116,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
         }
         if Instant::now() >= next {
             next += opts.interval;
+            oom.refresh();
             if let Some(r) = reader.as_mut() {
                 let records = r.poll();
                 watch.take(records, &outputs);
@@ -162,10 +163,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
     if let Some(h) = &host {
         watch.sources = h.sources();
     }
-    let oom_kills = match (oom_kills_before, postmortem::cgroup_oom_kills()) {
-        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-        _ => None,
-    };
+    let oom_kills = oom.kills();
     let report = postmortem::final_report(Ending {
         watch: &watch,
         end,

@@ -5,6 +5,7 @@
 
 mod attach;
 pub mod metrics;
+mod oomwatch;
 mod postmortem;
 pub mod server;
 
@@ -241,7 +242,6 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     let tag = format!("{}-{}", std::process::id(), unix_ms());
     let ring_path = dir.join(format!("ring-{tag}.bin"));
     let job_report = dir.join(format!("job-report-{tag}.json"));
-    let oom_kills_before = postmortem::cgroup_oom_kills();
 
     let mut outputs = Outputs::new(opts.metrics, &opts.command)?;
     let start_unix_ms = unix_ms();
@@ -257,6 +257,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         .map_err(|e| SidecarError::Spawn(program.to_string_lossy().into_owned(), e))?;
     let pid = child.id();
     outputs.listen(pid, &opts.command);
+    let mut oom = oomwatch::OomWatch::new(pid);
     // Ctrl-C reaches the job through the process group; the sidecar stays to write the report.
     // SAFETY: setting a signal disposition to SIG_IGN.
     unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
@@ -276,6 +277,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
             let records = r.poll();
             watch.take(records, &outputs);
         }
+        oom.refresh();
         match rx.recv_timeout(poll) {
             Ok(done) => break done,
             Err(mpsc::RecvTimeoutError::Timeout) => continue,
@@ -297,10 +299,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         watch.alloc_failures = r.alloc_failures();
     }
     let status = status.ok();
-    let oom_kills = match (oom_kills_before, postmortem::cgroup_oom_kills()) {
-        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-        _ => None,
-    };
+    let oom_kills = oom.kills();
     let report = postmortem::final_report(postmortem::Ending {
         watch: &watch,
         end: postmortem::End::Child(status),

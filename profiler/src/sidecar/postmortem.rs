@@ -2,7 +2,7 @@
 //! from the flight recorder; either way with a post-mortem of how the job ended.
 
 use super::Watch;
-use crate::collect::{CgroupReader, SourceStatus};
+use crate::collect::SourceStatus;
 use crate::diagnose::{judge, Context, Facts, Finding, Kind};
 use crate::report::build::{build, steps_from_snapshots, Parts};
 use crate::report::{Job, JobExit, PostMortem, PostMortemFinding, Report};
@@ -13,15 +13,6 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
 use std::time::Duration;
-
-/// OOM kills counted by this process's memory cgroup (the job runs in the same one).
-pub(crate) fn cgroup_oom_kills() -> Option<u64> {
-    CgroupReader::discover(Path::new("/proc/self"), Path::new("/"))
-        .ok()?
-        .read()
-        .ok()?
-        .oom_kills
-}
 
 /// How watching ended.
 #[derive(Clone, Copy, Debug)]
@@ -252,7 +243,20 @@ pub(crate) fn final_report(e: Ending) -> Report {
     } else if oom_killed {
         let mut f = Facts::default();
         f.int("pid", e.pid);
+        if let Some(name) = report.job.command.first() {
+            let name = Path::new(name)
+                .file_name()
+                .map_or(name.as_str(), |n| n.to_str().unwrap_or(name));
+            f.text("process_name", name);
+        }
         f.text("scope", "memcg");
+        let cg = w.last.as_ref().and_then(|s| s.cgroup);
+        if let Some(limit) = cg.and_then(|c| c.limit) {
+            f.int("memory_limit_bytes", limit);
+        }
+        if let Some(usage) = cg.map(|c| c.usage) {
+            f.int("memory_usage_bytes", usage);
+        }
         finding(Kind::LinuxOomKiller, f);
         (
             "oom_killed",

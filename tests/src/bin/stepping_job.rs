@@ -1,7 +1,8 @@
 //! A training-shaped job for the sidecar tests: steps with train/forward phases, each keeping
 //! another 4 MiB. `stepping_job kill` SIGKILLs itself at step 10; `oom` caps its address space and
-//! allocates until an allocation fails; `exit CODE [STEPS]` finishes its session and exits with CODE.
-//! With `JOB_PID_FILE` set it writes its pid there first.
+//! allocates until an allocation fails; `grow` keeps 8 MiB a step until something stops it; `exit
+//! CODE [STEPS]` finishes its session and exits with CODE. With `JOB_PID_FILE` set it writes its pid
+//! there first; with `JOB_CGROUP` set it moves itself into that cgroup directory.
 
 use std::time::Duration;
 
@@ -36,6 +37,10 @@ fn main() {
     if let Some(f) = std::env::var_os("JOB_PID_FILE") {
         std::fs::write(f, std::process::id().to_string()).expect("pid file");
     }
+    if let Some(cg) = std::env::var_os("JOB_CGROUP") {
+        let procs = std::path::Path::new(&cg).join("cgroup.procs");
+        std::fs::write(procs, std::process::id().to_string()).expect("join cgroup");
+    }
     let session = memsight::Session::builder()
         .interval(Duration::from_millis(100))
         .quiet()
@@ -54,7 +59,11 @@ fn main() {
         let _train = memsight::phase("train");
         {
             let _fwd = memsight::phase("forward");
-            let size = if mode == "oom" { 16 << 20 } else { 4 << 20 };
+            let size = match mode {
+                "oom" => 16 << 20,
+                "grow" => 8 << 20,
+                _ => 4 << 20,
+            };
             let mut v = vec![0u8; size];
             touch(&mut v);
             kept.push(std::hint::black_box(v));
