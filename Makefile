@@ -22,12 +22,16 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
-# Allocator overhead vs bare jemalloc, glibc malloc, heaptrack and dhat-rs (prints a ratio table).
+# Allocator overhead vs bare jemalloc, glibc malloc, heaptrack and dhat-rs (prints a ratio table),
+# the sampler's cost per snapshot, and the sidecar's CPU and effect on step time.
 bench: setup
 	@command -v heaptrack >/dev/null || (apt-get update -qq && apt-get install -y -qq heaptrack >/dev/null)
 	$(CARGO) build --release -p memsight-bench -p memsight-bench-system
+	$(CARGO) build --release -p memsight-tui
+	$(CARGO) build --release -p memsight --examples
 	./target/release/sampler-bench
 	./target/release/alloc-bench
+	./target/release/sidecar-bench
 
 clean:
 	$(CARGO) clean
