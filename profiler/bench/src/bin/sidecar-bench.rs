@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 fn ms_per_step(stdout: &str) -> Option<f64> {
     stdout
         .lines()
+        .rev()
         .filter_map(|l| l.split('|').nth(3))
         .filter_map(|f| f.trim().strip_suffix("ms/step"))
-        .filter_map(|v| v.trim().parse().ok())
-        .last()
+        .find_map(|v| v.trim().parse().ok())
 }
 
 /// utime + stime of `pid` in seconds.
