@@ -31,6 +31,7 @@ bench: setup
 	$(CARGO) build --release -p memsight --examples
 	./target/release/sampler-bench
 	./target/release/alloc-bench
+	./target/release/frame-bench
 	./target/release/sidecar-bench
 
 clean:

@@ -5,6 +5,7 @@ mod diagnose;
 mod estimate;
 mod run;
 mod summary;
+mod top;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -31,6 +32,10 @@ enum Verb {
     Run(run::Args),
     /// Watch a running process (with or without memsight inside) until it ends; write its report.
     Attach(run::AttachArgs),
+    /// The live viewer: attach to a job's sidecar (by pid or socket path).
+    Top(top::TopArgs),
+    /// Replay a finished run's report through the viewer's screens.
+    View(top::ViewArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,5 +47,7 @@ fn main() -> ExitCode {
         Verb::Estimate(a) => estimate::run(a),
         Verb::Run(a) => run::run(a),
         Verb::Attach(a) => run::attach(a),
+        Verb::Top(a) => top::top(a),
+        Verb::View(a) => top::view(a),
     }
 }

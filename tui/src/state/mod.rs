@@ -1,0 +1,160 @@
+//! What the viewer knows: the job, its timeline and statistics, fed by wire records (live) or by a
+//! report (replay). Never imports ratatui: views render this, input becomes intents.
+
+pub mod backoff;
+
+use memsight::report::leak::LeakEstimate;
+use memsight::report::tips::Tip;
+use memsight::report::{HistogramBucket, PostMortem, Report};
+use memsight::wire::Record;
+use memsight::Snapshot;
+use memsight::{PhaseStats, StepStats};
+
+/// Most snapshots kept for the charts (the sidecar keeps the bounded full history).
+pub const MAX_SAMPLES: usize = 20_000;
+
+/// Where the data comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A sidecar's socket.
+    Live {
+        /// Its path.
+        socket: String,
+        /// Connected now.
+        connected: bool,
+    },
+    /// A finished run's report.
+    Replay {
+        /// The report file.
+        path: String,
+    },
+}
+
+/// Everything the screens show.
+#[derive(Clone, Debug)]
+pub struct ViewerState {
+    /// Live or replay.
+    pub source: Source,
+    /// The job's pid.
+    pub pid: u32,
+    /// The job's command line.
+    pub command: Vec<String>,
+    /// Snapshots, oldest first.
+    pub timeline: Vec<Snapshot>,
+    /// Samples this viewer missed (the sidecar's `dropped` notices).
+    pub dropped: u64,
+    /// Per-phase statistics (reports only: live streams carry snapshots).
+    pub phases: Vec<PhaseStats>,
+    /// Per-step statistics (reports; live: derived from snapshots).
+    pub steps: Vec<StepStats>,
+    /// Size histogram (reports).
+    pub histogram: Vec<HistogramBucket>,
+    /// Tips (reports).
+    pub tips: Vec<Tip>,
+    /// Leak slope (reports).
+    pub leak: Option<LeakEstimate>,
+    /// How the job ended, once it has.
+    pub ended: Option<String>,
+    /// The post-mortem (reports written by a sidecar).
+    pub post_mortem: Option<PostMortem>,
+    /// Sampling interval, when known.
+    pub interval_ms: Option<u64>,
+}
+
+impl ViewerState {
+    /// An empty state waiting for a sidecar at `socket`.
+    pub fn live(socket: &str) -> Self {
+        ViewerState {
+            source: Source::Live {
+                socket: socket.to_string(),
+                connected: false,
+            },
+            pid: 0,
+            command: Vec::new(),
+            timeline: Vec::new(),
+            dropped: 0,
+            phases: Vec::new(),
+            steps: Vec::new(),
+            histogram: Vec::new(),
+            tips: Vec::new(),
+            leak: None,
+            ended: None,
+            post_mortem: None,
+            interval_ms: None,
+        }
+    }
+
+    /// The state of a finished run.
+    pub fn from_report(path: &str, r: Report) -> Self {
+        let mut s = ViewerState::live("");
+        s.source = Source::Replay {
+            path: path.to_string(),
+        };
+        s.pid = r.job.pid;
+        s.command = r.job.command;
+        s.timeline = r.timeline;
+        s.phases = r.phases;
+        s.steps = r.steps;
+        s.histogram = r.histogram;
+        s.tips = r.tips;
+        s.leak = r.leak;
+        s.interval_ms = Some(r.interval_ms);
+        s.ended = Some(match &r.post_mortem {
+            Some(pm) => pm.description.clone(),
+            None => r.job.exit.description.clone(),
+        });
+        s.post_mortem = r.post_mortem;
+        s
+    }
+
+    /// Marks the live connection up or down.
+    pub fn set_connected(&mut self, up: bool) {
+        if let Source::Live { connected, .. } = &mut self.source {
+            *connected = up;
+        }
+    }
+
+    /// Applies one wire record.
+    pub fn apply(&mut self, r: Record) {
+        match r {
+            Record::SidecarHello {
+                job_pid, command, ..
+            } => {
+                self.pid = job_pid;
+                self.command = command;
+                self.set_connected(true);
+            }
+            Record::State { timeline } => {
+                self.timeline = timeline;
+                self.steps = steps_of(&self.timeline);
+            }
+            Record::Snapshot(s) => self.push(*s),
+            Record::Hello { interval_ms, .. } => self.interval_ms = Some(interval_ms),
+            Record::Dropped { count } => self.dropped += count,
+            Record::Ended { description } => self.ended = Some(description),
+            Record::Finished { .. } | Record::Unknown => {}
+        }
+    }
+
+    fn push(&mut self, s: Snapshot) {
+        match self.steps.last_mut() {
+            Some(last) if last.step == s.step => {
+                last.peak_bytes = last.peak_bytes.max(s.heap.live_bytes);
+                last.live_end_bytes = s.heap.live_bytes;
+            }
+            _ => self.steps.push(StepStats {
+                step: s.step,
+                peak_bytes: s.heap.live_bytes,
+                live_end_bytes: s.heap.live_bytes,
+            }),
+        }
+        self.timeline.push(s);
+        if self.timeline.len() > MAX_SAMPLES {
+            self.timeline.drain(..self.timeline.len() - MAX_SAMPLES);
+        }
+    }
+}
+
+fn steps_of(timeline: &[Snapshot]) -> Vec<StepStats> {
+    memsight::report::build::steps_from_snapshots(timeline)
+}

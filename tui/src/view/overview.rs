@@ -1,0 +1,186 @@
+//! Overview: who and where (pid, command, uptime, step, phase, rate, dropped samples), the memory
+//! timeline (live heap, jemalloc resident, RSS, cgroup limit) with peaks, fragmentation and headroom.
+
+use super::chart::{self, Series};
+use super::{bytes, Ui};
+use crate::state::ViewerState;
+use memsight::Snapshot;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Gauge, Paragraph};
+use ratatui::Frame;
+
+/// One series, thinned to at most `max_points` by keeping each bucket's highest point (peaks
+/// survive; a braille chart cannot show more points than twice its width anyway).
+fn series(
+    samples: &[Snapshot],
+    max_points: usize,
+    name: &'static str,
+    color: Color,
+    f: impl Fn(&Snapshot) -> Option<u64>,
+) -> Series {
+    let all = samples
+        .iter()
+        .filter_map(|s| f(s).map(|v| (s.t_ms as f64 / 1000.0, v as f64)));
+    let n = samples.len();
+    let points = if n <= max_points.max(1) {
+        all.collect()
+    } else {
+        let per = n.div_ceil(max_points.max(1));
+        let mut out: Vec<(f64, f64)> = Vec::with_capacity(max_points + 1);
+        for (i, p) in all.enumerate() {
+            if i % per == 0 {
+                out.push(p);
+            } else if let Some(last) = out.last_mut() {
+                if p.1 > last.1 {
+                    *last = p;
+                }
+            }
+        }
+        out
+    };
+    Series {
+        name,
+        color,
+        points,
+    }
+}
+
+/// Renders the overview.
+pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
+    let [head, body, gauges] = Layout::vertical([
+        Constraint::Length(3),
+        Constraint::Min(3),
+        Constraint::Length(3),
+    ])
+    .areas(area);
+    let samples = ui.visible(s);
+    let last = samples.last();
+    let rate = s
+        .interval_ms
+        .or_else(|| {
+            let n = samples.len();
+            (n >= 2).then(|| (samples[n - 1].t_ms - samples[0].t_ms) / (n as u64 - 1))
+        })
+        .map_or("—".to_string(), |ms| {
+            format!("{:.1} Hz", 1000.0 / ms.max(1) as f64)
+        });
+    let mut line1 = vec![Span::raw(format!(
+        "pid {}  {}  ",
+        s.pid,
+        s.command.join(" ").chars().take(60).collect::<String>()
+    ))];
+    if s.dropped > 0 {
+        line1.push(Span::styled(
+            format!("dropped {} samples", s.dropped),
+            Style::default().fg(Color::Red),
+        ));
+    }
+    let line2 = format!(
+        "up {:.1}s  step {}  phase {}  sampling {rate}  samples {}",
+        last.map_or(0.0, |l| l.t_ms as f64 / 1000.0),
+        last.map_or(0, |l| l.step),
+        last.and_then(|l| l.phase.clone())
+            .unwrap_or_else(|| "—".into()),
+        s.timeline.len()
+    );
+    let line3 = match &s.ended {
+        Some(e) => Line::styled(
+            format!("job exited: {e}"),
+            Style::default().fg(Color::Yellow),
+        ),
+        None => Line::raw(format!(
+            "live heap {}  RSS {}  peak heap {}",
+            bytes(last.map(|l| l.heap.live_bytes)),
+            bytes(last.and_then(|l| l.process.map(|p| p.rss))),
+            bytes(last.map(|l| l.heap.peak_bytes)),
+        )),
+    };
+    f.render_widget(
+        Paragraph::new(vec![Line::from(line1), Line::raw(line2), line3]),
+        head,
+    );
+
+    let max = body.width as usize * 2;
+    let all = [
+        series(samples, max, "live heap", Color::Cyan, |x| {
+            (x.heap.allocations > 0).then_some(x.heap.live_bytes)
+        }),
+        series(samples, max, "jemalloc resident", Color::Yellow, |x| {
+            x.jemalloc.map(|j| j.resident)
+        }),
+        series(samples, max, "RSS", Color::Green, |x| {
+            x.process.map(|p| p.rss)
+        }),
+        series(samples, max, "tree RSS", Color::Magenta, |x| {
+            x.tree.as_ref().map(|t| t.total_rss)
+        }),
+        series(samples, max, "cgroup limit", Color::Red, |x| {
+            x.cgroup.and_then(|c| c.limit)
+        }),
+    ];
+    let shown: Vec<Series> = all.into_iter().filter(|x| !x.points.is_empty()).collect();
+    chart::draw(f, body, " memory over time (● peaks) ", &shown);
+
+    let [frag, head_room] =
+        Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(gauges);
+    let fr = last
+        .and_then(|l| l.jemalloc)
+        .map(|j| j.resident_fragmentation());
+    f.render_widget(
+        Gauge::default()
+            .block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .title(" host fragmentation "),
+            )
+            .ratio(fr.unwrap_or(0.0).clamp(0.0, 1.0))
+            .label(fr.map_or("—".into(), |r| {
+                format!("{:.1}% resident not live", r * 100.0)
+            })),
+        frag,
+    );
+    let (ratio, label) =
+        match last.and_then(|l| l.cgroup.and_then(|c| c.limit.map(|lim| (c.usage, lim)))) {
+            Some((u, lim)) => (
+                u as f64 / lim.max(1) as f64,
+                format!(
+                    "{} of {} limit used, {} left",
+                    bytes(Some(u)),
+                    bytes(Some(lim)),
+                    bytes(Some(lim.saturating_sub(u)))
+                ),
+            ),
+            None => match last.and_then(|l| l.system) {
+                Some(sys) => (
+                    1.0 - sys.available as f64 / sys.total.max(1) as f64,
+                    format!(
+                        "{} available of {}",
+                        bytes(Some(sys.available)),
+                        bytes(Some(sys.total))
+                    ),
+                ),
+                None => (0.0, "—".into()),
+            },
+        };
+    let color = if ratio > 0.9 {
+        Color::Red
+    } else if ratio > 0.75 {
+        Color::Yellow
+    } else {
+        Color::Green
+    };
+    f.render_widget(
+        Gauge::default()
+            .block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .title(" memory used / OOM risk "),
+            )
+            .gauge_style(Style::default().fg(color))
+            .ratio(ratio.clamp(0.0, 1.0))
+            .label(label),
+        head_room,
+    );
+}

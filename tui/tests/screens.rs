@@ -1,0 +1,125 @@
+//! Every screen rendered with ratatui's TestBackend at a normal and a tiny terminal size, fed with
+//! recorded real data (a report of the demo job run under `memsight run`, with its post-mortem),
+//! and compared with the snapshots in tests/snapshots. A live state fed by wire records renders the same way.
+
+use memsight::wire::Record;
+use memsight::Report;
+use memsight_tui::state::ViewerState;
+use memsight_tui::view::{render, Intent, Screen, Ui};
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use std::path::Path;
+
+fn recorded() -> ViewerState {
+    // A real run: the demo training job under `memsight run` (command and cgroup path anonymised).
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recorded-report.json");
+    ViewerState::from_report("recorded-report.json", Report::load(&path).unwrap())
+}
+
+fn frame(state: &ViewerState, ui: &Ui, w: u16, h: u16) -> String {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| render(f, state, ui)).unwrap();
+    term.backend().to_string()
+}
+
+#[test]
+fn every_screen_at_two_sizes() {
+    let state = recorded();
+    for (name, screen) in [
+        ("overview", Screen::Overview),
+        ("phases", Screen::Phases),
+        ("allocations", Screen::Allocations),
+        ("devices", Screen::Devices),
+        ("tips", Screen::Tips),
+    ] {
+        let mut ui = Ui::default();
+        ui.apply(Intent::Go(screen), state.timeline.len());
+        ui.window = memsight_tui::view::Window::All;
+        for (w, h) in [(100, 30), (36, 10)] {
+            insta::assert_snapshot!(format!("{name}_{w}x{h}"), frame(&state, &ui, w, h));
+        }
+    }
+}
+
+#[test]
+fn what_a_person_reads_matches_the_report() {
+    let state = recorded();
+    let mut ui = Ui {
+        window: memsight_tui::view::Window::All,
+        ..Ui::default()
+    };
+    let overview = frame(&state, &ui, 120, 35);
+    let last = state.timeline.last().unwrap();
+    assert!(
+        overview.contains(&format!("step {}", last.step)),
+        "{overview}"
+    );
+    assert!(
+        overview.contains("job exited: exited with code 0"),
+        "{overview}"
+    );
+    assert!(
+        overview.contains(&format!("samples {}", state.timeline.len())),
+        "{overview}"
+    );
+    ui.apply(Intent::Go(Screen::Phases), 0);
+    let phases = frame(&state, &ui, 120, 35);
+    for p in &state.phases {
+        assert!(phases.contains(&p.path), "{} missing:\n{phases}", p.path);
+    }
+    ui.apply(Intent::Go(Screen::Tips), 0);
+    let tips = frame(&state, &ui, 120, 35);
+    assert!(tips.contains("POST-MORTEM (exited)"), "{tips}");
+    ui.apply(Intent::Help, 0);
+    assert!(frame(&state, &ui, 120, 35).contains("time window: 1m, 10m, 1h, all"));
+}
+
+#[test]
+fn a_live_state_fed_by_records_renders_and_counts_drops() {
+    let recorded = recorded();
+    let mut live = ViewerState::live("/run/memsight/sidecar-1.sock");
+    live.apply(Record::SidecarHello {
+        major: 1,
+        minor: 0,
+        job_pid: 4242,
+        command: vec!["train".into()],
+    });
+    live.apply(Record::State {
+        timeline: recorded.timeline[..10].to_vec(),
+    });
+    for s in &recorded.timeline[10..] {
+        live.apply(Record::Snapshot(Box::new(s.clone())));
+    }
+    live.apply(Record::Dropped { count: 3 });
+    let ui = Ui::default();
+    let text = frame(&live, &ui, 120, 35);
+    assert!(
+        text.contains("pid 4242") && text.contains("dropped 3 samples") && text.contains("live"),
+        "{text}"
+    );
+    assert_eq!(live.timeline.len(), recorded.timeline.len());
+    live.apply(Record::Ended {
+        description: "exited with code 0".into(),
+    });
+    assert!(frame(&live, &ui, 120, 35).contains("job exited: exited with code 0"));
+}
+
+#[test]
+fn pause_scroll_and_window_change_what_is_shown() {
+    let state = recorded();
+    let n = state.timeline.len();
+    let mut ui = Ui {
+        window: memsight_tui::view::Window::All,
+        ..Ui::default()
+    };
+    assert_eq!(ui.visible(&state).len(), n);
+    ui.apply(Intent::Scroll(1), n);
+    assert!(ui.visible(&state).len() < n);
+    ui.apply(Intent::Scroll(-1), n);
+    assert_eq!(ui.visible(&state).len(), n);
+    ui.apply(Intent::Pause, n - 5);
+    assert_eq!(ui.visible(&state).len(), n - 5);
+    ui.apply(Intent::Window, n);
+    assert_eq!(ui.window, memsight_tui::view::Window::OneMinute);
+    assert!(!ui.apply(Intent::Quit, n));
+}
