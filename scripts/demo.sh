@@ -8,8 +8,8 @@ out="${1:-out}"
 report="$(cd "$out" && pwd)/demo-report.json"
 bin=./target/release
 if [ -t 1 ]; then
-    echo "memsight demo: training a small MLP under memsight (live viewer: coming with the viewer; progress below)"
-    "$bin/memsight" run --report "$report" -- "$bin/examples/train_mlp" 300 >&2
+    echo "memsight demo: training a small MLP under memsight with the live viewer (q closes it; the job's output goes to ${report%.json}.log)"
+    "$bin/memsight" run --live --report "$report" -- "$bin/examples/train_mlp" 300 >&2
 else
     "$bin/memsight" run --report "$report" -- "$bin/examples/train_mlp" 300 >"$out/demo.log" 2>&1 || { cat "$out/demo.log" >&2; exit 1; }
 fi

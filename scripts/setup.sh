@@ -24,6 +24,12 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
     say "installing ${need_apt[*]}"
     apt-get update -qq && apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
+# Optional: tmux for the viewer's end-to-end test (it skips, saying so, without).
+if ! command -v tmux >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    say "installing tmux (for the viewer test)"
+    { apt-get install -y -qq tmux || { apt-get update -qq && apt-get install -y -qq tmux; }; } >/dev/null 2>&1 \
+        || say "could not install tmux: the viewer test will skip"
+fi
 # Optional: promtool and a Prometheus server for the metrics test (it skips, saying so, without).
 if ! command -v promtool >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     say "installing prometheus (promtool and server, for the metrics test)"

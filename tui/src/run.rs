@@ -19,6 +19,9 @@ pub struct Args {
     /// Serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464; port 0 picks one).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
+    /// Open the live viewer in this terminal; the job's output goes to REPORT's name + `.log`.
+    #[arg(long)]
+    live: bool,
     /// The job: `-- CMD ARGS…`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -95,13 +98,50 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
 
 /// Runs the job; the exit code is the job's.
 pub fn run(a: Args) -> ExitCode {
+    use std::io::IsTerminal;
+    let live = a.live && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    if a.live && !live {
+        eprintln!("memsight · --live needs a terminal; running headless");
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let log = live.then(|| a.report.with_extension("log"));
     let opts = RunOptions {
         command: a.command,
         report: a.report,
         interval: a.interval,
         metrics: a.metrics,
+        job_output: log.clone(),
+        on_spawn: live.then_some(tx),
     };
-    match run_job(&opts) {
+    let result = if live {
+        let sidecar = {
+            let opts = opts.clone();
+            std::thread::spawn(move || run_job(&opts))
+        };
+        // The viewer runs while the job does; closing it leaves the job running to its end.
+        if let Ok(pid) = rx.recv() {
+            match memsight::sidecar::server::socket_path(pid) {
+                Ok(socket) => {
+                    let t = std::time::Instant::now();
+                    while !socket.exists() && t.elapsed() < Duration::from_secs(5) {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    let _ = crate::top::live(&socket);
+                }
+                Err((p, e)) => eprintln!("memsight: no viewer: {}: {e}", p.display()),
+            }
+            eprintln!("memsight · viewer closed; waiting for the job to end");
+        }
+        if let Some(l) = &log {
+            eprintln!("memsight · the job's output is in {}", l.display());
+        }
+        sidecar
+            .join()
+            .unwrap_or_else(|_| Err(memsight::sidecar::SidecarError::NoCommand))
+    } else {
+        run_job(&opts)
+    };
+    match result {
         Ok(outcome) => finish(&outcome, &opts.report),
         Err(e) => {
             eprintln!("memsight run: {e}");

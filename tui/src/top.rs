@@ -176,6 +176,12 @@ pub fn top(a: TopArgs) -> ExitCode {
     run_ui(state, Some(reader(socket)))
 }
 
+/// The viewer on a sidecar socket (`memsight run --live`).
+pub fn live(socket: &std::path::Path) -> ExitCode {
+    let state = ViewerState::live(&socket.display().to_string());
+    run_ui(state, Some(reader(socket.to_path_buf())))
+}
+
 /// `memsight view`.
 pub fn view(a: ViewArgs) -> ExitCode {
     match Report::load(&a.report) {

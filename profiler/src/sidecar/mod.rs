@@ -36,6 +36,10 @@ pub struct RunOptions {
     pub interval: Duration,
     /// Serve Prometheus metrics at this address.
     pub metrics: Option<std::net::SocketAddr>,
+    /// Send the job's stdout and stderr to this file instead of the terminal (`--live`).
+    pub job_output: Option<PathBuf>,
+    /// Told the job's pid once it runs (a viewer in the same process connects then).
+    pub on_spawn: Option<mpsc::Sender<u32>>,
 }
 
 /// How the run ended.
@@ -245,7 +249,20 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
 
     let mut outputs = Outputs::new(opts.metrics, &opts.command)?;
     let start_unix_ms = unix_ms();
-    let mut child = Command::new(program)
+    let mut cmd = Command::new(program);
+    if let Some(log) = &opts.job_output {
+        let file = std::fs::File::create(log).map_err(|e| {
+            SidecarError::Spawn(
+                format!("{} (log {})", program.to_string_lossy(), log.display()),
+                e,
+            )
+        })?;
+        let err = file
+            .try_clone()
+            .map_err(|e| SidecarError::Spawn(program.to_string_lossy().into_owned(), e))?;
+        cmd.stdout(file).stderr(err);
+    }
+    let mut child = cmd
         .args(args)
         .env("MEMSIGHT_RING", &ring_path)
         .env("MEMSIGHT_REPORT", &job_report)
@@ -257,6 +274,9 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         .map_err(|e| SidecarError::Spawn(program.to_string_lossy().into_owned(), e))?;
     let pid = child.id();
     outputs.listen(pid, &opts.command);
+    if let Some(tx) = &opts.on_spawn {
+        let _ = tx.send(pid);
+    }
     let mut oom = oomwatch::OomWatch::new(pid);
     // Ctrl-C reaches the job through the process group; the sidecar stays to write the report.
     // SAFETY: setting a signal disposition to SIG_IGN.
