@@ -135,9 +135,15 @@ pub fn run(a: Args) -> ExitCode {
         if let Some(l) = &log {
             eprintln!("memsight · the job's output is in {}", l.display());
         }
-        sidecar
-            .join()
-            .unwrap_or_else(|_| Err(memsight::sidecar::SidecarError::NoCommand))
+        match sidecar.join() {
+            Ok(r) => r,
+            Err(_) => {
+                eprintln!(
+                    "memsight run: the sidecar thread failed; the job's report may be missing"
+                );
+                return ExitCode::from(2);
+            }
+        }
     } else {
         run_job(&opts)
     };
