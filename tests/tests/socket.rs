@@ -83,3 +83,41 @@ fn a_client_gets_hello_state_snapshots_and_the_end() {
     assert!(!sock.exists(), "the socket was not removed");
     drop(rude);
 }
+
+#[test]
+fn another_user_cannot_connect() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIP: a real second uid needs root; the uid check is unit-tested in the server");
+        return;
+    }
+    let dir = scratch("socket-uid");
+    let pid_file = dir.join("job.pid");
+    let mut sidecar = Command::new(memsight_bin())
+        .args(["run", "--report"])
+        .arg(dir.join("r.json"))
+        .args(["--", env!("CARGO_BIN_EXE_stepping_job"), "exit", "0", "40"])
+        .env("JOB_PID_FILE", &pid_file)
+        .spawn()
+        .unwrap();
+    wait_for(&pid_file);
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let sock = memsight::sidecar::server::socket_path(pid).unwrap();
+    wait_for(&sock);
+    // The same connect as root succeeds; as uid 65534 (nobody) it is refused.
+    assert!(UnixStream::connect(&sock).is_ok());
+    use std::os::unix::process::CommandExt;
+    let probe = Command::new(env!("CARGO_BIN_EXE_connect_probe"))
+        .arg(&sock)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&probe.stdout);
+    assert!(said.starts_with("refused"), "uid 65534 got: {said}");
+    sidecar.wait().unwrap();
+}
