@@ -253,6 +253,15 @@ impl Shared {
         lock(&self.timeline).push(s);
     }
 
+    /// Writes the phase statistics to the flight recorder (when a sidecar may be reading).
+    fn record_phases(&self) {
+        if let Some(r) = &self.ring {
+            r.append(&Record::Phases {
+                phases: phases::phase_stats(),
+            });
+        }
+    }
+
     fn sample(&self) -> Snapshot {
         let host = lock(&self.collector).sample();
         Snapshot::new(
@@ -266,6 +275,8 @@ impl Shared {
 
     fn run(&self, interval: Duration) {
         let mut next = Instant::now() + interval;
+        let mut ticks: u64 = 0;
+        let phase_every = (250 / interval.as_millis().max(1) as u64).max(1);
         loop {
             let mut stop = lock(&self.stop);
             while !*stop {
@@ -285,6 +296,11 @@ impl Shared {
             drop(stop);
             let s = self.sample();
             self.record(s);
+            ticks += 1;
+            // Phase totals about 4 times a second, so a sidecar has them even if the job is killed.
+            if ticks.is_multiple_of(phase_every) {
+                self.record_phases();
+            }
             // Fixed-rate schedule; after a stall, resume from now instead of bursting.
             next += interval;
             let now = Instant::now();
@@ -345,6 +361,7 @@ impl Session {
         if let Some(r) = &self.shared.ring {
             r.append(&Record::Snapshot(Box::new(last.clone())));
         }
+        self.shared.record_phases();
         let report = {
             let mut tl = lock(&self.shared.timeline);
             tl.push(last);

@@ -45,6 +45,12 @@ fn a_sigkilled_job_still_gets_its_report() {
     assert!(age <= 100, "last sample {age} ms before the kill");
     assert!(pm["last_sample"]["step"].as_u64().unwrap() >= 8, "{pm}");
     assert!(v["timeline"].as_array().unwrap().len() >= 5);
+    // Phase totals reached the flight recorder before the kill.
+    let phases = v["phases"].as_array().unwrap();
+    assert!(
+        phases.iter().any(|p| p["path"] == "train/forward"),
+        "{phases:?}"
+    );
     // The peak is the 4 MiB-a-step growth the job made: at least 9 steps' worth.
     assert!(
         pm["heap_peak"]["bytes"].as_u64().unwrap() >= 36 << 20,

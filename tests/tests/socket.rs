@@ -72,7 +72,14 @@ fn a_client_gets_hello_state_snapshots_and_the_end() {
                 assert!(s.step >= last_step, "steps went backwards");
                 last_step = s.step;
             }
-            Record::Ended { description } => ended = Some(description),
+            Record::Ended {
+                description,
+                post_mortem,
+            } => {
+                assert_eq!(post_mortem.map(|p| p.cause), Some("exited".to_string()));
+                ended = Some(description);
+            }
+            Record::Phases { phases } => assert!(!phases.is_empty()),
             _ => {}
         }
     }

@@ -98,10 +98,19 @@ fn a_live_state_fed_by_records_renders_and_counts_drops() {
         "{text}"
     );
     assert_eq!(live.timeline.len(), recorded.timeline.len());
+    live.apply(Record::Phases {
+        phases: recorded.phases.clone(),
+    });
     live.apply(Record::Ended {
         description: "exited with code 0".into(),
+        post_mortem: recorded.post_mortem.clone().map(Box::new),
     });
     assert!(frame(&live, &ui, 120, 35).contains("job exited: exited with code 0"));
+    let mut ui = ui;
+    ui.apply(Intent::Go(Screen::Tips), 0);
+    assert!(frame(&live, &ui, 120, 35).contains("POST-MORTEM (exited)"));
+    ui.apply(Intent::Go(Screen::Phases), 0);
+    assert!(frame(&live, &ui, 120, 35).contains("train/forward"));
 }
 
 #[test]

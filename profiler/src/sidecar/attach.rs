@@ -35,11 +35,16 @@ extern "C" fn on_stop_signal(_: libc::c_int) {
 }
 
 /// The process's start time in clock ticks after boot (field 22 of `stat`): a pid reused by a new
-/// process has another one.
+/// process has another one. `None` once the process is gone or a zombie (it has ended; only its
+/// parent has not collected it yet).
 fn start_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = after.split_whitespace();
+    if fields.next()? == "Z" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 /// The process's start as Unix milliseconds.

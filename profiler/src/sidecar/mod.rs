@@ -114,6 +114,8 @@ pub(crate) struct Watch {
     pub ring_error: Option<String>,
     /// Sources the sidecar read itself (uninstrumented `attach`).
     pub sources: Vec<crate::collect::SourceStatus>,
+    /// The job's latest phase statistics.
+    pub phases: Vec<crate::PhaseStats>,
 }
 
 impl Watch {
@@ -128,6 +130,7 @@ impl Watch {
             alloc_failures: (0, 0),
             ring_error: None,
             sources: Vec::new(),
+            phases: Vec::new(),
         }
     }
 
@@ -158,6 +161,7 @@ impl Watch {
                     self.finished_report = report_path.map(PathBuf::from);
                 }
                 h @ Record::Hello { .. } => self.hello = Some(h),
+                Record::Phases { phases } => self.phases = phases,
                 _ => {}
             }
         }
@@ -233,6 +237,7 @@ impl Outputs {
         if let Some(pm) = &report.post_mortem {
             self.emit(&Record::Ended {
                 description: pm.description.clone(),
+                post_mortem: Some(Box::new(pm.clone())),
             });
         }
     }

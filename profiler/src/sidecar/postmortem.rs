@@ -171,7 +171,7 @@ pub(crate) fn final_report(e: Ending) -> Report {
             interval_ms: e.interval.as_millis() as u64,
             timeline: &w.timeline,
             heap: w.last.as_ref().map(|s| s.heap).unwrap_or_default(),
-            phases: Vec::new(),
+            phases: w.phases.clone(),
             steps: steps_from_snapshots(w.timeline.samples()),
             histogram: Vec::new(),
             sources: std::iter::once(ring).chain(w.sources.iter().cloned()).collect(),

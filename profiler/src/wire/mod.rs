@@ -69,6 +69,14 @@ pub enum Record {
     Ended {
         /// The post-mortem's one-line description.
         description: String,
+        /// The whole post-mortem (added in 1.0's stream; optional for older sidecars).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        post_mortem: Option<Box<crate::report::PostMortem>>,
+    },
+    /// The job's phase statistics so far (written about 4 times a second and at the end).
+    Phases {
+        /// Per phase: count, time, peak, net bytes.
+        phases: Vec<crate::PhaseStats>,
     },
     /// A record type from a newer minor version: skipped by this reader.
     #[serde(other)]

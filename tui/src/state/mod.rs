@@ -131,7 +131,14 @@ impl ViewerState {
             Record::Snapshot(s) => self.push(*s),
             Record::Hello { interval_ms, .. } => self.interval_ms = Some(interval_ms),
             Record::Dropped { count } => self.dropped += count,
-            Record::Ended { description } => self.ended = Some(description),
+            Record::Ended {
+                description,
+                post_mortem,
+            } => {
+                self.ended = Some(description);
+                self.post_mortem = post_mortem.map(|pm| *pm);
+            }
+            Record::Phases { phases } => self.phases = phases,
             Record::Finished { .. } | Record::Unknown => {}
         }
     }

@@ -31,7 +31,7 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
         })
         .collect();
     let title = if s.phases.is_empty() {
-        " phases (live streams carry samples; phase totals come with the report) "
+        " phases (none recorded yet) "
     } else {
         " phases "
     };
