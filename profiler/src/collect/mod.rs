@@ -136,7 +136,7 @@ impl HostCollector {
                 "process",
                 &self.process,
                 &self.last_error[1],
-                "/proc status".into(),
+                "/proc statm every sample, status every 10th".into(),
             ),
             status(
                 "system",

@@ -71,7 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("  jemalloc           {:>6.1}", time(2000, || r.read()).0);
     }
     if let Ok(r) = ProcessReader::open(proc_dir) {
-        println!("  /proc status       {:>6.1}", time(2000, || r.read()).0);
+        println!("  /proc statm/status {:>6.1}", time(2000, || r.read()).0);
     }
     if let Ok(r) = SystemReader::open(Path::new("/proc")) {
         println!("  /proc/meminfo      {:>6.1}", time(2000, || r.read()).0);
