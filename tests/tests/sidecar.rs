@@ -76,6 +76,18 @@ fn running_out_of_address_space_is_an_out_of_memory_post_mortem() {
     // 16 MiB kept per step: the leak slope turns the verdict into `leak`.
     assert_eq!(pm["findings"][0]["verdict"], "leak", "{pm}");
     assert!(err.contains("ran out of memory"), "{err}");
+    // The CI summary carries the post-mortem and its ranked remedies.
+    let md = run_memsight(
+        &["summary", report.to_str().unwrap(), "--format", "markdown"],
+        None,
+    );
+    assert!(
+        md.out.contains("### Post-mortem: out_of_memory")
+            && md.out.contains("1. find what keeps growing"),
+        "{}",
+        md.out
+    );
+    assert!(!md.out.contains("run the job under memsight"), "{}", md.out);
 }
 
 #[test]

@@ -82,6 +82,16 @@ pub fn markdown(r: &Report) -> String {
         fmt_bytes(p.final_live_bytes)
     );
 
+    if let Some(pm) = &r.post_mortem {
+        let _ = writeln!(s, "\n### Post-mortem: {}\n\n{}", pm.cause, pm.description);
+        for f in &pm.findings {
+            let _ = writeln!(s, "\n**{}** (`{}`): {}\n", f.verdict, f.kind, f.evidence);
+            for (i, rem) in f.remedies.iter().enumerate() {
+                let _ = writeln!(s, "{}. {rem}", i + 1);
+            }
+        }
+    }
+
     if !r.phases.is_empty() {
         let _ = writeln!(
             s,

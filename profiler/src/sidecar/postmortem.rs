@@ -219,7 +219,13 @@ pub(crate) fn final_report(e: Ending) -> Report {
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_default(),
             evidence: d.verdict.evidence,
-            remedies: d.remedies.into_iter().map(|r| r.action).collect(),
+            // The job already ran under memsight: "profile it" is no advice here.
+            remedies: d
+                .remedies
+                .into_iter()
+                .filter(|r| r.id != "profile")
+                .map(|r| r.action)
+                .collect(),
         });
     };
     let (cause, description) = if failures > 0 {
