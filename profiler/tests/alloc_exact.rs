@@ -1,6 +1,8 @@
 //! Exactness of the counters under load: 10M alloc/free on 2 threads return live bytes exactly to
 //! baseline, and a known 100 MiB buffer shows as a peak within 1%.
 
+mod common;
+
 use std::hint::black_box;
 
 #[global_allocator]
@@ -28,7 +30,7 @@ fn ten_million_alloc_free_on_two_threads_return_to_baseline_and_peak_is_exact() 
     for t in threads {
         t.join().unwrap();
     }
-    let after = memsight::stats();
+    let after = common::settled_at(before.live_bytes);
     assert_eq!(
         after.live_bytes, before.live_bytes,
         "live bytes did not return to baseline"
