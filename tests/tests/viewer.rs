@@ -115,3 +115,20 @@ fn the_viewer_in_tmux_shows_what_the_report_says() {
     }
     assert!(gone, "the viewer did not quit on q");
 }
+
+#[test]
+fn top_without_a_sidecar_and_view_of_a_bad_report_are_clear_errors() {
+    let r = memsight_e2e::run_memsight(&["top", "4000000"], None);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.err.contains("no sidecar at") && r.err.contains("memsight run"),
+        "{}",
+        r.err
+    );
+    let dir = scratch("viewer-bad");
+    let bad = dir.join("r.json");
+    std::fs::write(&bad, "{\"schema_version\": 1").unwrap();
+    let r = memsight_e2e::run_memsight(&["view", bad.to_str().unwrap()], None);
+    assert_eq!(r.code, 2);
+    assert!(r.err.starts_with("memsight view: "), "{}", r.err);
+}

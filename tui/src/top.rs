@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 /// Attaches to a sidecar.
 #[derive(clap::Args)]
 pub struct TopArgs {
-    /// The job's pid (its sidecar's socket in the runtime directory) or a socket path.
-    target: String,
+    /// The job's pid (its sidecar's socket in the runtime directory) or a socket path; without
+    /// it, the one running sidecar.
+    target: Option<String>,
 }
 
 /// Replays a report.
@@ -35,6 +36,34 @@ enum Feed {
     Up,
     Record(Record),
     Down(String),
+}
+
+/// The jobs with a live sidecar socket in the runtime directory: (pid, command line).
+fn running_sidecars() -> Vec<(u32, String)> {
+    let Ok(dir) = memsight::wire::runtime_dir() else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("sidecar-")
+            .and_then(|n| n.strip_suffix(".sock"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            let cmd: Vec<String> = cmd
+                .split(|&b| b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            found.push((pid, cmd.join(" ")));
+        }
+    }
+    found.sort();
+    found
 }
 
 fn socket_of(target: &str) -> Result<PathBuf, String> {
@@ -158,7 +187,24 @@ fn run_ui(mut state: ViewerState, feed: Option<Receiver<Feed>>) -> ExitCode {
 
 /// `memsight top`.
 pub fn top(a: TopArgs) -> ExitCode {
-    let socket = match socket_of(&a.target) {
+    let target = match a.target {
+        Some(t) => t,
+        None => match running_sidecars().as_slice() {
+            [(pid, _)] => pid.to_string(),
+            [] => {
+                eprintln!("memsight top: no running sidecar (start the job with `memsight run` or `memsight attach PID`)");
+                return ExitCode::from(2);
+            }
+            many => {
+                eprintln!("memsight top: several jobs are watched; name one:");
+                for (pid, cmd) in many {
+                    eprintln!("  memsight top {pid}    # {cmd}");
+                }
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let socket = match socket_of(&target) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("memsight top: {e}");
