@@ -98,6 +98,9 @@ fn a_live_state_fed_by_records_renders_and_counts_drops() {
         "{text}"
     );
     assert_eq!(live.timeline.len(), recorded.timeline.len());
+    // The live leak slope comes from sampled step ends; the demo job does not leak.
+    let leak = live.leak.clone().expect("a live leak estimate");
+    assert!(leak.slope_bytes_per_step.abs() < 64.0 * 1024.0, "{leak:?}");
     live.apply(Record::Phases {
         phases: recorded.phases.clone(),
     });

@@ -51,7 +51,7 @@ pub struct ViewerState {
     pub histogram: Vec<HistogramBucket>,
     /// Tips (reports).
     pub tips: Vec<Tip>,
-    /// Leak slope (reports).
+    /// Leak slope (reports; live: re-estimated from sampled step ends whenever a step ends).
     pub leak: Option<LeakEstimate>,
     /// How the job ended, once it has.
     pub ended: Option<String>,
@@ -127,6 +127,7 @@ impl ViewerState {
             Record::State { timeline } => {
                 self.timeline = timeline;
                 self.steps = steps_of(&self.timeline);
+                self.leak = memsight::report::leak::estimate(&self.steps);
             }
             Record::Snapshot(s) => self.push(*s),
             Record::Hello { interval_ms, .. } => self.interval_ms = Some(interval_ms),
@@ -149,11 +150,19 @@ impl ViewerState {
                 last.peak_bytes = last.peak_bytes.max(s.heap.live_bytes);
                 last.live_end_bytes = s.heap.live_bytes;
             }
-            _ => self.steps.push(StepStats {
-                step: s.step,
-                peak_bytes: s.heap.live_bytes,
-                live_end_bytes: s.heap.live_bytes,
-            }),
+            _ => {
+                self.steps.push(StepStats {
+                    step: s.step,
+                    peak_bytes: s.heap.live_bytes,
+                    live_end_bytes: s.heap.live_bytes,
+                });
+                // A step just ended: the live leak slope over the steps so far (same estimator as
+                // the report's, on sampled step ends; every 20th step once there are many).
+                let n = self.steps.len();
+                if n <= 200 || n.is_multiple_of(20) {
+                    self.leak = memsight::report::leak::estimate(&self.steps);
+                }
+            }
         }
         self.timeline.push(s);
         if self.timeline.len() > MAX_SAMPLES {
