@@ -38,6 +38,7 @@ pub mod report;
 mod session;
 pub mod sidecar;
 pub mod snapshot;
+mod sys;
 pub mod timeline;
 pub mod units;
 pub mod wire;

@@ -75,7 +75,7 @@ static STEP: AtomicU64 = AtomicU64::new(0);
 fn state() -> MutexGuard<'static, State> {
     // A panic while holding the lock leaves consistent data (every update is a push or a field
     // write), so a poisoned lock is still usable.
-    STATE.lock().unwrap_or_else(|p| p.into_inner())
+    crate::sys::lock(&STATE)
 }
 
 fn live_now() -> u64 {

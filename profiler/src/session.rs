@@ -12,22 +12,19 @@ use crate::collect::HostCollector;
 use crate::phases;
 use crate::report::{self, Job, JobExit, Report, ReportError};
 use crate::snapshot::Snapshot;
+use crate::sys::{lock, unix_ms};
 use crate::timeline::{Timeline, DEFAULT_CAPACITY};
 use crate::wire::ring::RingWriter;
 use crate::wire::{self, Record};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 static CURRENT: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Why a session could not start or finish.
 #[derive(Debug)]
@@ -309,13 +306,6 @@ impl Shared {
             }
         }
     }
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// A running profiling session: samples memory until [`Session::finish`] (or drop).

@@ -27,7 +27,8 @@ pub struct PeakAt {
 }
 
 impl PeakAt {
-    fn at(bytes: u64, s: &Snapshot) -> Self {
+    /// `bytes` at the moment of snapshot `s`.
+    pub(crate) fn at(bytes: u64, s: &Snapshot) -> Self {
         PeakAt {
             bytes,
             t_ms: s.t_ms,

@@ -7,7 +7,8 @@ use memsight::wire::{Record, MAJOR};
 use memsight_e2e::{memsight_bin, scratch};
 use std::io::{BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::process::Command;
+use std::path::PathBuf;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 fn wait_for(p: &std::path::Path) {
@@ -18,14 +19,14 @@ fn wait_for(p: &std::path::Path) {
     assert!(p.exists(), "{} never appeared", p.display());
 }
 
-#[test]
-fn a_client_gets_hello_state_snapshots_and_the_end() {
-    let dir = scratch("socket");
+/// `memsight run` of a stepping job of `steps` steps: the sidecar, the job's pid, its socket (up).
+fn watched_job(name: &str, interval: &str, steps: &str) -> (Child, u32, PathBuf) {
+    let dir = scratch(name);
     let pid_file = dir.join("job.pid");
-    let mut sidecar = Command::new(memsight_bin())
-        .args(["run", "--interval", "20ms", "--report"])
+    let sidecar = Command::new(memsight_bin())
+        .args(["run", "--interval", interval, "--report"])
         .arg(dir.join("r.json"))
-        .args(["--", env!("CARGO_BIN_EXE_stepping_job"), "exit", "0", "30"])
+        .args(["--", env!("CARGO_BIN_EXE_stepping_job"), "exit", "0", steps])
         .env("JOB_PID_FILE", &pid_file)
         .spawn()
         .unwrap();
@@ -37,6 +38,12 @@ fn a_client_gets_hello_state_snapshots_and_the_end() {
         .unwrap();
     let sock = memsight::sidecar::server::socket_path(pid).unwrap();
     wait_for(&sock);
+    (sidecar, pid, sock)
+}
+
+#[test]
+fn a_client_gets_hello_state_snapshots_and_the_end() {
+    let (mut sidecar, pid, sock) = watched_job("socket", "20ms", "30");
 
     // A rude client: writes garbage and never reads.
     let mut rude = UnixStream::connect(&sock).unwrap();
@@ -98,23 +105,7 @@ fn another_user_cannot_connect() {
         println!("SKIP: a real second uid needs root; the uid check is unit-tested in the server");
         return;
     }
-    let dir = scratch("socket-uid");
-    let pid_file = dir.join("job.pid");
-    let mut sidecar = Command::new(memsight_bin())
-        .args(["run", "--report"])
-        .arg(dir.join("r.json"))
-        .args(["--", env!("CARGO_BIN_EXE_stepping_job"), "exit", "0", "40"])
-        .env("JOB_PID_FILE", &pid_file)
-        .spawn()
-        .unwrap();
-    wait_for(&pid_file);
-    let pid: u32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let sock = memsight::sidecar::server::socket_path(pid).unwrap();
-    wait_for(&sock);
+    let (mut sidecar, _, sock) = watched_job("socket-uid", "100ms", "40");
     // The same connect as root succeeds; as uid 65534 (nobody) it is refused.
     assert!(UnixStream::connect(&sock).is_ok());
     use std::os::unix::process::CommandExt;

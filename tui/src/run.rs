@@ -7,18 +7,26 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// Runs a job with memsight switched on and watches it from outside.
+/// What `run` and `attach` share: where the report goes, how often to sample, metrics.
 #[derive(clap::Args)]
-pub struct Args {
+pub struct Watching {
     /// Where to write the report.
     #[arg(long, default_value = "memsight-report.json")]
     report: PathBuf,
-    /// Sampling interval of the job (`100ms`, `1s`, or milliseconds).
+    /// Sampling interval (`100ms`, `1s`, or milliseconds): the job's under `run`; the sidecar's
+    /// own for a process without memsight under `attach`.
     #[arg(long, default_value = "100ms", value_parser = parse_interval)]
     interval: Duration,
     /// Serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464; port 0 picks one).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
+}
+
+/// Runs a job with memsight switched on and watches it from outside.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    watching: Watching,
     /// Open the live viewer in this terminal; the job's output goes to REPORT's name + `.log`.
     #[arg(long)]
     live: bool,
@@ -32,24 +40,18 @@ pub struct Args {
 pub struct AttachArgs {
     /// The process id.
     pid: u32,
-    /// Where to write the report.
-    #[arg(long, default_value = "memsight-report.json")]
-    report: PathBuf,
-    /// Sampling interval for a process without memsight (`100ms`, `1s`).
-    #[arg(long, default_value = "100ms", value_parser = parse_interval)]
-    interval: Duration,
-    /// Serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464).
-    #[arg(long, value_name = "ADDR")]
-    metrics: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    watching: Watching,
 }
 
 /// Attaches; exit 0 once the report is written, 2 when there is no such process.
 pub fn attach(a: AttachArgs) -> ExitCode {
+    let w = a.watching;
     let opts = AttachOptions {
         pid: a.pid,
-        report: a.report,
-        interval: a.interval,
-        metrics: a.metrics,
+        report: w.report,
+        interval: w.interval,
+        metrics: w.metrics,
     };
     eprintln!(
         "memsight · watching process {} (Ctrl-C to detach)",
@@ -88,8 +90,13 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
     } else {
         (t, 1)
     };
-    match num.trim().parse::<u64>() {
-        Ok(v) if v * scale >= 1 && v * scale <= 3_600_000 => Ok(Duration::from_millis(v * scale)),
+    let ms = num
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|v| v.checked_mul(scale));
+    match ms {
+        Some(ms) if (1..=3_600_000).contains(&ms) => Ok(Duration::from_millis(ms)),
         _ => Err(format!(
             "`{s}` is not an interval between 1ms and 1h (e.g. 100ms, 1s)"
         )),
@@ -104,12 +111,13 @@ pub fn run(a: Args) -> ExitCode {
         eprintln!("memsight · --live needs a terminal; running headless");
     }
     let (tx, rx) = std::sync::mpsc::channel();
-    let log = live.then(|| a.report.with_extension("log"));
+    let w = a.watching;
+    let log = live.then(|| w.report.with_extension("log"));
     let opts = RunOptions {
         command: a.command,
-        report: a.report,
-        interval: a.interval,
-        metrics: a.metrics,
+        report: w.report,
+        interval: w.interval,
+        metrics: w.metrics,
         job_output: log.clone(),
         on_spawn: live.then_some(tx),
     };

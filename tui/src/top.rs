@@ -53,13 +53,10 @@ fn running_sidecars() -> Vec<(u32, String)> {
         else {
             continue;
         };
-        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
-            let cmd: Vec<String> = cmd
-                .split(|&b| b == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            found.push((pid, cmd.join(" ")));
+        let cmd = memsight::collect::command_line(pid);
+        if !cmd.is_empty() {
+            let words: Vec<_> = cmd.iter().map(|c| c.to_string_lossy()).collect();
+            found.push((pid, words.join(" ")));
         }
     }
     found.sort();

@@ -9,7 +9,7 @@ pub mod tree;
 
 pub use cgroup::{CgroupMemory, CgroupReader};
 pub use jemalloc::{JemallocReader, JemallocStats};
-pub use procfs::{ProcessMemory, ProcessReader, SystemMemory, SystemReader};
+pub use procfs::{command_line, ProcessMemory, ProcessReader, SystemMemory, SystemReader};
 pub use tree::{read_tree, ProcessTree, TreeProcess};
 
 use serde::{Deserialize, Serialize};

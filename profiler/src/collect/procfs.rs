@@ -53,12 +53,10 @@ fn parse_statm(text: &str, page: u64) -> Option<(u64, u64)> {
 impl ProcessReader {
     /// Opens `<proc_dir>/status` and `statm` (e.g. `/proc/self`, `/proc/1234`).
     pub fn open(proc_dir: &Path) -> io::Result<Self> {
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         Ok(ProcessReader {
             status: KeptFile::open(&proc_dir.join("status"))?,
             statm: KeptFile::open(&proc_dir.join("statm")).ok(),
-            page: if page > 0 { page as u64 } else { 4096 },
+            page: crate::sys::page_size(),
             last_status: std::cell::Cell::new(None),
             reads: std::cell::Cell::new(0),
         })
@@ -94,6 +92,19 @@ impl ProcessReader {
         self.last_status.set(Some(ProcessMemory { hwm, ..st }));
         Ok(m)
     }
+}
+
+/// The command line of process `pid` (empty when it is gone or a kernel thread).
+pub fn command_line(pid: u32) -> Vec<std::ffi::OsString> {
+    use std::os::unix::ffi::OsStringExt;
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| std::ffi::OsString::from_vec(a.to_vec()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Parses the text of `/proc/<pid>/status` (values in kB).

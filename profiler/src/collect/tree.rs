@@ -32,16 +32,6 @@ pub struct ProcessTree {
     pub processes: Vec<TreeProcess>,
 }
 
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as u64
-    } else {
-        4096
-    }
-}
-
 fn children(proc_root: &Path, pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     let Ok(tasks) = std::fs::read_dir(proc_root.join(pid.to_string()).join("task")) else {
@@ -69,7 +59,7 @@ fn rss(proc_root: &Path, pid: u32, page: u64) -> Option<u64> {
 /// Reads the tree under `root` (`proc_root` is normally `/proc`). Processes that exit while it is
 /// read are left out; the root missing is an error.
 pub fn read_tree(proc_root: &Path, root: u32) -> io::Result<ProcessTree> {
-    let page = page_size();
+    let page = crate::sys::page_size();
     let root_rss = rss(proc_root, root, page).ok_or_else(|| {
         io::Error::new(io::ErrorKind::NotFound, format!("process {root} is gone"))
     })?;

@@ -97,17 +97,26 @@ pub fn build(p: Parts) -> Report {
 pub fn steps_from_snapshots(samples: &[Snapshot]) -> Vec<StepStats> {
     let mut steps: Vec<StepStats> = Vec::new();
     for s in samples {
-        match steps.last_mut() {
-            Some(last) if last.step == s.step => {
-                last.peak_bytes = last.peak_bytes.max(s.heap.live_bytes);
-                last.live_end_bytes = s.heap.live_bytes;
-            }
-            _ => steps.push(StepStats {
+        add_step_sample(&mut steps, s);
+    }
+    steps
+}
+
+/// Folds one sample into step statistics recovered from samples; true when it started a new step.
+pub fn add_step_sample(steps: &mut Vec<StepStats>, s: &Snapshot) -> bool {
+    match steps.last_mut() {
+        Some(last) if last.step == s.step => {
+            last.peak_bytes = last.peak_bytes.max(s.heap.live_bytes);
+            last.live_end_bytes = s.heap.live_bytes;
+            false
+        }
+        _ => {
+            steps.push(StepStats {
                 step: s.step,
                 peak_bytes: s.heap.live_bytes,
                 live_end_bytes: s.heap.live_bytes,
-            }),
+            });
+            true
         }
     }
-    steps
 }

@@ -4,13 +4,13 @@
 //! process tree (data-loader workers and other children, each with its RSS).
 
 use super::postmortem::{self, End, Ending};
-use super::{unix_ms, RunOutcome, SidecarError, Watch};
+use super::{RunOutcome, SidecarError, Watch};
 use crate::alloc::HeapStats;
-use crate::collect::{read_tree, HostCollector};
+use crate::collect::{command_line, read_tree, HostCollector};
 use crate::snapshot::Snapshot;
+use crate::sys::unix_ms;
 use crate::wire::default_ring_path;
 use crate::wire::ring::RingReader;
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -59,18 +59,6 @@ fn start_unix_ms(ticks: u64) -> Option<u64> {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     Some(btime * 1000 + ticks * 1000 / hz)
-}
-
-fn command_line(pid: u32) -> Vec<OsString> {
-    use std::os::unix::ffi::OsStringExt;
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| {
-            b.split(|&c| c == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| OsString::from_vec(a.to_vec()))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Watches process `opts.pid` until it ends or this process gets SIGINT/SIGTERM, then writes the
@@ -141,9 +129,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
                     if !now.is_empty() {
                         command = now;
                     }
-                    outputs.emit(&crate::wire::Record::Snapshot(Box::new(s.clone())));
-                    watch.last = Some(s.clone());
-                    watch.timeline.push(s);
+                    watch.take(vec![crate::wire::Record::Snapshot(Box::new(s))], &outputs);
                 }
             }
         }
@@ -156,14 +142,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
         libc::signal(libc::SIGTERM, libc::SIG_DFL);
     }
     if let Some(r) = reader.as_mut() {
-        let records = if matches!(end, End::Ended) {
-            r.poll_final()
-        } else {
-            r.poll()
-        };
-        watch.take(records, &outputs);
-        watch.dropped = r.dropped();
-        watch.alloc_failures = r.alloc_failures();
+        watch.drain(r, matches!(end, End::Ended), &outputs);
     }
     if let Some(h) = &host {
         watch.sources = h.sources();

@@ -133,7 +133,7 @@ impl Metrics {
     /// The exposition text (OpenMetrics).
     pub fn encode(&self) -> String {
         let mut out = String::new();
-        let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        let registry = crate::sys::lock(&self.registry);
         if encode(&mut out, &registry).is_err() {
             out.clear();
         }

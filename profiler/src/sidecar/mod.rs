@@ -13,6 +13,7 @@ pub use attach::{attach, AttachOptions};
 
 use crate::report::Report;
 use crate::snapshot::Snapshot;
+use crate::sys::unix_ms;
 use crate::timeline::Timeline;
 use crate::wire::ring::RingReader;
 use crate::wire::runtime_dir;
@@ -23,7 +24,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// What `memsight run` was asked to do.
 #[derive(Clone, Debug)]
@@ -87,13 +88,6 @@ impl fmt::Display for SidecarError {
 
 impl std::error::Error for SidecarError {}
 
-pub(crate) fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// The exit code a shell would show: the code, or 128 + signal.
 pub fn shell_code(status: ExitStatus) -> i32 {
     status
@@ -105,7 +99,6 @@ pub fn shell_code(status: ExitStatus) -> i32 {
 /// What the sidecar gathered while the job ran.
 pub(crate) struct Watch {
     pub timeline: Timeline,
-    pub last: Option<Snapshot>,
     pub hello: Option<Record>,
     pub finished_report: Option<PathBuf>,
     pub ring_start_unix_ms: Option<u64>,
@@ -122,7 +115,6 @@ impl Watch {
     pub(crate) fn new() -> Self {
         Watch {
             timeline: Timeline::with_capacity(crate::timeline::DEFAULT_CAPACITY),
-            last: None,
             hello: None,
             finished_report: None,
             ring_start_unix_ms: None,
@@ -149,14 +141,29 @@ impl Watch {
         }
     }
 
+    /// The latest snapshot (compaction only merges older ones).
+    pub fn last(&self) -> Option<&Snapshot> {
+        self.timeline.last()
+    }
+
+    /// Reads what the writer left once watching stops: every remaining record (`writer_gone`:
+    /// one it died writing counts as dropped), the drop count and the failed allocations.
+    fn drain(&mut self, r: &mut RingReader, writer_gone: bool, out: &Outputs) {
+        let records = if writer_gone {
+            r.poll_final()
+        } else {
+            r.poll()
+        };
+        self.take(records, out);
+        self.dropped = r.dropped();
+        self.alloc_failures = r.alloc_failures();
+    }
+
     fn take(&mut self, records: Vec<Record>, out: &Outputs) {
         for r in records {
             out.emit(&r);
             match r {
-                Record::Snapshot(s) => {
-                    self.last = Some((*s).clone());
-                    self.timeline.push(*s);
-                }
+                Record::Snapshot(s) => self.timeline.push(*s),
                 Record::Finished { report_path } => {
                     self.finished_report = report_path.map(PathBuf::from);
                 }
@@ -318,10 +325,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
     watch.open_ring(&mut reader, &ring_path);
     if let Some(r) = reader.as_mut() {
-        let records = r.poll_final();
-        watch.take(records, &outputs);
-        watch.dropped = r.dropped();
-        watch.alloc_failures = r.alloc_failures();
+        watch.drain(r, true, &outputs);
     }
     let status = status.ok();
     let oom_kills = oom.kills();

@@ -106,13 +106,9 @@ fn job_exit(end: End) -> JobExit {
     }
 }
 
+/// A sample's live heap, and when.
 fn at(s: &crate::snapshot::Snapshot) -> PeakAt {
-    PeakAt {
-        bytes: s.heap.live_bytes,
-        t_ms: s.t_ms,
-        step: s.step,
-        phase: s.phase.clone(),
-    }
+    PeakAt::at(s.heap.live_bytes, s)
 }
 
 fn where_(p: &PeakAt) -> String {
@@ -170,7 +166,7 @@ pub(crate) fn final_report(e: Ending) -> Report {
             },
             interval_ms: e.interval.as_millis() as u64,
             timeline: &w.timeline,
-            heap: w.last.as_ref().map(|s| s.heap).unwrap_or_default(),
+            heap: w.last().map(|s| s.heap).unwrap_or_default(),
             phases: w.phases.clone(),
             steps: steps_from_snapshots(w.timeline.samples()),
             histogram: Vec::new(),
@@ -180,10 +176,9 @@ pub(crate) fn final_report(e: Ending) -> Report {
     report.job.exit = exit;
     report.job.end_unix_ms = e.died_unix_ms;
 
-    let last = w.last.as_ref().map(at);
+    let last = w.last().map(at);
     let last_age = w
-        .last
-        .as_ref()
+        .last()
         .map(|s| e.died_unix_ms.saturating_sub(e.start_unix_ms + s.t_ms));
     let heap_peak = w
         .timeline
@@ -256,7 +251,7 @@ pub(crate) fn final_report(e: Ending) -> Report {
             f.text("process_name", name);
         }
         f.text("scope", "memcg");
-        let cg = w.last.as_ref().and_then(|s| s.cgroup);
+        let cg = w.last().and_then(|s| s.cgroup);
         if let Some(limit) = cg.and_then(|c| c.limit) {
             f.int("memory_limit_bytes", limit);
         }

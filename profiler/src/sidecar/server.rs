@@ -4,6 +4,7 @@
 //! `dropped` notices instead of slowing the sidecar down.
 
 use crate::snapshot::Snapshot;
+use crate::sys::lock;
 use crate::timeline::{Timeline, DEFAULT_CAPACITY};
 use crate::wire::{Record, MAJOR, MINOR};
 use std::io::{self, Write};
@@ -12,7 +13,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 /// Records queued per client before it starts missing some.
 const CLIENT_QUEUE: usize = 1024;
@@ -40,10 +41,6 @@ pub struct Server {
 
 /// Longest wait for client threads to send their last records when the server stops.
 const DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
-
-fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 fn line(r: &Record) -> Arc<str> {
     let mut s = serde_json::to_string(r).unwrap_or_else(|_| "{\"type\":\"unknown\"}".into());

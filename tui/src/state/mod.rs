@@ -145,23 +145,12 @@ impl ViewerState {
     }
 
     fn push(&mut self, s: Snapshot) {
-        match self.steps.last_mut() {
-            Some(last) if last.step == s.step => {
-                last.peak_bytes = last.peak_bytes.max(s.heap.live_bytes);
-                last.live_end_bytes = s.heap.live_bytes;
-            }
-            _ => {
-                self.steps.push(StepStats {
-                    step: s.step,
-                    peak_bytes: s.heap.live_bytes,
-                    live_end_bytes: s.heap.live_bytes,
-                });
-                // A step just ended: the live leak slope over the steps so far (same estimator as
-                // the report's, on sampled step ends; every 20th step once there are many).
-                let n = self.steps.len();
-                if n <= 200 || n.is_multiple_of(20) {
-                    self.leak = memsight::report::leak::estimate(&self.steps);
-                }
+        if memsight::report::build::add_step_sample(&mut self.steps, &s) {
+            // A step just ended: the live leak slope over the steps so far (same estimator as
+            // the report's, on sampled step ends; every 20th step once there are many).
+            let n = self.steps.len();
+            if n <= 200 || n.is_multiple_of(20) {
+                self.leak = memsight::report::leak::estimate(&self.steps);
             }
         }
         self.timeline.push(s);
