@@ -31,6 +31,7 @@
 
 pub mod alloc;
 pub mod collect;
+pub mod devices;
 pub mod diagnose;
 pub mod estimate;
 mod phases;

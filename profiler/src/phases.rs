@@ -7,6 +7,7 @@
 //! window back into the enclosing one, so nested peaks are exact up to the allocator's flush bound.
 
 use crate::alloc::counters::{self, Tracker};
+use crate::devices::tensors::{self, Window};
 use crate::units::{fmt_bytes, fmt_signed_bytes};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -36,6 +37,9 @@ pub struct PhaseStats {
     pub net_bytes: i64,
     /// Largest single-occurrence peak growth above the live bytes at entry.
     pub max_rise_bytes: u64,
+    /// Highest live tensor bytes reached inside the phase (with a tensor backend installed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_peak_bytes: Option<u64>,
 }
 
 /// One training step's memory.
@@ -48,6 +52,9 @@ pub struct StepStats {
     pub peak_bytes: u64,
     /// Live heap bytes when the step ended.
     pub live_end_bytes: u64,
+    /// Highest live tensor bytes during the step (with a tensor backend installed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_peak_bytes: Option<u64>,
 }
 
 struct Frame {
@@ -55,6 +62,7 @@ struct Frame {
     start: Instant,
     live_at_entry: u64,
     outer_window: u64,
+    outer_tensor_window: u64,
 }
 
 struct State {
@@ -88,6 +96,7 @@ pub fn step(n: u64) {
     let mut st = state();
     if st.step_open {
         let peak = counters::swap_peak(Tracker::Step, live);
+        let tensor_peak = tensors::swap_window(Window::Step, 0);
         let prev = STEP.load(Relaxed);
         push_step(
             &mut st.steps,
@@ -95,10 +104,12 @@ pub fn step(n: u64) {
                 step: prev,
                 peak_bytes: peak,
                 live_end_bytes: live,
+                tensor_peak_bytes: tensors::enabled().then_some(tensor_peak),
             },
         );
     } else {
         counters::swap_peak(Tracker::Step, live);
+        tensors::swap_window(Window::Step, 0);
         st.step_open = true;
     }
     STEP.store(n, Relaxed);
@@ -146,6 +157,8 @@ pub struct PhaseMeasurement {
     pub peak_rise_bytes: u64,
     /// Peak live bytes inside the phase.
     pub peak_bytes: u64,
+    /// Peak live tensor bytes inside the phase (with a tensor backend installed).
+    pub tensor_peak_bytes: Option<u64>,
 }
 
 impl std::fmt::Display for PhaseMeasurement {
@@ -189,11 +202,13 @@ fn enter(name: &str, print: bool) -> PhaseGuard {
         None => name.to_string(),
     };
     let outer_window = counters::swap_peak(Tracker::Phase, live);
+    let outer_tensor_window = tensors::swap_window(Window::Phase, 0);
     st.stack.push(Frame {
         path,
         start: Instant::now(),
         live_at_entry: live,
         outer_window,
+        outer_tensor_window,
     });
     PhaseGuard {
         depth: st.stack.len(),
@@ -232,12 +247,15 @@ fn close(depth: usize) -> Option<PhaseMeasurement> {
         let window = counters::peak(Tracker::Phase, live);
         // Fold this window into the enclosing one.
         counters::swap_peak(Tracker::Phase, frame.outer_window.max(window));
+        let tensor_window = tensors::window_peak(Window::Phase);
+        tensors::swap_window(Window::Phase, frame.outer_tensor_window.max(tensor_window));
         let m = PhaseMeasurement {
             path: frame.path,
             elapsed: frame.start.elapsed(),
             net_bytes: live as i64 - frame.live_at_entry as i64,
             peak_rise_bytes: window.saturating_sub(frame.live_at_entry),
             peak_bytes: window,
+            tensor_peak_bytes: tensors::enabled().then_some(tensor_window),
         };
         record(&mut st.phases, &m);
         result = Some(m);
@@ -273,6 +291,9 @@ fn record(phases: &mut Vec<PhaseStats>, m: &PhaseMeasurement) {
         p.peak_bytes = m.peak_bytes;
         p.peak_step = STEP.load(Relaxed);
     }
+    if let Some(t) = m.tensor_peak_bytes {
+        p.tensor_peak_bytes = Some(p.tensor_peak_bytes.unwrap_or(0).max(t));
+    }
     p.net_bytes += m.net_bytes;
     p.max_rise_bytes = p.max_rise_bytes.max(m.peak_rise_bytes);
 }
@@ -292,6 +313,7 @@ pub fn step_stats() -> Vec<StepStats> {
             step: STEP.load(Relaxed),
             peak_bytes: counters::peak(Tracker::Step, live),
             live_end_bytes: live,
+            tensor_peak_bytes: tensors::enabled().then(|| tensors::window_peak(Window::Step)),
         });
     }
     v

@@ -9,6 +9,7 @@
 
 use crate::alloc;
 use crate::collect::HostCollector;
+use crate::devices;
 use crate::phases;
 use crate::report::{self, Job, JobExit, Report, ReportError};
 use crate::snapshot::Snapshot;
@@ -261,13 +262,15 @@ impl Shared {
 
     fn sample(&self) -> Snapshot {
         let host = lock(&self.collector).sample();
-        Snapshot::new(
+        let mut s = Snapshot::new(
             self.started.elapsed().as_millis() as u64,
             phases::current_step(),
             phases::current_phase(),
             alloc::stats(),
             host,
-        )
+        );
+        s.devices = devices::sample_all();
+        s
     }
 
     fn run(&self, interval: Duration) {
@@ -355,7 +358,8 @@ impl Session {
         let report = {
             let mut tl = lock(&self.shared.timeline);
             tl.push(last);
-            let sources = lock(&self.shared.collector).sources();
+            let mut sources = lock(&self.shared.collector).sources();
+            sources.extend(devices::statuses());
             let end_unix_ms = unix_ms();
             report::build::build(report::build::Parts {
                 job: Job {
@@ -377,6 +381,8 @@ impl Session {
                 steps: phases::step_stats(),
                 histogram: report::histogram_buckets(&alloc::size_histogram()),
                 sources,
+                tensors: devices::tensors::stats(),
+                device_ooms: devices::ooms(),
             })
         };
         *lock(&CURRENT) = None;
@@ -414,6 +420,17 @@ impl Drop for Session {
     }
 }
 
+/// Stamps a device OOM with the session's clock and writes it to the flight recorder.
+pub(crate) fn on_device_oom(oom: &mut devices::DeviceOom) {
+    let current = lock(&CURRENT).clone();
+    if let Some(shared) = current {
+        oom.t_ms = shared.started.elapsed().as_millis() as u64;
+        if let Some(r) = &shared.ring {
+            r.append(&Record::DeviceOom(Box::new(oom.clone())));
+        }
+    }
+}
+
 /// A snapshot taken now: through the running session's collectors, or fresh ones without a session.
 pub fn snapshot() -> Snapshot {
     let current = lock(&CURRENT).clone();
@@ -421,13 +438,15 @@ pub fn snapshot() -> Snapshot {
         Some(shared) => shared.sample(),
         None => {
             let host = HostCollector::for_self().sample();
-            Snapshot::new(
+            let mut s = Snapshot::new(
                 0,
                 phases::current_step(),
                 phases::current_phase(),
                 alloc::stats(),
                 host,
-            )
+            );
+            s.devices = devices::sample_all();
+            s
         }
     }
 }

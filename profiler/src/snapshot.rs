@@ -5,6 +5,7 @@ use crate::alloc::HeapStats;
 use crate::collect::{
     CgroupMemory, HostSample, JemallocStats, ProcessMemory, ProcessTree, SystemMemory,
 };
+use crate::devices::{tensors::TensorStats, DeviceSample};
 use crate::units::fmt_bytes;
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +37,12 @@ pub struct Snapshot {
     /// The process and its descendants (sidecar's `attach`, which watches the whole tree).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tree: Option<ProcessTree>,
+    /// Tensor storage bytes (libtorch CPU allocator hook), when a tensor backend is installed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensors: Option<TensorStats>,
+    /// Accelerator memory, one entry per device and backend.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceSample>,
 }
 
 impl Snapshot {
@@ -57,6 +64,8 @@ impl Snapshot {
             system: host.system,
             cgroup: host.cgroup,
             tree: None,
+            tensors: crate::devices::tensors::stats(),
+            devices: Vec::new(),
         }
     }
 
@@ -99,6 +108,28 @@ impl Snapshot {
             opt(self.process.map(|p| p.rss)),
             opt(self.process.map(|p| p.hwm))
         );
+        if let Some(t) = self.tensors {
+            out += &format!(
+                "  Tensors     {:>12}  live tensor storage (peak {})\n",
+                fmt_bytes(t.live_bytes),
+                fmt_bytes(t.peak_bytes)
+            );
+        }
+        for d in &self.devices {
+            out += &format!(
+                "  cuda:{:<7} {:>12}  {} reserved {} of {} ({})\n",
+                d.index,
+                opt(d.allocated_bytes.or(d.used_bytes)),
+                if d.allocated_bytes.is_some() {
+                    "allocated,"
+                } else {
+                    "used,"
+                },
+                opt(d.reserved_bytes),
+                opt(d.total_bytes),
+                d.backend
+            );
+        }
         let limit = match self.cgroup {
             Some(c) => match c.limit {
                 Some(l) => format!("cgroup v{} limit {}", c.version, fmt_bytes(l)),

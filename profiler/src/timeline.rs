@@ -49,6 +49,10 @@ pub struct SampledPeaks {
     pub resident: Option<(PeakAt, Snapshot)>,
     /// Highest cgroup usage seen.
     pub cgroup_usage: Option<PeakAt>,
+    /// Highest sampled live tensor bytes (the exact peak is in the tensor counters).
+    pub tensors: Option<PeakAt>,
+    /// Per device and backend.
+    pub devices: Vec<crate::devices::DevicePeak>,
 }
 
 fn raise(slot: &mut Option<PeakAt>, v: u64, s: &Snapshot) {
@@ -77,7 +81,8 @@ impl Timeline {
     pub fn with_capacity(capacity: usize) -> Self {
         let capacity = capacity.max(8);
         Timeline {
-            samples: Vec::with_capacity(capacity),
+            // Grows as samples arrive: a short job does not pay for 3000 snapshots up front.
+            samples: Vec::new(),
             capacity,
             merged: 0,
             peaks: SampledPeaks::default(),
@@ -93,6 +98,10 @@ impl Timeline {
         if let Some(c) = s.cgroup {
             raise(&mut self.peaks.cgroup_usage, c.usage, &s);
         }
+        if let Some(t) = s.tensors {
+            raise(&mut self.peaks.tensors, t.live_bytes, &s);
+        }
+        crate::devices::fold_peaks(&mut self.peaks.devices, &s.devices);
         if let Some(j) = s.jemalloc {
             if self
                 .peaks

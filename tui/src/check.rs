@@ -23,6 +23,18 @@ pub struct Args {
     /// Live-heap growth per step after warm-up (e.g. 1MiB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_leak_per_step: Option<u64>,
+    /// Peak live libtorch CPU tensor bytes (e.g. 2GiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_tensor_peak: Option<u64>,
+    /// Per device: peak allocator reserved bytes, else NVML used (e.g. 70GiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_device_peak: Option<u64>,
+    /// Per device: (reserved − allocated) / reserved, between 0 and 1.
+    #[arg(long, value_name = "RATIO")]
+    max_device_fragmentation: Option<f64>,
+    /// Per device: caching-allocator retries (cache flushes under memory pressure).
+    #[arg(long, value_name = "N")]
+    max_alloc_retries: Option<u64>,
     /// A budget file (TOML, `version = 1`; see docs/budget.example.toml).
     #[arg(long, value_name = "FILE.toml")]
     budget: Option<PathBuf>,
@@ -40,6 +52,10 @@ pub fn run(a: Args) -> ExitCode {
         max_rss_peak: a.max_rss_peak,
         max_fragmentation: a.max_fragmentation,
         max_leak_per_step: a.max_leak_per_step,
+        max_tensor_peak: a.max_tensor_peak,
+        max_device_peak: a.max_device_peak,
+        max_device_fragmentation: a.max_device_fragmentation,
+        max_alloc_retries: a.max_alloc_retries,
     };
     if let Err(e) = flags.validate() {
         return fail(e);
@@ -52,7 +68,7 @@ pub fn run(a: Args) -> ExitCode {
         None => flags,
     };
     if budgets.is_empty() {
-        return fail("no budget given: pass --max-host-peak, --max-rss-peak, --max-fragmentation, --max-leak-per-step or --budget FILE");
+        return fail("no budget given: pass --max-host-peak, --max-rss-peak, --max-fragmentation, --max-leak-per-step, --max-tensor-peak, --max-device-peak, --max-device-fragmentation, --max-alloc-retries or --budget FILE");
     }
     let report = match Report::load(&a.report) {
         Ok(r) => r,

@@ -111,3 +111,32 @@ mod imp {
 }
 
 pub use imp::JemallocReader;
+
+/// Returns every arena's unused dirty and muzzy pages to the OS now (`arena.<all>.purge`):
+/// the host-side counterpart of CUDA's empty-cache, for periodic cleanup.
+pub fn purge() -> Result<(), String> {
+    #[cfg(feature = "jemalloc")]
+    {
+        // MALLCTL_ARENAS_ALL is 4096 in jemalloc 5; the control takes neither input nor output.
+        let name = c"arena.4096.purge";
+        // SAFETY: a NUL-terminated name and null old/new pointers, as this control requires.
+        let rc = unsafe {
+            tikv_jemalloc_sys::mallctl(
+                name.as_ptr(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(format!("jemalloc purge failed: error {rc}"))
+        }
+    }
+    #[cfg(not(feature = "jemalloc"))]
+    {
+        Err("memsight was built without the `jemalloc` feature".into())
+    }
+}

@@ -21,6 +21,14 @@ pub struct Budgets {
     pub max_fragmentation: Option<f64>,
     /// Live-heap growth per step (leak slope), bytes.
     pub max_leak_per_step: Option<u64>,
+    /// Peak live tensor bytes (libtorch CPU tensors).
+    pub max_tensor_peak: Option<u64>,
+    /// Per device: peak allocator reserved, else peak driver-reported used.
+    pub max_device_peak: Option<u64>,
+    /// Per device: highest sampled (reserved − allocated) / reserved.
+    pub max_device_fragmentation: Option<f64>,
+    /// Per device: caching-allocator retries (cache flushes under pressure).
+    pub max_alloc_retries: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -31,6 +39,10 @@ struct BudgetFile {
     max_rss_peak: Option<String>,
     max_fragmentation: Option<f64>,
     max_leak_per_step: Option<String>,
+    max_tensor_peak: Option<String>,
+    max_device_peak: Option<String>,
+    max_device_fragmentation: Option<f64>,
+    max_alloc_retries: Option<u64>,
 }
 
 /// A budget file that cannot be used.
@@ -72,6 +84,10 @@ impl Budgets {
             max_rss_peak: size("max_rss_peak", f.max_rss_peak)?,
             max_fragmentation: f.max_fragmentation,
             max_leak_per_step: size("max_leak_per_step", f.max_leak_per_step)?,
+            max_tensor_peak: size("max_tensor_peak", f.max_tensor_peak)?,
+            max_device_peak: size("max_device_peak", f.max_device_peak)?,
+            max_device_fragmentation: f.max_device_fragmentation,
+            max_alloc_retries: f.max_alloc_retries,
         };
         b.validate()?;
         Ok(b)
@@ -79,12 +95,20 @@ impl Budgets {
 
     /// Checks ranges that a size parser cannot (fragmentation is a ratio in [0, 1]).
     pub fn validate(&self) -> Result<(), BudgetError> {
-        match self.max_fragmentation {
-            Some(r) if !(0.0..=1.0).contains(&r) => Err(BudgetError(format!(
-                "max_fragmentation must be a ratio between 0 and 1, got {r}"
-            ))),
-            _ => Ok(()),
+        for (name, v) in [
+            ("max_fragmentation", self.max_fragmentation),
+            ("max_device_fragmentation", self.max_device_fragmentation),
+        ] {
+            match v {
+                Some(r) if !(0.0..=1.0).contains(&r) => {
+                    return Err(BudgetError(format!(
+                        "{name} must be a ratio between 0 and 1, got {r}"
+                    )))
+                }
+                _ => {}
+            }
         }
+        Ok(())
     }
 
     /// Overrides every budget that `other` sets (flags over file).
@@ -94,6 +118,12 @@ impl Budgets {
             max_rss_peak: other.max_rss_peak.or(self.max_rss_peak),
             max_fragmentation: other.max_fragmentation.or(self.max_fragmentation),
             max_leak_per_step: other.max_leak_per_step.or(self.max_leak_per_step),
+            max_tensor_peak: other.max_tensor_peak.or(self.max_tensor_peak),
+            max_device_peak: other.max_device_peak.or(self.max_device_peak),
+            max_device_fragmentation: other
+                .max_device_fragmentation
+                .or(self.max_device_fragmentation),
+            max_alloc_retries: other.max_alloc_retries.or(self.max_alloc_retries),
         }
     }
 
@@ -168,7 +198,71 @@ impl Budgets {
                 ),
             }
         }
+        self.check_tensors_and_devices(r, &mut out);
         out
+    }
+
+    fn check_tensors_and_devices(&self, r: &Report, out: &mut Vec<String>) {
+        let p = &r.peaks;
+        if let Some(max) = self.max_tensor_peak {
+            match p.tensor_peak_bytes {
+                Some(v) if v > max => {
+                    let mut at = String::new();
+                    if let Some(s) = p.tensor_peak_step {
+                        at += &format!(" (peaked at step {s}");
+                        if let Some(ph) = &p.tensor_peak_phase {
+                            at += &format!(", phase {ph}");
+                        }
+                        at += ")";
+                    }
+                    out.push(format!(
+                        "tensor peak {} exceeds budget {}{at}",
+                        fmt_bytes(v),
+                        fmt_bytes(max)
+                    ));
+                }
+                Some(_) => {}
+                None => out.push("tensor peak cannot be checked: the report has no tensor bytes (no libtorch hook was installed)".into()),
+            }
+        }
+        let device_budgets = self.max_device_peak.is_some()
+            || self.max_device_fragmentation.is_some()
+            || self.max_alloc_retries.is_some();
+        if device_budgets && r.devices.is_empty() {
+            out.push("device budgets cannot be checked: the report has no device memory (no GPU backend delivered data; see its sources)".into());
+            return;
+        }
+        for d in &r.devices {
+            let who = format!("cuda:{} ({})", d.index, d.backend);
+            if let (Some(max), Some(v)) = (self.max_device_peak, d.footprint()) {
+                if v > max {
+                    let what = if d.peak_reserved_bytes.is_some() {
+                        "reserved"
+                    } else {
+                        "used"
+                    };
+                    out.push(format!(
+                        "{who} peak {what} {} exceeds budget {}",
+                        fmt_bytes(v),
+                        fmt_bytes(max)
+                    ));
+                }
+            }
+            if let (Some(max), Some(v)) = (self.max_device_fragmentation, d.peak_fragmentation) {
+                if v > max {
+                    out.push(format!(
+                        "{who} fragmentation {v:.3} exceeds budget {max:.3} (reserved − allocated over reserved)"
+                    ));
+                }
+            }
+            if let (Some(max), Some(v)) = (self.max_alloc_retries, d.alloc_retries) {
+                if v > max {
+                    out.push(format!(
+                        "{who} allocator retries {v} exceed budget {max} (each one flushed the cache and synchronised)"
+                    ));
+                }
+            }
+        }
     }
 }
 
@@ -192,7 +286,7 @@ mod tests {
             e("version = 2\n"),
             "budget file version 2 is not supported (this memsight reads version 1)"
         );
-        assert_eq!(e("version = 1\nmax_host_peek = \"1GiB\"\n"), "unknown field `max_host_peek`, expected one of `version`, `max_host_peak`, `max_rss_peak`, `max_fragmentation`, `max_leak_per_step`");
+        assert_eq!(e("version = 1\nmax_host_peek = \"1GiB\"\n"), "unknown field `max_host_peek`, expected one of `version`, `max_host_peak`, `max_rss_peak`, `max_fragmentation`, `max_leak_per_step`, `max_tensor_peak`, `max_device_peak`, `max_device_fragmentation`, `max_alloc_retries`");
         assert_eq!(
             e("version = 1\nmax_host_peak = \"lots\"\n"),
             "max_host_peak: invalid size \"lots\": expected a number (examples: 512MiB, 4GiB, 100MB, 1048576)"
@@ -202,5 +296,50 @@ mod tests {
             "max_fragmentation must be a ratio between 0 and 1, got 3"
         );
         assert_eq!(e("max_host_peak = \"1GiB\"\n"), "missing field `version`");
+    }
+
+    #[test]
+    fn gates_tensor_and_device_memory() {
+        use crate::devices::DevicePeak;
+        let b = Budgets::parse(
+            "version = 1\nmax_tensor_peak = \"1GiB\"\nmax_device_peak = \"70GiB\"\n\
+             max_device_fragmentation = 0.3\nmax_alloc_retries = 0\n",
+        )
+        .unwrap();
+        let mut r = Report::default();
+        assert_eq!(
+            b.check(&r),
+            vec![
+                "tensor peak cannot be checked: the report has no tensor bytes (no libtorch hook was installed)",
+                "device budgets cannot be checked: the report has no device memory (no GPU backend delivered data; see its sources)",
+            ]
+        );
+        r.peaks.tensor_peak_bytes = Some(3 << 30);
+        r.peaks.tensor_peak_step = Some(12);
+        r.peaks.tensor_peak_phase = Some("train/backward".into());
+        r.devices.push(DevicePeak {
+            index: 0,
+            backend: "libtorch-cuda".into(),
+            peak_reserved_bytes: Some(75 << 30),
+            peak_allocated_bytes: Some(50 << 30),
+            peak_fragmentation: Some(0.4),
+            alloc_retries: Some(3),
+            ..Default::default()
+        });
+        assert_eq!(
+            b.check(&r),
+            vec![
+                "tensor peak 3.00 GiB exceeds budget 1.00 GiB (peaked at step 12, phase train/backward)",
+                "cuda:0 (libtorch-cuda) peak reserved 75.00 GiB exceeds budget 70.00 GiB",
+                "cuda:0 (libtorch-cuda) fragmentation 0.400 exceeds budget 0.300 (reserved − allocated over reserved)",
+                "cuda:0 (libtorch-cuda) allocator retries 3 exceed budget 0 (each one flushed the cache and synchronised)",
+            ]
+        );
+        assert_eq!(
+            Budgets::parse("version = 1\nmax_device_fragmentation = 1.5\n")
+                .unwrap_err()
+                .0,
+            "max_device_fragmentation must be a ratio between 0 and 1, got 1.5"
+        );
     }
 }

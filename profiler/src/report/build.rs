@@ -4,6 +4,7 @@
 use super::{leak, tips, Fragmentation, HistogramBucket, Job, Peaks, Report, SCHEMA_VERSION};
 use crate::alloc::HeapStats;
 use crate::collect::SourceStatus;
+use crate::devices::{tensors::TensorStats, DeviceOom};
 use crate::phases::{PhaseStats, StepStats};
 use crate::snapshot::Snapshot;
 use crate::timeline::Timeline;
@@ -26,6 +27,10 @@ pub struct Parts<'a> {
     pub histogram: Vec<HistogramBucket>,
     /// Source statuses.
     pub sources: Vec<SourceStatus>,
+    /// Tensor counters at the end (their peak is exact), when a tensor backend was installed.
+    pub tensors: Option<TensorStats>,
+    /// Device OOM events.
+    pub device_ooms: Vec<DeviceOom>,
 }
 
 /// Builds the report, its peaks' attribution, fragmentation, leak slope and tips.
@@ -46,6 +51,24 @@ pub fn build(p: Parts) -> Report {
         .filter(|ph| ph.peak_bytes >= heap.peak_bytes)
         .max_by_key(|ph| ph.path.matches('/').count())
         .map(|ph| ph.path.clone());
+    let tensor_peak_bytes = match (p.tensors.map(|t| t.peak_bytes), &sp.tensors) {
+        (Some(a), Some(b)) => Some(a.max(b.bytes)),
+        (a, b) => a.or(b.as_ref().map(|b| b.bytes)),
+    };
+    let tensor_peak_step = tensor_peak_bytes.and_then(|peak| {
+        p.steps
+            .iter()
+            .rev()
+            .find(|s| s.tensor_peak_bytes.is_some_and(|t| t >= peak))
+            .map(|s| s.step)
+    });
+    let tensor_peak_phase = tensor_peak_bytes.and_then(|peak| {
+        p.phases
+            .iter()
+            .filter(|ph| ph.tensor_peak_bytes.is_some_and(|t| t >= peak))
+            .max_by_key(|ph| ph.path.matches('/').count())
+            .map(|ph| ph.path.clone())
+    });
     let rss_peak_bytes = match (sp.hwm, sp.rss.as_ref().map(|r| r.bytes)) {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
@@ -76,6 +99,9 @@ pub fn build(p: Parts) -> Report {
             jemalloc_resident_peak: sp.resident.as_ref().map(|(p, _)| p.clone()),
             cgroup_usage_peak: sp.cgroup_usage.clone(),
             cgroup_limit_bytes: tl.last().and_then(|s| s.cgroup).and_then(|c| c.limit),
+            tensor_peak_bytes,
+            tensor_peak_step,
+            tensor_peak_phase,
         },
         fragmentation,
         leak: leak::estimate(&p.steps),
@@ -85,6 +111,8 @@ pub fn build(p: Parts) -> Report {
         timeline: tl.samples().to_vec(),
         timeline_merged: tl.merged(),
         sources: p.sources,
+        devices: sp.devices.clone(),
+        device_ooms: p.device_ooms,
         tips: Vec::new(),
         post_mortem: None,
     };
@@ -108,6 +136,10 @@ pub fn add_step_sample(steps: &mut Vec<StepStats>, s: &Snapshot) -> bool {
         Some(last) if last.step == s.step => {
             last.peak_bytes = last.peak_bytes.max(s.heap.live_bytes);
             last.live_end_bytes = s.heap.live_bytes;
+            if let Some(t) = s.tensors {
+                last.tensor_peak_bytes =
+                    Some(last.tensor_peak_bytes.unwrap_or(0).max(t.live_bytes));
+            }
             false
         }
         _ => {
@@ -115,6 +147,7 @@ pub fn add_step_sample(steps: &mut Vec<StepStats>, s: &Snapshot) -> bool {
                 step: s.step,
                 peak_bytes: s.heap.live_bytes,
                 live_end_bytes: s.heap.live_bytes,
+                tensor_peak_bytes: s.tensors.map(|t| t.live_bytes),
             });
             true
         }

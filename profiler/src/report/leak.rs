@@ -80,6 +80,7 @@ mod tests {
                 step: i,
                 peak_bytes: f(i),
                 live_end_bytes: f(i),
+                tensor_peak_bytes: None,
             })
             .collect()
     }

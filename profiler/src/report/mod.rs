@@ -27,7 +27,7 @@ use std::path::Path;
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// A finished (or dead) job's memory report.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Report {
     /// Report schema version ([`SCHEMA_VERSION`]).
@@ -58,6 +58,12 @@ pub struct Report {
     pub timeline_merged: u64,
     /// Which sources were read, and why any was not.
     pub sources: Vec<SourceStatus>,
+    /// Accelerator peaks, per device and backend.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<crate::devices::DevicePeak>,
+    /// Device out-of-memory events caught by an OOM observer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_ooms: Vec<crate::devices::DeviceOom>,
     /// Advice derived from the numbers above.
     pub tips: Vec<tips::Tip>,
     /// How the job ended, written by the sidecar (`memsight run`): cause, last sample, diagnosis.
@@ -66,7 +72,7 @@ pub struct Report {
 }
 
 /// The profiled process.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Job {
     /// Process id.
@@ -82,7 +88,7 @@ pub struct Job {
 }
 
 /// How the job ended.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobExit {
     /// `finished` (session finished in-process), `exited` (with a code) or `signaled`.
@@ -126,6 +132,15 @@ pub struct Peaks {
     /// The effective cgroup memory limit (none when unlimited or unknown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup_limit_bytes: Option<u64>,
+    /// Peak live tensor bytes (libtorch CPU allocator hook; exact, not sampled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_peak_bytes: Option<u64>,
+    /// The step whose window held the tensor peak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_peak_step: Option<u64>,
+    /// The innermost phase whose window held the tensor peak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_peak_phase: Option<String>,
 }
 
 /// jemalloc fragmentation at the sample with the highest resident memory.

@@ -81,6 +81,42 @@ pub fn markdown(r: &Report) -> String {
         "| live heap at end | {} | |",
         fmt_bytes(p.final_live_bytes)
     );
+    if let Some(t) = p.tensor_peak_bytes {
+        let _ = writeln!(
+            s,
+            "| peak tensor bytes | {} | {} |",
+            fmt_bytes(t),
+            at(p.tensor_peak_step, p.tensor_peak_phase.as_deref())
+        );
+    }
+    for d in &r.devices {
+        let opt = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "n/a".into());
+        let _ = writeln!(
+            s,
+            "| cuda:{} peak reserved / allocated | {} / {} | {}{} |",
+            d.index,
+            opt(d.peak_reserved_bytes.or(d.peak_used_bytes)),
+            opt(d.peak_allocated_bytes),
+            d.backend,
+            d.total_bytes
+                .map(|t| format!(", of {}", fmt_bytes(t)))
+                .unwrap_or_default()
+        );
+    }
+    for o in &r.device_ooms {
+        let _ = writeln!(
+            s,
+            "| **cuda:{} OOM** | asked {} with {} free | step {}{} |",
+            o.device,
+            fmt_bytes(o.requested_bytes),
+            fmt_bytes(o.free_bytes),
+            o.step,
+            o.phase
+                .as_ref()
+                .map(|p| format!(", phase `{p}`"))
+                .unwrap_or_default()
+        );
+    }
 
     if let Some(pm) = &r.post_mortem {
         let _ = writeln!(s, "\n### Post-mortem: {}\n\n{}", pm.cause, pm.description);
@@ -95,19 +131,22 @@ pub fn markdown(r: &Report) -> String {
     if !r.phases.is_empty() {
         let _ = writeln!(
             s,
-            "\n### Phases\n\n| phase | count | time | peak | net |\n|---|---:|---:|---:|---:|"
+            "\n### Phases\n\n| phase | count | time | peak | net | tensor peak |\n|---|---:|---:|---:|---:|---:|"
         );
         let mut phases = r.phases.clone();
         phases.sort_by_key(|p| std::cmp::Reverse(p.peak_bytes));
         for ph in phases.iter().take(15) {
             let _ = writeln!(
                 s,
-                "| `{}` | {} | {:.2} s | {} | {} |",
+                "| `{}` | {} | {:.2} s | {} | {} | {} |",
                 ph.path,
                 ph.count,
                 ph.total_ms / 1000.0,
                 fmt_bytes(ph.peak_bytes),
-                fmt_signed_bytes(ph.net_bytes)
+                fmt_signed_bytes(ph.net_bytes),
+                ph.tensor_peak_bytes
+                    .map(fmt_bytes)
+                    .unwrap_or_else(|| "–".into())
             );
         }
     }

@@ -109,6 +109,8 @@ pub(crate) struct Watch {
     pub sources: Vec<crate::collect::SourceStatus>,
     /// The job's latest phase statistics.
     pub phases: Vec<crate::PhaseStats>,
+    /// Device OOMs the job's observer recorded.
+    pub device_ooms: Vec<crate::devices::DeviceOom>,
 }
 
 impl Watch {
@@ -123,6 +125,7 @@ impl Watch {
             ring_error: None,
             sources: Vec::new(),
             phases: Vec::new(),
+            device_ooms: Vec::new(),
         }
     }
 
@@ -169,6 +172,7 @@ impl Watch {
                 }
                 h @ Record::Hello { .. } => self.hello = Some(h),
                 Record::Phases { phases } => self.phases = phases,
+                Record::DeviceOom(o) => self.device_ooms.push(*o),
                 _ => {}
             }
         }

@@ -171,6 +171,8 @@ pub(crate) fn final_report(e: Ending) -> Report {
             steps: steps_from_snapshots(w.timeline.samples()),
             histogram: Vec::new(),
             sources: std::iter::once(ring).chain(w.sources.iter().cloned()).collect(),
+            tensors: w.last().and_then(|s| s.tensors),
+            device_ooms: w.device_ooms.clone(),
         })
     });
     report.job.exit = exit;

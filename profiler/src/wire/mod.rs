@@ -17,7 +17,7 @@ use std::fmt;
 /// Incompatible format changes bump this; readers reject other majors.
 pub const MAJOR: u16 = 1;
 /// Additive changes (new record types, new optional fields) bump this.
-pub const MINOR: u16 = 0;
+pub const MINOR: u16 = 1;
 
 /// One thing the job tells its watchers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -78,6 +78,8 @@ pub enum Record {
         /// Per phase: count, time, peak, net bytes.
         phases: Vec<crate::PhaseStats>,
     },
+    /// A device ran out of memory (libtorch's OOM observer; added in 1.1).
+    DeviceOom(Box<crate::devices::DeviceOom>),
     /// A record type from a newer minor version: skipped by this reader.
     #[serde(other)]
     Unknown,

@@ -59,6 +59,8 @@ pub struct ViewerState {
     pub post_mortem: Option<PostMortem>,
     /// Sampling interval, when known.
     pub interval_ms: Option<u64>,
+    /// Device OOMs caught by the job's observer.
+    pub device_ooms: Vec<memsight::devices::DeviceOom>,
 }
 
 impl ViewerState {
@@ -81,6 +83,7 @@ impl ViewerState {
             ended: None,
             post_mortem: None,
             interval_ms: None,
+            device_ooms: Vec::new(),
         }
     }
 
@@ -104,6 +107,7 @@ impl ViewerState {
             None => r.job.exit.description.clone(),
         });
         s.post_mortem = r.post_mortem;
+        s.device_ooms = r.device_ooms;
         s
     }
 
@@ -140,6 +144,7 @@ impl ViewerState {
                 self.post_mortem = post_mortem.map(|pm| *pm);
             }
             Record::Phases { phases } => self.phases = phases,
+            Record::DeviceOom(o) => self.device_ooms.push(*o),
             Record::Finished { .. } | Record::Unknown => {}
         }
     }

@@ -1,0 +1,316 @@
+//! The one interface through which tensor and accelerator backends (libtorch, cudarc, NVML — in the
+//! `memsight-integrations` crate) feed memsight: tensor-byte counters, device samples taken by the
+//! session's sampler, and device OOM events. The sampler, reports, sidecar and viewer read only
+//! these types, so they need no knowledge of any backend.
+
+pub mod tensors;
+
+use crate::collect::SourceStatus;
+use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
+
+/// One process holding memory on a device (from NVML).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceProcess {
+    /// The PID as the driver reports it (host PID namespace).
+    pub host_pid: u32,
+    /// The same process's PID in our PID namespace, when it is visible here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Device memory it holds, when the driver says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<u64>,
+    /// True when it is the profiled job itself.
+    pub is_job: bool,
+}
+
+/// One accelerator's memory at one instant, as one backend sees it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceSample {
+    /// Device index (CUDA ordinal).
+    pub index: u32,
+    /// Which backend measured it: `libtorch-cuda`, `cudarc` or `nvml`.
+    pub backend: String,
+    /// Device name, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Device memory size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_bytes: Option<u64>,
+    /// Device memory free (driver view: every process counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_bytes: Option<u64>,
+    /// Device memory used by every process (NVML).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<u64>,
+    /// Bytes handed out by the job's allocator (tensors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated_bytes: Option<u64>,
+    /// Bytes the job's caching allocator holds from the driver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_bytes: Option<u64>,
+    /// Bytes in blocks that are in use or awaiting stream sync.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_bytes: Option<u64>,
+    /// Free bytes inside split blocks (fragmentation the allocator cannot return).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inactive_split_bytes: Option<u64>,
+    /// Bytes the callers asked for (before rounding).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_bytes: Option<u64>,
+    /// The allocator's own peak of `allocated_bytes` (exact, between samples too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_allocated_bytes: Option<u64>,
+    /// The allocator's own peak of `reserved_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_reserved_bytes: Option<u64>,
+    /// Times the allocator freed its cache and retried (a sign of memory pressure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_retries: Option<u64>,
+    /// Out-of-memory errors raised by the allocator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ooms: Option<u64>,
+    /// GPU utilization in percent (NVML).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilization_pct: Option<u32>,
+    /// Processes holding memory on the device (NVML).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<DeviceProcess>,
+}
+
+impl DeviceSample {
+    /// The figure a device budget compares: allocator reserved, else driver-reported used.
+    pub fn footprint(&self) -> Option<u64> {
+        self.peak_reserved_bytes
+            .or(self.reserved_bytes)
+            .or(self.used_bytes)
+    }
+
+    /// (reserved − allocated) / reserved: memory the caching allocator holds but cannot use.
+    pub fn fragmentation(&self) -> Option<f64> {
+        let r = self.reserved_bytes?;
+        let a = self.allocated_bytes?;
+        (r > 0).then(|| r.saturating_sub(a) as f64 / r as f64)
+    }
+
+    /// The largest amount other processes hold on this device.
+    pub fn others_bytes(&self) -> u64 {
+        self.processes
+            .iter()
+            .filter(|p| !p.is_job)
+            .filter_map(|p| p.used_bytes)
+            .sum()
+    }
+}
+
+/// A device out-of-memory, caught at the moment it happened (libtorch's OOM observer).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceOom {
+    /// Milliseconds since the session started (0 without a session).
+    pub t_ms: u64,
+    /// Training step at that moment.
+    pub step: u64,
+    /// Phase at that moment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Device index.
+    pub device: u32,
+    /// The request that failed, in bytes.
+    pub requested_bytes: u64,
+    /// Device total memory.
+    pub total_bytes: u64,
+    /// Device free memory (driver view).
+    pub free_bytes: u64,
+    /// Bytes the allocator had handed out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated_bytes: Option<u64>,
+    /// Bytes the allocator held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_bytes: Option<u64>,
+    /// Free bytes inside split blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inactive_split_bytes: Option<u64>,
+    /// The largest free block in the allocator's segments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest_free_block_bytes: Option<u64>,
+    /// Other processes on the device (NVML), when known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<DeviceProcess>,
+}
+
+/// A backend that can be sampled for device memory.
+pub trait DeviceSource: Send {
+    /// Short name for the report's source list (`libtorch-cuda`, `nvml`, `cudarc`).
+    fn name(&self) -> &str;
+    /// Whether it delivers values, and why not.
+    fn status(&self) -> SourceStatus;
+    /// Appends one sample per device it sees.
+    fn sample(&mut self, out: &mut Vec<DeviceSample>);
+}
+
+struct Registry {
+    sources: Vec<Box<dyn DeviceSource>>,
+    /// Statuses of backends that are not sampled: absent ones (they say why) and hooks.
+    notes: Vec<SourceStatus>,
+    ooms: Vec<DeviceOom>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    sources: Vec::new(),
+    notes: Vec::new(),
+    ooms: Vec::new(),
+});
+
+/// Most OOM events kept for the report (each is also written to the flight recorder).
+const MAX_OOMS: usize = 64;
+
+/// Adds a device source; the session's sampler reads it on every sample.
+pub fn register(source: Box<dyn DeviceSource>) {
+    crate::sys::lock(&REGISTRY).sources.push(source);
+}
+
+/// Records that a backend is absent, with its reason, so reports say why there is no data.
+pub fn register_absent(name: &str, why: &str) {
+    note_source(SourceStatus {
+        name: name.into(),
+        available: false,
+        detail: why.into(),
+    });
+}
+
+/// Records the status of a backend that is not sampled (a hook such as libtorch's CPU allocator,
+/// or an absent backend), so the report's source list shows it.
+pub fn note_source(status: SourceStatus) {
+    let mut r = crate::sys::lock(&REGISTRY);
+    r.notes.retain(|s| s.name != status.name);
+    r.notes.push(status);
+}
+
+/// One sample from every registered source.
+pub fn sample_all() -> Vec<DeviceSample> {
+    let mut out = Vec::new();
+    for s in crate::sys::lock(&REGISTRY).sources.iter_mut() {
+        s.sample(&mut out);
+    }
+    out
+}
+
+/// Every backend's status: registered sources, absent backends and, when present, the tensor hook.
+pub fn statuses() -> Vec<SourceStatus> {
+    let r = crate::sys::lock(&REGISTRY);
+    let mut v: Vec<SourceStatus> = r.sources.iter().map(|s| s.status()).collect();
+    v.extend(r.notes.iter().cloned());
+    v
+}
+
+/// Records a device OOM: kept for the report and written to the flight recorder at once, so a
+/// sidecar has it even if the job dies next. Call from outside allocator locks.
+pub fn record_oom(mut oom: DeviceOom) {
+    oom.step = crate::phases::current_step();
+    oom.phase = crate::phases::current_phase();
+    crate::session::on_device_oom(&mut oom);
+    let mut r = crate::sys::lock(&REGISTRY);
+    if r.ooms.len() < MAX_OOMS {
+        r.ooms.push(oom);
+    }
+}
+
+/// Device OOMs recorded so far.
+pub fn ooms() -> Vec<DeviceOom> {
+    crate::sys::lock(&REGISTRY).ooms.clone()
+}
+
+/// One device's peaks over a whole run, as one backend saw them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DevicePeak {
+    /// Device index.
+    pub index: u32,
+    /// The backend that measured it.
+    pub backend: String,
+    /// Device name, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Device memory size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_bytes: Option<u64>,
+    /// Highest allocated (tensor) bytes: the allocator's own peak when it keeps one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_allocated_bytes: Option<u64>,
+    /// Highest reserved bytes: the allocator's own peak when it keeps one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_reserved_bytes: Option<u64>,
+    /// Highest driver-reported used bytes (every process on the device).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_used_bytes: Option<u64>,
+    /// Highest sampled (reserved − allocated) / reserved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_fragmentation: Option<f64>,
+    /// Allocator retries (cache flushes) by the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_retries: Option<u64>,
+    /// Allocator OOMs by the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ooms: Option<u64>,
+    /// Most memory other processes held on the device at one sample.
+    pub peak_others_bytes: u64,
+}
+
+fn max_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, y) => x.or(y),
+    }
+}
+
+impl DevicePeak {
+    /// The figure a device budget compares: peak reserved, else peak driver-reported used.
+    pub fn footprint(&self) -> Option<u64> {
+        self.peak_reserved_bytes.or(self.peak_used_bytes)
+    }
+
+    /// Folds one sample of this device and backend in.
+    pub fn fold(&mut self, s: &DeviceSample) {
+        self.name = s.name.clone().or(self.name.take());
+        self.total_bytes = s.total_bytes.or(self.total_bytes);
+        self.peak_allocated_bytes = max_opt(
+            self.peak_allocated_bytes,
+            max_opt(s.peak_allocated_bytes, s.allocated_bytes),
+        );
+        self.peak_reserved_bytes = max_opt(
+            self.peak_reserved_bytes,
+            max_opt(s.peak_reserved_bytes, s.reserved_bytes),
+        );
+        self.peak_used_bytes = max_opt(self.peak_used_bytes, s.used_bytes);
+        if let Some(f) = s.fragmentation() {
+            self.peak_fragmentation = Some(self.peak_fragmentation.unwrap_or(0.0).max(f));
+        }
+        self.alloc_retries = max_opt(self.alloc_retries, s.alloc_retries);
+        self.ooms = max_opt(self.ooms, s.ooms);
+        self.peak_others_bytes = self.peak_others_bytes.max(s.others_bytes());
+    }
+}
+
+/// Folds a sample's devices into per-(device, backend) peaks.
+pub fn fold_peaks(peaks: &mut Vec<DevicePeak>, samples: &[DeviceSample]) {
+    for s in samples {
+        let i = match peaks
+            .iter()
+            .position(|p| p.index == s.index && p.backend == s.backend)
+        {
+            Some(i) => i,
+            None => {
+                peaks.push(DevicePeak {
+                    index: s.index,
+                    backend: s.backend.clone(),
+                    ..Default::default()
+                });
+                peaks.len() - 1
+            }
+        };
+        peaks[i].fold(s);
+    }
+}

@@ -1,0 +1,99 @@
+//! Tensor-byte counters: what a tensor backend (libtorch's CPU allocator hook) reports, kept apart
+//! from the heap counters so "tensor bytes" is a series of its own beside "other heap".
+//!
+//! [`tensor_alloc`] and [`tensor_free`] are called from inside the backend's allocator: they only
+//! touch atomics (no allocation, no lock, no panic). Peak windows for phases and steps mirror the
+//! heap counters' windows (see `phases.rs`).
+
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+static LIVE: AtomicU64 = AtomicU64::new(0);
+static PEAK: AtomicU64 = AtomicU64::new(0);
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static FREES: AtomicU64 = AtomicU64::new(0);
+static PHASE_PEAK: AtomicU64 = AtomicU64::new(0);
+static STEP_PEAK: AtomicU64 = AtomicU64::new(0);
+
+/// Tensor memory at one instant, as reported by the tensor backend.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TensorStats {
+    /// Bytes of live tensor storage (usable size of each block).
+    pub live_bytes: u64,
+    /// Highest `live_bytes` since start or the last [`reset_peak`].
+    pub peak_bytes: u64,
+    /// Tensor storage allocations so far.
+    pub allocs: u64,
+    /// Tensor storage frees so far.
+    pub frees: u64,
+}
+
+/// Marks the tensor series as present (a backend is installed); snapshots then carry it.
+pub fn enable() {
+    ENABLED.store(true, Relaxed);
+}
+
+/// True once a tensor backend is installed.
+pub fn enabled() -> bool {
+    ENABLED.load(Relaxed)
+}
+
+/// Records a tensor storage allocation of `bytes`. Allocation-free and lock-free.
+#[inline]
+pub fn tensor_alloc(bytes: u64) {
+    let live = LIVE.fetch_add(bytes, Relaxed).wrapping_add(bytes);
+    PEAK.fetch_max(live, Relaxed);
+    PHASE_PEAK.fetch_max(live, Relaxed);
+    STEP_PEAK.fetch_max(live, Relaxed);
+    ALLOCS.fetch_add(1, Relaxed);
+}
+
+/// Records the free of a tensor storage block of `bytes`. Allocation-free and lock-free.
+#[inline]
+pub fn tensor_free(bytes: u64) {
+    // Saturating: a block allocated before the counters were reset cannot drive them negative.
+    let _ = LIVE.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(bytes)));
+    FREES.fetch_add(1, Relaxed);
+}
+
+/// The counters now, or `None` when no tensor backend is installed.
+pub fn stats() -> Option<TensorStats> {
+    enabled().then(|| TensorStats {
+        live_bytes: LIVE.load(Relaxed),
+        peak_bytes: PEAK.load(Relaxed),
+        allocs: ALLOCS.load(Relaxed),
+        frees: FREES.load(Relaxed),
+    })
+}
+
+/// Restarts the peak at the current live bytes.
+pub fn reset_peak() {
+    PEAK.store(LIVE.load(Relaxed), Relaxed);
+}
+
+/// Which peak window to swap.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Window {
+    Phase,
+    Step,
+}
+
+fn window(w: Window) -> &'static AtomicU64 {
+    match w {
+        Window::Phase => &PHASE_PEAK,
+        Window::Step => &STEP_PEAK,
+    }
+}
+
+/// Starts a new window at `max(current live, floor)` and returns the old window's peak.
+pub(crate) fn swap_window(w: Window, floor: u64) -> u64 {
+    let live = LIVE.load(Relaxed);
+    window(w).swap(live.max(floor), Relaxed)
+}
+
+/// The current window's peak.
+pub(crate) fn window_peak(w: Window) -> u64 {
+    window(w).load(Relaxed).max(LIVE.load(Relaxed))
+}
