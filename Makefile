@@ -3,6 +3,12 @@
 
 CARGO ?= cargo
 OUT ?= out
+# libtorch for tch 0.24: the torch==2.11.0 wheel that scripts/setup.sh installs in this venv.
+MEMSIGHT_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/memsight
+export MEMSIGHT_CACHE
+export LIBTORCH_USE_PYTORCH := 1
+export VIRTUAL_ENV := $(MEMSIGHT_CACHE)/torch-2.11.0
+export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 
 setup:
 	@scripts/setup.sh >/dev/null

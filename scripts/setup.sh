@@ -45,6 +45,14 @@ if ! torch_ok; then
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" || die "pip install torch==$TORCH_VERSION failed"
     torch_ok || die "torch $TORCH_VERSION did not import from $VENV"
 fi
+# The CUDA runtime and crt headers for memsight-integrations' CUDA shim (OOM observer, segments);
+# without them that part is compiled out and reports absent.
+site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+if [ ! -f "$site/nvidia/cu13/include/crt/host_config.h" ]; then
+    say "installing nvidia-cuda-crt (CUDA 13.0 headers for the CUDA allocator shim)"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "nvidia-cuda-crt==13.0.88" \
+        || say "could not install nvidia-cuda-crt: the CUDA OOM observer will be compiled out"
+fi
 say "torch $TORCH_VERSION ready in $VENV"
 # The variables torch-sys reads (tch 0.24) — used by the libtorch crates.
 echo "export LIBTORCH_USE_PYTORCH=1 VIRTUAL_ENV=$VENV PATH=$VENV/bin:\$PATH"

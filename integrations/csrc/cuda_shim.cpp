@@ -1,0 +1,136 @@
+// memsight's libtorch shim, part B (needs the CUDA runtime and crt headers, links c10_cuda): the
+// CUDA caching allocator's OOM observer, trace tracker and snapshot summary. Compiled only where
+// those headers exist; otherwise the Rust side reports these features absent.
+
+#include <ATen/DeviceAccelerator.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace cca = c10::cuda::CUDACachingAllocator;
+using c10::CachingDeviceAllocator::TraceEntry;
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+// Set by the trace tracker (which runs under the allocator's lock: atomics only).
+std::atomic<uint64_t> last_oom_request[kMaxDevices];
+std::atomic<uint64_t> trace_events[16];
+
+thread_local std::string last_error_b;
+
+}  // namespace
+
+extern "C" {
+
+struct ms_oom_info {
+  int64_t device;
+  uint64_t requested_bytes;
+  uint64_t allocated_bytes;  // as the observer reports it
+  uint64_t total_bytes;
+  uint64_t free_bytes;
+  uint64_t reserved_bytes;
+  uint64_t stats_allocated_bytes;
+  uint64_t inactive_split_bytes;
+  uint64_t largest_free_block_bytes;
+  int has_stats;
+  int has_snapshot;
+};
+
+struct ms_segment_summary {
+  uint64_t segments;
+  uint64_t reserved_bytes;
+  uint64_t allocated_bytes;
+  uint64_t largest_free_block_bytes;
+  uint64_t free_blocks;
+};
+
+using OomCallback = void (*)(const ms_oom_info*);
+
+static int summarize(int64_t device, ms_segment_summary* out) {
+  auto snap = cca::snapshot({0, 0}, false);
+  *out = ms_segment_summary{0, 0, 0, 0, 0};
+  for (const auto& seg : snap.segments) {
+    if (device >= 0 && seg.device != device) continue;
+    out->segments++;
+    out->reserved_bytes += seg.total_size;
+    out->allocated_bytes += seg.allocated_size;
+    for (const auto& b : seg.blocks) {
+      if (!b.allocated && !b.active) {
+        out->free_blocks++;
+        if (b.size > out->largest_free_block_bytes) out->largest_free_block_bytes = b.size;
+      }
+    }
+  }
+  return 0;
+}
+
+// The allocator snapshot, summarized for one device (-1: all): segments, reserved, allocated,
+// largest free block.
+int ms_cuda_segments(int64_t device, ms_segment_summary* out) {
+  try {
+    return summarize(device, out);
+  } catch (const std::exception& e) {
+    last_error_b = e.what();
+    return -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+// Attaches the trace tracker (counts events, remembers each device's last OOM request) and the
+// OOM observer, which calls `cb` outside the allocator's lock with everything known at that moment.
+int ms_cuda_attach(OomCallback cb) {
+  try {
+    cca::attachAllocatorTraceTracker([](const TraceEntry& t) {
+      auto a = static_cast<size_t>(t.action_);
+      if (a < 16) trace_events[a].fetch_add(1, std::memory_order_relaxed);
+      if (t.action_ == TraceEntry::OOM && t.device_ >= 0 && t.device_ < kMaxDevices)
+        last_oom_request[t.device_].store(t.size_, std::memory_order_relaxed);
+    });
+    cca::attachOutOfMemoryObserver([cb](int64_t device, size_t allocated, size_t total,
+                                        size_t device_free) {
+      ms_oom_info info{};
+      info.device = device;
+      info.allocated_bytes = allocated;
+      info.total_bytes = total;
+      info.free_bytes = device_free;
+      if (device >= 0 && device < kMaxDevices)
+        info.requested_bytes = last_oom_request[device].load(std::memory_order_relaxed);
+      try {
+        auto s = at::accelerator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+        auto agg = [](const c10::CachingAllocator::StatArray& a) {
+          return a[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+        };
+        info.reserved_bytes = agg(s.reserved_bytes);
+        info.stats_allocated_bytes = agg(s.allocated_bytes);
+        info.inactive_split_bytes = agg(s.inactive_split_bytes);
+        info.has_stats = 1;
+      } catch (...) {
+      }
+      try {
+        ms_segment_summary seg{};
+        summarize(device, &seg);
+        info.largest_free_block_bytes = seg.largest_free_block_bytes;
+        info.has_snapshot = 1;
+      } catch (...) {
+      }
+      cb(&info);
+    });
+    return 0;
+  } catch (const std::exception& e) {
+    last_error_b = e.what();
+    return -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+// Trace events counted so far, indexed by TraceEntry::Action (ALLOC=0 … OOM); n ≤ 16.
+void ms_cuda_trace_counts(uint64_t* out, size_t n) {
+  for (size_t i = 0; i < n && i < 16; i++) out[i] = trace_events[i].load(std::memory_order_relaxed);
+}
+
+}  // extern "C"

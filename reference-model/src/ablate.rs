@@ -1,0 +1,497 @@
+//! `memsight-gpt ablate`: the baseline, each switch alone and all switches together, each trained
+//! in its own process under memsight; a table (markdown + JSON + SVG) of peak host live heap, peak
+//! RSS, peak tensor bytes, device peaks, step time, final loss and the estimator's prediction
+//! beside the measured tensor peak — and, with `--peer`, the same runs in PyTorch (peer/gpt.py).
+
+use crate::config::{Attention, Config, Preset};
+use memsight::estimate::{self, EstimateInput};
+use memsight::units::fmt_bytes;
+use memsight::Report;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// One variant: a name and the `train` flags that make it.
+pub struct Variant {
+    /// Row name.
+    pub name: &'static str,
+    /// Flags added to the baseline.
+    pub args: &'static [&'static str],
+}
+
+/// The rows: baseline, each switch alone, all together.
+pub const VARIANTS: &[Variant] = &[
+    Variant {
+        name: "baseline (naive attention, fp32)",
+        args: &[],
+    },
+    Variant {
+        name: "attention=efficient",
+        args: &["--attention", "efficient"],
+    },
+    Variant {
+        name: "attention=sdpa",
+        args: &["--attention", "sdpa"],
+    },
+    Variant {
+        name: "checkpoint",
+        args: &["--checkpoint"],
+    },
+    Variant {
+        name: "bf16 autocast",
+        args: &["--bf16"],
+    },
+    Variant {
+        name: "micro-batch 4 (×4 accumulation)",
+        args: &["--micro-batch", "4"],
+    },
+    Variant {
+        name: "eval segments ≤ 32",
+        args: &["--eval-segment", "32"],
+    },
+    Variant {
+        name: "cleanup every 5 steps",
+        args: &["--cleanup-every", "5"],
+    },
+    Variant {
+        name: "LoRA r=8",
+        args: &["--lora-rank", "8"],
+    },
+    Variant {
+        name: "threads 1, workers 1",
+        args: &[
+            "--threads",
+            "1",
+            "--interop-threads",
+            "1",
+            "--workers",
+            "1",
+            "--prefetch",
+            "1",
+        ],
+    },
+    Variant {
+        name: "all together",
+        args: &[
+            "--attention",
+            "efficient",
+            "--checkpoint",
+            "--bf16",
+            "--micro-batch",
+            "4",
+            "--eval-segment",
+            "32",
+            "--cleanup-every",
+            "5",
+            "--lora-rank",
+            "8",
+            "--threads",
+            "1",
+            "--interop-threads",
+            "1",
+            "--prefetch",
+            "1",
+        ],
+    },
+];
+
+/// A measured row.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Row {
+    /// Variant name.
+    pub name: String,
+    /// The flags.
+    pub args: Vec<String>,
+    /// Peak live heap (Rust allocations through memsight's allocator).
+    pub heap_peak_bytes: u64,
+    /// Peak RSS.
+    pub rss_peak_bytes: Option<u64>,
+    /// Peak live CPU tensor bytes (libtorch hook).
+    pub tensor_peak_bytes: Option<u64>,
+    /// Peak device reserved bytes (CUDA runs).
+    pub device_peak_bytes: Option<u64>,
+    /// Median step time.
+    pub step_ms: f64,
+    /// Final training loss.
+    pub final_loss: f64,
+    /// The estimator's peak for this configuration (weights, grads, optimizer, activations).
+    pub estimate_bytes: u64,
+    /// PyTorch's peak RSS for the same run (`--peer`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_rss_peak_bytes: Option<u64>,
+    /// PyTorch's median step time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_step_ms: Option<f64>,
+    /// PyTorch's final loss.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_final_loss: Option<f64>,
+}
+
+/// The estimator's input for a run configuration.
+pub fn estimate_for(cfg: &Config) -> EstimateInput {
+    let s = cfg.shape;
+    let shape = estimate::ModelShape {
+        layers: s.n_layer as u64,
+        hidden: s.n_embd as u64,
+        heads: s.n_head as u64,
+        vocab: s.vocab_size as u64,
+        positions: s.block_size as u64,
+    };
+    let mut e = EstimateInput::for_shape(shape);
+    e.seq = cfg.seq_len as u64;
+    e.batch = cfg.micro_batch as u64;
+    e.checkpointing = cfg.checkpoint;
+    e.attention = match cfg.attention {
+        Attention::Naive => estimate::Attention::Naive,
+        _ => estimate::Attention::Efficient,
+    };
+    if cfg.bf16 {
+        e.activation_dtype = estimate::Dtype::Bf16;
+    }
+    if cfg.lora_rank > 0 {
+        e.lora_rank = Some(cfg.lora_rank as u64);
+    }
+    e
+}
+
+/// Options of one ablation.
+pub struct Options {
+    /// Preset of every run.
+    pub preset: Preset,
+    /// Steps per run.
+    pub steps: u64,
+    /// Device.
+    pub device: String,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Python with torch 2.11.0 for the PyTorch peer (None: no peer).
+    pub peer_python: Option<PathBuf>,
+}
+
+fn train_config(preset: Preset, args: &[&str]) -> Config {
+    // Mirror of the train flags that change the estimate.
+    let mut c = Config::preset(preset);
+    c.attention = Attention::Naive;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match *a {
+            "--attention" => {
+                c.attention = match it.next().copied() {
+                    Some("efficient") => Attention::Efficient,
+                    Some("sdpa") => Attention::Sdpa,
+                    _ => Attention::Naive,
+                }
+            }
+            "--checkpoint" => c.checkpoint = true,
+            "--bf16" => c.bf16 = true,
+            "--micro-batch" => {
+                c.micro_batch = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(c.micro_batch)
+            }
+            "--lora-rank" => c.lora_rank = it.next().and_then(|v| v.parse().ok()).unwrap_or(0),
+            _ => {}
+        }
+    }
+    c
+}
+
+#[derive(Deserialize)]
+struct Summary {
+    final_loss: f64,
+    step_ms_median: f64,
+}
+
+#[derive(Deserialize)]
+struct PeerSummary {
+    rss_peak_bytes: u64,
+    step_ms_median: f64,
+    final_loss: f64,
+}
+
+fn run_one(o: &Options, v: &Variant, i: usize) -> Result<Row, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let report = o.out.join(format!("run-{i}.report.json"));
+    let summary = o.out.join(format!("run-{i}.summary.json"));
+    let preset = format!("{:?}", o.preset).to_lowercase();
+    let steps = o.steps.to_string();
+    let mut cmd = Command::new(&exe);
+    cmd.args([
+        "train", "--quiet", "--preset", &preset, "--steps", &steps, "--device", &o.device,
+    ])
+    .args(["--attention", "naive", "--eval-every", "0"])
+    .arg("--report")
+    .arg(&report)
+    .arg("--summary-json")
+    .arg(&summary)
+    .args(v.args)
+    .env("MEMSIGHT_RING", "off")
+    .env_remove("MEMSIGHT_REPORT");
+    let out = cmd
+        .output()
+        .map_err(|e| format!("{}: {e}", exe.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{}: {}",
+            v.name,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let r = Report::load(&report).map_err(|e| e.to_string())?;
+    let s: Summary = serde_json::from_slice(&std::fs::read(&summary).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let cfg = train_config(o.preset, v.args);
+    let mut row = Row {
+        name: v.name.into(),
+        args: v.args.iter().map(|a| a.to_string()).collect(),
+        heap_peak_bytes: r.peaks.heap_peak_bytes,
+        rss_peak_bytes: r.peaks.rss_peak_bytes,
+        tensor_peak_bytes: r.peaks.tensor_peak_bytes,
+        device_peak_bytes: r.devices.iter().filter_map(|d| d.footprint()).max(),
+        step_ms: s.step_ms_median,
+        final_loss: s.final_loss,
+        estimate_bytes: estimate::estimate(&estimate_for(&cfg)).peak_bytes,
+        ..Default::default()
+    };
+    if let Some(py) = &o.peer_python {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("peer/gpt.py");
+        let peer_out = o.out.join(format!("run-{i}.peer.json"));
+        let out = Command::new(py)
+            .arg(&script)
+            .args([
+                "--preset", &preset, "--steps", &steps, "--device", &o.device,
+            ])
+            .args(["--attention", "naive", "--json"])
+            .arg(&peer_out)
+            .args(v.args)
+            .output()
+            .map_err(|e| format!("{}: {e}", py.display()))?;
+        if out.status.success() {
+            let p: PeerSummary =
+                serde_json::from_slice(&std::fs::read(&peer_out).map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())?;
+            row.peer_rss_peak_bytes = Some(p.rss_peak_bytes);
+            row.peer_step_ms = Some(p.step_ms_median);
+            row.peer_final_loss = Some(p.final_loss);
+        } else {
+            eprintln!(
+                "peer {}: {}",
+                v.name,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+    }
+    Ok(row)
+}
+
+/// Profiling on vs off: median step times of interleaved baseline runs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Overhead {
+    /// Pairs run (on, off, on, off, …).
+    pub pairs: usize,
+    /// Median step time with memsight's session and hooks.
+    pub on_ms: Vec<f64>,
+    /// Median step time without them.
+    pub off_ms: Vec<f64>,
+    /// median(on) ÷ median(off).
+    pub ratio: f64,
+}
+
+fn step_ms(o: &Options, profile: bool, i: usize) -> Result<f64, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let summary = o.out.join(format!("overhead-{i}.summary.json"));
+    let report = o.out.join(format!("overhead-{i}.report.json"));
+    let preset = format!("{:?}", o.preset).to_lowercase();
+    let mut cmd = Command::new(&exe);
+    cmd.args([
+        "train", "--quiet", "--preset", &preset, "--device", &o.device,
+    ])
+    .args([
+        "--steps",
+        &o.steps.to_string(),
+        "--attention",
+        "naive",
+        "--eval-every",
+        "0",
+    ])
+    .arg("--summary-json")
+    .arg(&summary)
+    .arg("--report")
+    .arg(&report)
+    .env("MEMSIGHT_RING", "off")
+    .env_remove("MEMSIGHT_REPORT");
+    if !profile {
+        cmd.arg("--no-profile");
+    }
+    let out = cmd.output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let s: Summary = serde_json::from_slice(&std::fs::read(&summary).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(&summary);
+    let _ = std::fs::remove_file(&report);
+    Ok(s.step_ms_median)
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Runs `pairs` interleaved on/off baseline runs.
+pub fn overhead(o: &Options, pairs: usize) -> Result<Overhead, String> {
+    let mut r = Overhead {
+        pairs,
+        ..Default::default()
+    };
+    for i in 0..pairs {
+        r.on_ms.push(step_ms(o, true, 2 * i)?);
+        r.off_ms.push(step_ms(o, false, 2 * i + 1)?);
+    }
+    r.ratio = median(&r.on_ms) / median(&r.off_ms).max(1e-9);
+    Ok(r)
+}
+
+/// Runs every variant and writes ablation.{md,json,svg} into `o.out`.
+pub fn run(o: &Options, command_line: &str) -> Result<Vec<Row>, String> {
+    std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
+    let mut rows = Vec::new();
+    for (i, v) in VARIANTS.iter().enumerate() {
+        eprintln!("ablation {}/{}: {}", i + 1, VARIANTS.len(), v.name);
+        rows.push(run_one(o, v, i)?);
+        for ext in ["report.json", "summary.json", "peer.json"] {
+            let _ = std::fs::remove_file(o.out.join(format!("run-{i}.{ext}")));
+        }
+    }
+    eprintln!("profiling on vs off: 5 interleaved pairs of baseline runs");
+    let over = overhead(o, 5)?;
+    let json = serde_json::to_string_pretty(&serde_json::json!({ "rows": rows, "overhead": over }))
+        .map_err(|e| e.to_string())?;
+    let write = |name: &str, text: &str| {
+        let p = o.out.join(name);
+        std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))
+    };
+    write("ablation.json", &json)?;
+    let mut md = markdown(&rows, o, command_line);
+    let _ = write!(
+        md,
+        "\n## Profiling on vs off\n\nBaseline, {} interleaved pairs of runs; median step time with \
+         memsight's session, libtorch hooks and sampler vs `--no-profile` (the global allocator stays \
+         in both):\n\n| on (ms) | off (ms) | on ÷ off |\n|---|---|---:|\n| {} | {} | {:.3}× |\n",
+        over.pairs,
+        over.on_ms.iter().map(|v| format!("{v:.1}")).collect::<Vec<_>>().join(", "),
+        over.off_ms.iter().map(|v| format!("{v:.1}")).collect::<Vec<_>>().join(", "),
+        over.ratio
+    );
+    write("ablation.md", &md)?;
+    write("ablation.svg", &svg(&rows))?;
+    Ok(rows)
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map(fmt_bytes).unwrap_or_else(|| "–".into())
+}
+
+fn ratio(a: Option<u64>, b: Option<u64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0 => format!("{:.2}×", a as f64 / b as f64),
+        _ => "–".into(),
+    }
+}
+
+/// The markdown table.
+pub fn markdown(rows: &[Row], o: &Options, command_line: &str) -> String {
+    let mut s = format!(
+        "# Ablation: memsight-gpt, preset {:?}, {} steps, device {}\n\nMade with `{command_line}` \
+         (each row is its own process under memsight). Tensor peak is the libtorch CPU hook's exact \
+         peak; the estimate is `memsight estimate`'s training peak for the same shape and switches \
+         (weights + grads + AdamW + activations); RSS includes libtorch's own code and caches.\n\n",
+        o.preset, o.steps, o.device
+    );
+    let peer = rows.iter().any(|r| r.peer_rss_peak_bytes.is_some());
+    s += "| variant | tensor peak | estimate | tensor ÷ est | heap peak | peak RSS | device peak | step ms | final loss |";
+    if peer {
+        s += " PyTorch RSS | RSS ÷ PyTorch | PyTorch ms | ms ÷ PyTorch |";
+    }
+    s += "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|";
+    if peer {
+        s += "---:|---:|---:|---:|";
+    }
+    s += "\n";
+    for r in rows {
+        let _ = write!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.4} |",
+            r.name,
+            opt(r.tensor_peak_bytes),
+            fmt_bytes(r.estimate_bytes),
+            ratio(r.tensor_peak_bytes, Some(r.estimate_bytes)),
+            fmt_bytes(r.heap_peak_bytes),
+            opt(r.rss_peak_bytes),
+            opt(r.device_peak_bytes),
+            r.step_ms,
+            r.final_loss
+        );
+        if peer {
+            let _ = write!(
+                s,
+                " {} | {} | {} | {} |",
+                opt(r.peer_rss_peak_bytes),
+                ratio(r.rss_peak_bytes, r.peer_rss_peak_bytes),
+                r.peer_step_ms
+                    .map(|v| format!("{v:.1}"))
+                    .unwrap_or_else(|| "–".into()),
+                r.peer_step_ms
+                    .map(|p| format!("{:.2}×", r.step_ms / p.max(1e-9)))
+                    .unwrap_or_else(|| "–".into())
+            );
+        }
+        s += "\n";
+    }
+    s
+}
+
+/// Horizontal bars: tensor peak and peak RSS per variant.
+pub fn svg(rows: &[Row]) -> String {
+    let max = rows
+        .iter()
+        .flat_map(|r| {
+            [
+                r.tensor_peak_bytes.unwrap_or(0),
+                r.rss_peak_bytes.unwrap_or(0),
+            ]
+        })
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let (left, width, row_h) = (260.0, 520.0, 34.0);
+    let h = 40.0 + row_h * rows.len() as f64;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"900\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <text x=\"10\" y=\"18\">peak tensor bytes (blue) and peak RSS (grey) per variant</text>\n"
+    );
+    for (i, r) in rows.iter().enumerate() {
+        let y = 30.0 + row_h * i as f64;
+        let t = r.tensor_peak_bytes.unwrap_or(0) as f64 / max * width;
+        let rss = r.rss_peak_bytes.unwrap_or(0) as f64 / max * width;
+        let _ = write!(
+            s,
+            "<text x=\"10\" y=\"{:.0}\">{}</text>\n<rect x=\"{left}\" y=\"{y:.0}\" width=\"{rss:.1}\" height=\"13\" fill=\"#bbb\"/>\n\
+             <rect x=\"{left}\" y=\"{:.0}\" width=\"{t:.1}\" height=\"13\" fill=\"#3b6fb6\"/>\n\
+             <text x=\"{:.0}\" y=\"{:.0}\">{} / {}</text>\n",
+            y + 18.0,
+            r.name.replace('&', "&amp;").replace('<', "&lt;"),
+            y + 14.0,
+            left + rss.max(t) + 6.0,
+            y + 18.0,
+            opt(r.tensor_peak_bytes),
+            opt(r.rss_peak_bytes)
+        );
+    }
+    s += "</svg>\n";
+    s
+}

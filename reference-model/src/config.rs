@@ -1,0 +1,197 @@
+//! The run's configuration: model presets and every memory switch, parsed from the command line
+//! and saved beside each checkpoint (the effective config, so a checkpoint says how it was made).
+
+use serde::{Deserialize, Serialize};
+
+/// How attention is computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Attention {
+    /// Materializes the B·H·S² score matrix (the textbook formula).
+    Naive,
+    /// Our streaming softmax over key blocks, forward and backward: B·H·S·block scores at a time.
+    Efficient,
+    /// libtorch's fused scaled_dot_product_attention kernel.
+    Sdpa,
+}
+
+/// Model shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelShape {
+    /// Transformer blocks.
+    pub n_layer: i64,
+    /// Attention heads per block.
+    pub n_head: i64,
+    /// Embedding width.
+    pub n_embd: i64,
+    /// Longest sequence (position embeddings).
+    pub block_size: i64,
+    /// Vocabulary: 256 (byte-level tokenizer).
+    pub vocab_size: i64,
+}
+
+/// A named shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Preset {
+    /// 4 layers, 4 heads, 128 wide, 128 tokens: trains visibly in about a minute on 2 CPU cores.
+    Tiny,
+    /// 6 layers, 6 heads, 384 wide, 256 tokens (nanoGPT's shakespeare-char shape).
+    Small,
+    /// GPT-2 124M's shape (12 × 12 × 768, 1024 tokens) with the byte vocabulary: for GPUs.
+    Gpt2,
+}
+
+impl Preset {
+    /// The preset's shape.
+    pub fn shape(self) -> ModelShape {
+        let (n_layer, n_head, n_embd, block_size) = match self {
+            Preset::Tiny => (4, 4, 128, 128),
+            Preset::Small => (6, 6, 384, 256),
+            Preset::Gpt2 => (12, 12, 768, 1024),
+        };
+        ModelShape {
+            n_layer,
+            n_head,
+            n_embd,
+            block_size,
+            vocab_size: 256,
+        }
+    }
+}
+
+/// Everything that decides what a run does and how much memory it takes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    /// The preset the shape came from.
+    pub preset: Preset,
+    /// Model shape.
+    pub shape: ModelShape,
+    /// Sequences per optimizer step.
+    pub batch_size: i64,
+    /// Sequences per forward/backward (gradient accumulation when below `batch_size`).
+    pub micro_batch: i64,
+    /// Training sequence length (≤ block size).
+    pub seq_len: i64,
+    /// Optimizer steps.
+    pub steps: u64,
+    /// AdamW learning rate.
+    pub lr: f64,
+    /// Attention implementation.
+    pub attention: Attention,
+    /// Key-block size of the efficient attention.
+    pub attention_block: i64,
+    /// Recompute each block in backward instead of keeping its activations.
+    pub checkpoint: bool,
+    /// bf16 autocast for matmuls; LayerNorm, softmax and loss stay fp32.
+    pub bf16: bool,
+    /// Evaluation segments of at most this many tokens (chunked evaluation); 0 = seq_len.
+    pub eval_segment: i64,
+    /// Evaluate every this many steps (0: only at the end).
+    pub eval_every: u64,
+    /// Validation batches per evaluation.
+    pub eval_batches: u64,
+    /// Cleanup every N train steps (CUDA empty-cache, jemalloc purge); 0 = never.
+    pub cleanup_every: u64,
+    /// Cleanup every M eval batches; 0 = never.
+    pub cleanup_eval_every: u64,
+    /// LoRA rank (0: full fine-tuning).
+    pub lora_rank: i64,
+    /// intra-op threads (0: libtorch's default).
+    pub threads: i32,
+    /// inter-op threads (0: libtorch's default).
+    pub interop_threads: i32,
+    /// Data-loader worker threads.
+    pub workers: usize,
+    /// Batches each worker prepares ahead.
+    pub prefetch: usize,
+    /// Random seed (weights and data order).
+    pub seed: u64,
+    /// `cpu` or `cuda[:N]`.
+    pub device: String,
+}
+
+impl Config {
+    /// The defaults of a preset.
+    pub fn preset(p: Preset) -> Config {
+        let shape = p.shape();
+        Config {
+            preset: p,
+            shape,
+            batch_size: 16,
+            micro_batch: 16,
+            seq_len: shape.block_size,
+            steps: 150,
+            lr: 1e-3,
+            attention: Attention::Sdpa,
+            attention_block: 64,
+            checkpoint: false,
+            bf16: false,
+            eval_segment: 0,
+            eval_every: 50,
+            eval_batches: 4,
+            cleanup_every: 0,
+            cleanup_eval_every: 0,
+            lora_rank: 0,
+            threads: 0,
+            interop_threads: 0,
+            workers: 1,
+            prefetch: 2,
+            seed: 1337,
+            device: "cpu".into(),
+        }
+    }
+
+    /// Rejects inconsistent settings with a message naming the flag.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.seq_len < 2 || self.seq_len > self.shape.block_size {
+            return Err(format!(
+                "--seq-len {} must be between 2 and the block size {}",
+                self.seq_len, self.shape.block_size
+            ));
+        }
+        if self.micro_batch < 1 || self.batch_size < 1 || self.batch_size % self.micro_batch != 0 {
+            return Err(format!(
+                "--micro-batch {} must divide --batch-size {}",
+                self.micro_batch, self.batch_size
+            ));
+        }
+        if self.shape.n_embd % self.shape.n_head != 0 {
+            return Err("n_embd must be a multiple of n_head".into());
+        }
+        if self.attention_block < 1 {
+            return Err("--attention-block must be at least 1".into());
+        }
+        if self.workers < 1 {
+            return Err("--workers must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// Micro-batches per optimizer step.
+    pub fn accumulation(&self) -> i64 {
+        self.batch_size / self.micro_batch
+    }
+
+    /// The evaluation segment length.
+    pub fn eval_segment_len(&self) -> i64 {
+        if self.eval_segment <= 0 {
+            self.seq_len
+        } else {
+            self.eval_segment.min(self.seq_len)
+        }
+    }
+
+    /// The tch device.
+    pub fn tch_device(&self) -> Result<tch::Device, String> {
+        match self.device.as_str() {
+            "cpu" => Ok(tch::Device::Cpu),
+            "cuda" => Ok(tch::Device::Cuda(0)),
+            d => d
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(tch::Device::Cuda)
+                .ok_or_else(|| format!("--device {d}: expected cpu, cuda or cuda:N")),
+        }
+    }
+}

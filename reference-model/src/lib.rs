@@ -1,0 +1,10 @@
+//! memsight's reference job: a GPT-2-style model trained with tch under memsight, where every
+//! memory optimization is a switch ([`config::Config`]) and every switch is tested for parity.
+
+pub mod ablate;
+pub mod attention;
+pub mod config;
+pub mod data;
+pub mod model;
+pub mod step;
+pub mod train;

@@ -1,0 +1,271 @@
+//! `memsight-gpt`: trains the reference GPT under memsight and writes a report.
+
+use clap::{Args, Parser, Subcommand};
+use memsight_gpt::ablate;
+use memsight_gpt::config::{Attention, Config, Preset};
+use memsight_gpt::train::{self, Save};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[global_allocator]
+static ALLOC: memsight::Allocator = memsight::Allocator::new();
+
+#[derive(Parser)]
+#[command(
+    name = "memsight-gpt",
+    version,
+    about = "memsight's reference GPT training loop (tch)",
+    args_override_self = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Train under memsight and write a report.
+    Train(Box<TrainArgs>),
+    /// Baseline, each switch alone and all together, each in its own process: a table of
+    /// memory, time and loss (markdown, JSON, SVG).
+    Ablate(AblateArgs),
+}
+
+#[derive(Args)]
+struct AblateArgs {
+    /// Model shape of every run.
+    #[arg(long, value_enum, default_value = "tiny")]
+    preset: Preset,
+    /// Steps per run.
+    #[arg(long, default_value_t = 30)]
+    steps: u64,
+    /// `cpu`, `cuda` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Where ablation.md, ablation.json and ablation.svg go.
+    #[arg(long, default_value = "docs/ablation")]
+    out: PathBuf,
+    /// Also run each variant in PyTorch (reference-model/peer/gpt.py) with this python
+    /// (default: $VIRTUAL_ENV/bin/python when set).
+    #[arg(long)]
+    peer: bool,
+    /// The python for --peer.
+    #[arg(long)]
+    python: Option<PathBuf>,
+}
+
+fn run_ablate(a: AblateArgs) -> Result<(), String> {
+    let peer_python = if a.peer {
+        Some(a.python.clone().unwrap_or_else(|| {
+            std::env::var_os("VIRTUAL_ENV")
+                .map(|v| PathBuf::from(v).join("bin/python"))
+                .unwrap_or_else(|| PathBuf::from("python3"))
+        }))
+    } else {
+        None
+    };
+    let opts = ablate::Options {
+        preset: a.preset,
+        steps: a.steps,
+        device: a.device,
+        out: a.out,
+        peer_python,
+    };
+    let line = std::env::args()
+        .enumerate()
+        .map(|(i, s)| {
+            if i == 0 {
+                "memsight-gpt".to_string()
+            } else {
+                s
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    ablate::run(&opts, &line)?;
+    println!("{}", opts.out.join("ablation.md").display());
+    Ok(())
+}
+
+#[derive(Args)]
+struct TrainArgs {
+    /// Model shape.
+    #[arg(long, value_enum, default_value = "tiny")]
+    preset: Preset,
+    /// Optimizer steps.
+    #[arg(long)]
+    steps: Option<u64>,
+    /// Sequences per optimizer step.
+    #[arg(long)]
+    batch_size: Option<i64>,
+    /// Sequences per forward/backward: gradient accumulation when below --batch-size.
+    #[arg(long)]
+    micro_batch: Option<i64>,
+    /// Training sequence length (≤ the preset's block size).
+    #[arg(long)]
+    seq_len: Option<i64>,
+    /// Attention: naive (B·H·S² scores), efficient (streaming over key blocks), sdpa (fused).
+    #[arg(long, value_enum)]
+    attention: Option<Attention>,
+    /// Key-block size of the efficient attention.
+    #[arg(long)]
+    attention_block: Option<i64>,
+    /// Activation checkpointing: recompute each block in backward.
+    #[arg(long)]
+    checkpoint: bool,
+    /// bf16 autocast (LayerNorm, softmax and loss stay fp32).
+    #[arg(long)]
+    bf16: bool,
+    /// Evaluate in segments of at most N tokens.
+    #[arg(long, value_name = "N")]
+    eval_segment: Option<i64>,
+    /// Evaluate every N steps (0: only at the end).
+    #[arg(long, value_name = "N")]
+    eval_every: Option<u64>,
+    /// Cleanup (CUDA empty-cache, jemalloc purge) every N train steps.
+    #[arg(long, value_name = "N")]
+    cleanup_every: Option<u64>,
+    /// Cleanup every M eval batches.
+    #[arg(long, value_name = "M")]
+    cleanup_eval_every: Option<u64>,
+    /// LoRA rank: freeze the base, train adapters on attention and MLP.
+    #[arg(long, value_name = "R")]
+    lora_rank: Option<i64>,
+    /// libtorch intra-op threads.
+    #[arg(long)]
+    threads: Option<i32>,
+    /// libtorch inter-op threads.
+    #[arg(long)]
+    interop_threads: Option<i32>,
+    /// Data-loader worker threads.
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Batches each worker prepares ahead.
+    #[arg(long)]
+    prefetch: Option<usize>,
+    /// `cpu`, `cuda` or `cuda:N`.
+    #[arg(long)]
+    device: Option<String>,
+    /// Seed for weights and data order.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Where to write the memsight report.
+    #[arg(long, default_value = "memsight-gpt-report.json")]
+    report: PathBuf,
+    /// Save a safetensors checkpoint (and PATH.config.json) at the end.
+    #[arg(long, value_name = "PATH.safetensors")]
+    save: Option<PathBuf>,
+    /// Write the run's summary (losses, step time, parameters) as JSON.
+    #[arg(long, value_name = "PATH")]
+    summary_json: Option<PathBuf>,
+    /// No progress line and no memsight blocks.
+    #[arg(long)]
+    quiet: bool,
+    /// Run without the memsight session and libtorch hooks (for the on/off overhead comparison;
+    /// the global allocator stays). Writes no report.
+    #[arg(long)]
+    no_profile: bool,
+}
+
+fn config(a: &TrainArgs) -> Config {
+    let mut c = Config::preset(a.preset);
+    macro_rules! set {
+        ($($f:ident),*) => { $(if let Some(v) = a.$f.clone() { c.$f = v; })* };
+    }
+    set!(
+        steps,
+        batch_size,
+        micro_batch,
+        seq_len,
+        attention,
+        attention_block,
+        eval_segment,
+        eval_every,
+        cleanup_every,
+        cleanup_eval_every,
+        lora_rank,
+        threads,
+        interop_threads,
+        workers,
+        prefetch,
+        device,
+        seed
+    );
+    if a.micro_batch.is_none() {
+        c.micro_batch = c.batch_size;
+    }
+    c.checkpoint = a.checkpoint;
+    c.bf16 = a.bf16;
+    c
+}
+
+fn run_train(a: TrainArgs) -> Result<(), String> {
+    let cfg = config(&a);
+    cfg.validate()?;
+    if a.no_profile {
+        let summary = train::train(&cfg, a.save.map(|path| Save { path }).as_ref(), !a.quiet)?;
+        if let Some(p) = &a.summary_json {
+            let text = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
+            std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+        }
+        return Ok(());
+    }
+    // Hooks first: tensors created before the CPU hook are not counted.
+    let installed = memsight_integrations::install();
+    if !a.quiet {
+        for line in installed.describe() {
+            eprintln!("{line}");
+        }
+    }
+    let mut builder = memsight::Session::builder().report_path(&a.report);
+    if a.quiet {
+        builder = builder.quiet();
+    }
+    let session = builder.start().map_err(|e| e.to_string())?;
+    // MEMSIGHT_REPORT (set by `memsight run`) overrides --report: print where it really goes.
+    let report_path = session
+        .report_path()
+        .map(|p| p.to_path_buf())
+        .unwrap_or_else(|| a.report.clone());
+    let save = a.save.map(|path| Save { path });
+    let result = train::train(&cfg, save.as_ref(), !a.quiet);
+    let report = session.finish().map_err(|e| e.to_string())?;
+    let summary = result?;
+    if let Some(p) = &a.summary_json {
+        let text = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
+        std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if !a.quiet {
+        eprintln!(
+            "final loss {:.4} · val {} · {:.1} ms/step · tensors peak {}",
+            summary.final_loss,
+            summary
+                .val_loss
+                .map(|v| format!("{v:.4}"))
+                .unwrap_or_else(|| "n/a".into()),
+            summary.step_ms_median,
+            report
+                .peaks
+                .tensor_peak_bytes
+                .map(memsight::units::fmt_bytes)
+                .unwrap_or_else(|| "n/a".into())
+        );
+    }
+    println!("{}", report_path.display());
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Train(a) => run_train(*a),
+        Cmd::Ablate(a) => run_ablate(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("memsight-gpt: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! Every parity claim of the reference model's switches, on small CPU shapes in fp32: attention
+//! modes agree (forward and gradients), checkpointing and the segmented efficient-attention path
+//! give the plain run's gradients, gradient accumulation equals the big batch, logits_to_keep's
+//! loss equals the full loss on those positions, chunked evaluation equals evaluating each segment,
+//! bf16 autocast keeps LayerNorm/softmax/loss in fp32, LoRA trains only its adapters, and the data
+//! loader's batches do not depend on its workers or prefetch.
+
+use memsight_gpt::attention::{self, efficient_backward, efficient_forward};
+use memsight_gpt::config::{Attention, Config, Preset};
+use memsight_gpt::data::{self, Loader};
+use memsight_gpt::model::{self, Gpt};
+use memsight_gpt::step;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// libtorch's generator is process-wide: tests that seed it and draw from it run one at a time.
+static RNG: Mutex<()> = Mutex::new(());
+
+fn rng() -> MutexGuard<'static, ()> {
+    RNG.lock().unwrap_or_else(|p| p.into_inner())
+}
+use tch::nn::{self, OptimizerConfig};
+use tch::{Device, Kind, Tensor};
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+    (a - b).abs().max().double_value(&[])
+}
+
+fn qkv(seed: i64) -> (Tensor, Tensor, Tensor) {
+    tch::manual_seed(seed);
+    let r = || Tensor::randn([2, 3, 37, 8], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+    (r(), r(), r())
+}
+
+fn grads_of(mode: Attention, g: &Tensor) -> (Tensor, [Tensor; 3]) {
+    let (q, k, v) = qkv(7);
+    let o = attention::attend(&q, &k, &v, mode, 8);
+    (o * g).sum(Kind::Float).backward();
+    let o = tch::no_grad(|| attention::attend(&q, &k, &v, mode, 8));
+    (o, [q.grad(), k.grad(), v.grad()])
+}
+
+#[test]
+fn attention_modes_agree_forward_and_gradients() {
+    let _rng = rng();
+    tch::manual_seed(3);
+    let g = Tensor::randn([2, 3, 37, 8], (Kind::Float, Device::Cpu));
+    let (o_naive, g_naive) = grads_of(Attention::Naive, &g);
+    for mode in [Attention::Efficient, Attention::Sdpa] {
+        let (o, gr) = grads_of(mode, &g);
+        assert!(max_diff(&o, &o_naive) < 1e-5, "{mode:?} forward differs");
+        for (a, b) in gr.iter().zip(&g_naive) {
+            assert!(
+                max_diff(a, b) < 1e-5,
+                "{mode:?} gradient differs: {}",
+                max_diff(a, b)
+            );
+        }
+    }
+    // The efficient path's own backward (no autograd through the block loop) gives the same grads.
+    let (q, k, v) = qkv(7);
+    let (o, lse) = tch::no_grad(|| efficient_forward(&q, &k, &v, 8));
+    let (dq, dk, dv) = tch::no_grad(|| efficient_backward(&q, &k, &v, &o, &lse, &g, 8));
+    for (a, b) in [dq, dk, dv].iter().zip(&g_naive) {
+        assert!(
+            max_diff(a, b) < 1e-5,
+            "efficient backward differs: {}",
+            max_diff(a, b)
+        );
+    }
+}
+
+#[test]
+fn seed_000_score_memory_claim() {
+    let _rng = rng();
+    // B=4, S=2048, H=12, fp32: 805 MB of scores per layer naive, 25 MB with 64-key blocks.
+    assert_eq!(
+        attention::score_bytes(Attention::Naive, 4, 12, 2048, 64, 4),
+        805_306_368
+    );
+    assert_eq!(
+        attention::score_bytes(Attention::Efficient, 4, 12, 2048, 64, 4),
+        25_165_824
+    );
+}
+
+fn tiny_cfg() -> Config {
+    let mut c = Config::preset(Preset::Tiny);
+    c.shape.n_layer = 2;
+    c.shape.n_embd = 32;
+    c.shape.n_head = 4;
+    c.shape.block_size = 24;
+    c.seq_len = 24;
+    c.batch_size = 4;
+    c.micro_batch = 4;
+    c.attention = Attention::Naive;
+    c.attention_block = 5;
+    c
+}
+
+fn model(cfg: &Config, rank: i64) -> (nn::VarStore, nn::VarStore, Gpt) {
+    tch::manual_seed(11);
+    let vs = nn::VarStore::new(Device::Cpu);
+    let lora = nn::VarStore::new(Device::Cpu);
+    let lr = lora.root();
+    let m = Gpt::new(&vs.root(), (rank > 0).then_some(&lr), rank, cfg.shape, None);
+    (vs, lora, m)
+}
+
+fn batch(cfg: &Config, n: u64, rows: i64) -> (Tensor, Tensor) {
+    let tokens = data::encode(data::CORPUS);
+    data::make_batch(&tokens, 5, n, rows, cfg.seq_len).tensors(Device::Cpu)
+}
+
+/// Gradients of every parameter after one forward/backward of `cfg` on batch 0.
+fn grads(cfg: &Config) -> Vec<(String, Tensor)> {
+    let (vs, _l, m) = model(cfg, 0);
+    let (x, y) = batch(cfg, 0, cfg.batch_size);
+    step::forward_backward(&m, cfg, &x, &y, None, 1.0).unwrap();
+    let mut v: Vec<(String, Tensor)> = vs
+        .variables()
+        .into_iter()
+        .map(|(k, t)| (k, t.grad().copy()))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+fn assert_same_grads(a: &[(String, Tensor)], b: &[(String, Tensor)], tol: f64, what: &str) {
+    assert_eq!(a.len(), b.len());
+    for ((na, ga), (_, gb)) in a.iter().zip(b) {
+        let d = max_diff(ga, gb);
+        assert!(d < tol, "{what}: gradient of {na} differs by {d}");
+    }
+}
+
+#[test]
+fn checkpointing_and_efficient_training_give_the_plain_gradients() {
+    let _rng = rng();
+    let plain = grads(&tiny_cfg());
+    assert!(
+        plain.iter().any(|(n, _)| n == "h.0.attn.c_attn.weight"),
+        "GPT-2 names"
+    );
+    for (ckpt, mode) in [
+        (true, Attention::Naive),
+        (true, Attention::Sdpa),
+        (false, Attention::Efficient),
+        (true, Attention::Efficient),
+    ] {
+        let mut c = tiny_cfg();
+        c.checkpoint = ckpt;
+        c.attention = mode;
+        assert_same_grads(
+            &plain,
+            &grads(&c),
+            1e-5,
+            &format!("checkpoint={ckpt} {mode:?}"),
+        );
+    }
+}
+
+#[test]
+fn gradient_accumulation_equals_the_big_batch() {
+    let _rng = rng();
+    let cfg = tiny_cfg();
+    let (vs_big, _a, m_big) = model(&cfg, 0);
+    let (x, y) = batch(&cfg, 0, 4);
+    step::forward_backward(&m_big, &cfg, &x, &y, None, 1.0).unwrap();
+    let (vs_acc, _b, m_acc) = model(&cfg, 0);
+    for i in 0..2 {
+        let (xs, ys) = (x.narrow(0, 2 * i, 2), y.narrow(0, 2 * i, 2));
+        step::forward_backward(&m_acc, &cfg, &xs, &ys, None, 0.5).unwrap();
+    }
+    let big = vs_big.variables();
+    for (name, t) in vs_acc.variables() {
+        let d = max_diff(&t.grad(), &big[&name].grad());
+        assert!(d < 1e-5, "{name}: accumulated gradient differs by {d}");
+    }
+}
+
+#[test]
+fn logits_to_keep_gives_the_same_loss_on_those_positions() {
+    let _rng = rng();
+    let cfg = tiny_cfg();
+    let (_vs, _l, m) = model(&cfg, 0);
+    let (x, y) = batch(&cfg, 1, 2);
+    tch::no_grad(|| {
+        let full = m.forward(&x, cfg.attention, 5, None);
+        let kept = m.forward(&x, cfg.attention, 5, Some(3));
+        assert_eq!(kept.size(), vec![2, 3, 256]);
+        let tail = full.narrow(1, 21, 3);
+        assert!(max_diff(&kept, &tail) < 1e-6);
+        let l_kept = model::loss(&kept, &y.narrow(1, 21, 3)).double_value(&[]);
+        let l_tail = model::loss(&tail, &y.narrow(1, 21, 3)).double_value(&[]);
+        assert!((l_kept - l_tail).abs() < 1e-6);
+    });
+}
+
+#[test]
+fn chunked_evaluation_equals_evaluating_each_segment() {
+    let _rng = rng();
+    let cfg = tiny_cfg();
+    let (_vs, _l, m) = model(&cfg, 0);
+    let (x, y) = batch(&cfg, 2, 2);
+    let chunked = step::evaluate(&m, &cfg, &x, &y, 10).unwrap();
+    // Segments of 10, 10 and 4 tokens, each its own sequence, weighted by length.
+    let mut want = 0.0;
+    for (p0, len) in [(0, 10), (10, 10), (20, 4)] {
+        let l = tch::no_grad(|| {
+            let logits = m.forward(&x.narrow(1, p0, len), cfg.attention, 5, None);
+            model::loss(&logits, &y.narrow(1, p0, len)).double_value(&[])
+        });
+        want += l * len as f64 / 24.0;
+    }
+    assert!((chunked - want).abs() < 1e-6, "{chunked} vs {want}");
+    let whole = step::evaluate(&m, &cfg, &x, &y, 24).unwrap();
+    let direct =
+        tch::no_grad(|| model::loss(&m.forward(&x, cfg.attention, 5, None), &y).double_value(&[]));
+    assert!((whole - direct).abs() < 1e-6);
+}
+
+#[test]
+fn bf16_autocast_keeps_norms_softmax_and_loss_in_fp32() {
+    let _rng = rng();
+    let cfg = tiny_cfg();
+    let (_vs, _l, m) = model(&cfg, 0);
+    let (x, y) = batch(&cfg, 3, 2);
+    let mut bf = cfg.clone();
+    bf.bf16 = true;
+    let fp32 =
+        tch::no_grad(|| model::loss(&m.forward(&x, cfg.attention, 5, None), &y).double_value(&[]));
+    let (kinds, l16) = tch::no_grad(|| {
+        step::maybe_autocast(&bf, Device::Cpu, || {
+            let e = m.embed(&x, 0);
+            let (q, _, _) = m.blocks[0].qkv(&e);
+            let logits = m.forward(&x, cfg.attention, 5, None);
+            let l = model::loss(&logits, &y);
+            ((q.kind(), logits.kind(), l.kind()), l.double_value(&[]))
+        })
+        .unwrap()
+    });
+    assert_eq!(kinds.0, Kind::BFloat16, "projections run in bf16");
+    assert_eq!(kinds.1, Kind::BFloat16, "the LM head runs in bf16");
+    assert_eq!(kinds.2, Kind::Float, "the loss is fp32");
+    assert!(
+        (fp32 - l16).abs() < 0.05,
+        "bf16 loss {l16} far from fp32 {fp32}"
+    );
+    assert!(
+        !memsight_integrations::torch::autocast_enabled(Device::Cpu),
+        "autocast restored"
+    );
+}
+
+#[test]
+fn lora_trains_only_the_adapters_and_starts_equal_to_the_base() {
+    let _rng = rng();
+    let cfg = tiny_cfg();
+    let (mut vs_lora, lora, m_lora) = model(&cfg, 4);
+    let (mut vs_base, _l, m_base) = model(&cfg, 0);
+    vs_base.copy(&vs_lora).unwrap();
+    let (x, y) = batch(&cfg, 4, 2);
+    tch::no_grad(|| {
+        let a = m_lora.forward(&x, cfg.attention, 5, None);
+        let b = m_base.forward(&x, cfg.attention, 5, None);
+        assert!(max_diff(&a, &b) < 1e-6, "adapters start at zero");
+    });
+    vs_lora.freeze();
+    let names: Vec<String> = lora.variables().into_keys().collect();
+    assert_eq!(
+        names.len(),
+        2 * 4 * 2,
+        "A and B on c_attn, c_proj, c_fc, mlp c_proj of 2 layers"
+    );
+    assert!(names.iter().all(|n| n.contains("lora_")));
+    assert!(
+        vs_lora.variables().values().all(|t| !t.requires_grad()),
+        "the base is frozen"
+    );
+    let base_w = vs_lora.variables()["h.0.attn.c_attn.weight"].copy();
+    // The segmented path (checkpoint + efficient attention) gives the adapters the same gradients.
+    let mut seg = cfg.clone();
+    seg.checkpoint = true;
+    seg.attention = Attention::Efficient;
+    step::forward_backward(&m_lora, &seg, &x, &y, None, 1.0).unwrap();
+    let seg_grads: Vec<(String, Tensor)> = lora
+        .variables()
+        .into_iter()
+        .map(|(n, t)| (n, t.grad().copy()))
+        .collect();
+    for t in lora.variables().values() {
+        let _ = t.grad().zero_();
+    }
+    let mut opt = nn::adamw(0.9, 0.95, 0.0).build(&lora, 1e-2).unwrap();
+    step::forward_backward(&m_lora, &cfg, &x, &y, None, 1.0).unwrap();
+    let vars = lora.variables();
+    for (n, g) in &seg_grads {
+        let d = max_diff(g, &vars[n].grad());
+        assert!(
+            d < 1e-5,
+            "LoRA gradient of {n} differs by {d} on the segmented path"
+        );
+    }
+    opt.step();
+    assert_eq!(
+        max_diff(&base_w, &vs_lora.variables()["h.0.attn.c_attn.weight"]),
+        0.0
+    );
+    let b_after = &lora.variables()["h.0.attn.c_attn.lora_b"];
+    assert!(
+        b_after.abs().sum(Kind::Float).double_value(&[]) > 0.0,
+        "the adapter moved"
+    );
+}
+
+#[test]
+fn loader_batches_do_not_depend_on_workers_or_prefetch() {
+    let _rng = rng();
+    let tokens = Arc::new(data::encode(data::CORPUS));
+    let take = |workers, prefetch| {
+        let mut l = Loader::new(Arc::clone(&tokens), 9, 3, 16, workers, prefetch);
+        (0..7)
+            .map(|_| l.next_batch().unwrap().x)
+            .collect::<Vec<_>>()
+    };
+    let one = take(1, 1);
+    assert_eq!(one, take(3, 4));
+    assert_eq!(one, take(2, 1));
+    assert_eq!(data::decode(&data::encode("héllo")), "héllo");
+}
