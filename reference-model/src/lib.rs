@@ -2,9 +2,11 @@
 //! memory optimization is a switch ([`config::Config`]) and every switch is tested for parity.
 
 pub mod ablate;
+pub mod analyze;
 pub mod attention;
 pub mod config;
 pub mod data;
+pub mod generate;
 pub mod model;
 pub mod step;
 pub mod train;

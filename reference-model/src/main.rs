@@ -29,6 +29,175 @@ enum Cmd {
     /// Baseline, each switch alone and all together, each in its own process: a table of
     /// memory, time and loss (markdown, JSON, SVG).
     Ablate(AblateArgs),
+    /// Greedy generation with a KV cache (prealloc, grow or none) under memsight.
+    Generate(GenerateArgs),
+    /// Attention analysis: first-layer-only loading, head-chunked maps as heatmaps, sampling mode.
+    Analyze(AnalyzeArgs),
+}
+
+#[derive(Args)]
+struct AnalyzeArgs {
+    /// A checkpoint written by `train --save`.
+    #[arg(long, value_name = "PATH.safetensors")]
+    load: PathBuf,
+    /// Blocks to load (embeddings and final norm always): 1 = first-layer-only.
+    #[arg(long, default_value_t = 1)]
+    layers: i64,
+    /// Heads per chunk when computing maps.
+    #[arg(long, default_value_t = 1)]
+    head_chunk: i64,
+    /// Sampling mode: maps for this many evenly spaced query rows only (0: all rows).
+    #[arg(long, default_value_t = 0)]
+    sample_rows: i64,
+    /// Text to analyze (its first block-size bytes).
+    #[arg(
+        long,
+        default_value = "The borrow checker compares scopes to determine whether all borrows are valid."
+    )]
+    text: String,
+    /// Where the heatmaps go.
+    #[arg(long, default_value = "out/attention")]
+    out: PathBuf,
+}
+
+fn run_analyze(a: AnalyzeArgs) -> Result<(), String> {
+    use memsight_gpt::analyze;
+    let cfg_path = a.load.with_extension("config.json");
+    let text =
+        std::fs::read_to_string(&cfg_path).map_err(|e| format!("{}: {e}", cfg_path.display()))?;
+    let cfg: Config =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", cfg_path.display()))?;
+    memsight_integrations::install();
+    let layers = a.layers.clamp(1, cfg.shape.n_layer);
+    let (_vs, model, bytes) = analyze::load_first_layers(&a.load, cfg.shape, layers)?;
+    let tokens: Vec<i64> = memsight_gpt::data::encode(&a.text)
+        .iter()
+        .take(cfg.shape.block_size as usize)
+        .map(|&b| b as i64)
+        .collect();
+    let idx = tch::Tensor::from_slice(&tokens).view([1, -1]);
+    let last = (layers - 1) as usize;
+    memsight::devices::tensors::reset_peak();
+    let maps = analyze::maps(&model, &idx, last, a.head_chunk);
+    let peak = memsight::devices::tensors::stats()
+        .unwrap_or_default()
+        .peak_bytes;
+    let files = analyze::write_heatmaps(&maps, last, &a.out)?;
+    eprintln!(
+        "loaded {layers} of {} blocks: {} of parameters; maps of layer {last} in chunks of {} heads: tensor peak {}; {} heatmaps in {}",
+        cfg.shape.n_layer,
+        memsight::units::fmt_bytes(bytes as u64),
+        a.head_chunk,
+        memsight::units::fmt_bytes(peak),
+        files.len(),
+        a.out.display()
+    );
+    if a.sample_rows > 0 {
+        let (sampled, picks) = analyze::sampled_maps(&model, &idx, last, a.sample_rows);
+        eprintln!(
+            "sampling mode: {} of {} query rows (exact rows: max error {:.1e}); mean attention per head from the sample vs all rows: max error {:.3}",
+            picks.len(),
+            tokens.len(),
+            analyze::sampling_error(&maps, &sampled, &picks),
+            analyze::profile_error(&maps, &sampled)
+        );
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    /// A checkpoint written by `train --save` (its .config.json gives the shape).
+    #[arg(long, value_name = "PATH.safetensors")]
+    load: Option<PathBuf>,
+    /// Shape of a fresh (untrained) model when no checkpoint is given.
+    #[arg(long, value_enum, default_value = "tiny")]
+    preset: Preset,
+    /// The prompt.
+    #[arg(long, default_value = "fn main() {")]
+    prompt: String,
+    /// Tokens to generate (stops at the block size).
+    #[arg(long, default_value_t = 64)]
+    tokens: i64,
+    /// How past keys and values are kept.
+    #[arg(long, value_enum, default_value = "prealloc")]
+    kv_cache: memsight_gpt::generate::CacheMode,
+    /// Weight-only quantization of the block projections: 8 or 4 bits (libtorch packed kernels).
+    #[arg(long, value_name = "BITS")]
+    quant: Option<u8>,
+    /// Where to write the memsight report.
+    #[arg(long, default_value = "memsight-gpt-generate.json")]
+    report: PathBuf,
+}
+
+fn run_generate(a: GenerateArgs) -> Result<(), String> {
+    use memsight_gpt::generate;
+    use memsight_gpt::model::Gpt;
+    let shape = match &a.load {
+        Some(p) => {
+            let cfg_path = p.with_extension("config.json");
+            let text = std::fs::read_to_string(&cfg_path)
+                .map_err(|e| format!("{}: {e}", cfg_path.display()))?;
+            let cfg: Config =
+                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", cfg_path.display()))?;
+            cfg.shape
+        }
+        None => a.preset.shape(),
+    };
+    memsight_integrations::install();
+    let session = memsight::Session::builder()
+        .report_path(&a.report)
+        .quiet()
+        .start()
+        .map_err(|e| e.to_string())?;
+    let mut vs = tch::nn::VarStore::new(tch::Device::Cpu);
+    let mut model = Gpt::new(&vs.root(), None, 0, shape, None);
+    if let Some(p) = &a.load {
+        vs.load(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    let fp32 = memsight::devices::tensors::stats()
+        .unwrap_or_default()
+        .live_bytes;
+    if let Some(bits) = a.quant {
+        model.quantize(bits)?;
+        // The model keeps what it still uses; the fp32 projection weights go with the store.
+        drop(vs);
+        let now = memsight::devices::tensors::stats()
+            .unwrap_or_default()
+            .live_bytes;
+        eprintln!(
+            "int{bits} weights: tensors {} → {}",
+            memsight::units::fmt_bytes(fp32),
+            memsight::units::fmt_bytes(now)
+        );
+    }
+    let prompt: Vec<i64> = memsight_gpt::data::encode(&a.prompt)
+        .iter()
+        .map(|&b| b as i64)
+        .collect();
+    memsight::devices::tensors::reset_peak();
+    let before = memsight::devices::tensors::stats()
+        .unwrap_or_default()
+        .live_bytes;
+    let g = {
+        let _p = memsight::phase("generate");
+        generate::generate(&model, &prompt, a.tokens, a.kv_cache)
+    };
+    let peak = memsight::devices::tensors::stats()
+        .unwrap_or_default()
+        .peak_bytes;
+    let bytes: Vec<u8> = g.tokens.iter().map(|&t| t as u8).collect();
+    println!("{}", memsight_gpt::data::decode(&bytes));
+    let est = memsight_gpt::generate::estimated_cache_bytes(&shape, g.tokens.len() as i64);
+    eprintln!(
+        "kv cache ({:?}): {} held at the end (estimator: {}); tensor peak above the weights: {}",
+        a.kv_cache,
+        memsight::units::fmt_bytes(g.cache_bytes.max(0) as u64),
+        memsight::units::fmt_bytes(est),
+        memsight::units::fmt_bytes(peak.saturating_sub(before))
+    );
+    session.finish().map_err(|e| e.to_string())?;
+    Ok(())
 }
 
 #[derive(Args)]
@@ -260,6 +429,8 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Train(a) => run_train(*a),
         Cmd::Ablate(a) => run_ablate(a),
+        Cmd::Generate(a) => run_generate(a),
+        Cmd::Analyze(a) => run_analyze(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -9,14 +9,31 @@ use crate::config::{Attention, ModelShape};
 use tch::nn::{self, Init};
 use tch::{Kind, Tensor};
 
-/// A linear layer `x·Wᵀ + b`, with an optional LoRA update `(x·Aᵀ)·Bᵀ · α/r`.
+/// A linear layer `x·Wᵀ + b`, with an optional LoRA update `(x·Aᵀ)·Bᵀ · α/r`, or — after
+/// [`Linear::quantize`] — weight-only int8/int4 for inference (libtorch's packed CPU kernels).
 pub struct Linear {
-    /// Weight, (out, in).
+    /// Weight, (out, in); empty once quantized.
     pub w: Tensor,
     /// Bias, (out).
     pub b: Tensor,
     lora: Option<(Tensor, Tensor, f64)>,
+    quant: Option<Quant>,
 }
+
+/// A quantized weight.
+enum Quant {
+    /// int8 (out, in) with one fp32 scale per output channel.
+    Int8 { w: Tensor, scales: Tensor },
+    /// int4 packed for the CPU kernel, with per-group (scale, zero).
+    Int4 {
+        packed: Tensor,
+        group: i64,
+        scale_zeros: Tensor,
+    },
+}
+
+/// Int4 quantization group (input features per scale/zero pair).
+const INT4_GROUP: i64 = 32;
 
 impl Linear {
     fn new(
@@ -50,11 +67,83 @@ impl Linear {
             let b = lp.var("lora_b", &[dout, rank], Init::Const(0.0));
             (a, b, 2.0)
         });
-        Linear { w, b, lora }
+        Linear {
+            w,
+            b,
+            lora,
+            quant: None,
+        }
+    }
+
+    /// Replaces the fp32 weight by an int8 (per output channel) or int4 (per group of 32 inputs,
+    /// asymmetric) copy; inference only (the packed kernels have no backward).
+    pub fn quantize(&mut self, bits: u8) -> Result<(), String> {
+        let w = self.w.detach().to_kind(Kind::Float);
+        let (n, k) = (w.size()[0], w.size()[1]);
+        self.quant = Some(match bits {
+            8 => {
+                let scales = (w.abs().amax([1i64].as_slice(), false) / 127.0).clamp_min(1e-12);
+                let q = (&w / scales.unsqueeze(1))
+                    .round()
+                    .clamp(-127.0, 127.0)
+                    .to_kind(Kind::Int8);
+                Quant::Int8 { w: q, scales }
+            }
+            4 => {
+                if n % 16 != 0 || k % INT4_GROUP != 0 {
+                    return Err(format!(
+                        "int4 needs out % 16 == 0 and in % {INT4_GROUP} == 0, got {n}×{k}"
+                    ));
+                }
+                let g = w.view([n, k / INT4_GROUP, INT4_GROUP]);
+                let lo = g.amin([2i64].as_slice(), true);
+                let hi = g.amax([2i64].as_slice(), true);
+                let scale = ((&hi - &lo) / 15.0).clamp_min(1e-12);
+                // w ≈ (q − 8)·scale + zero with zero = lo + 8·scale, q in 0..=15.
+                let zero = &lo + &scale * 8.0;
+                let q = ((&g - &lo) / &scale)
+                    .round()
+                    .clamp(0.0, 15.0)
+                    .to_kind(Kind::Int)
+                    .view([n, k]);
+                let packed = q.internal_convert_weight_to_int4pack_for_cpu(1);
+                let scale_zeros = Tensor::stack(&[scale.squeeze_dim(2), zero.squeeze_dim(2)], 2)
+                    .transpose(0, 1)
+                    .contiguous();
+                Quant::Int4 {
+                    packed,
+                    group: INT4_GROUP,
+                    scale_zeros,
+                }
+            }
+            b => {
+                return Err(format!(
+                    "quantization to {b} bits is not supported (8 or 4)"
+                ))
+            }
+        });
+        self.w = Tensor::new();
+        Ok(())
     }
 
     /// Applies the layer.
     pub fn forward(&self, x: &Tensor) -> Tensor {
+        if let Some(q) = &self.quant {
+            let shape = x.size();
+            let x2 = x.to_kind(Kind::Float).reshape([-1, shape[shape.len() - 1]]);
+            let y = match q {
+                Quant::Int8 { w, scales } => x2.internal_weight_int8pack_mm(w, scales),
+                Quant::Int4 {
+                    packed,
+                    group,
+                    scale_zeros,
+                } => x2.internal_weight_int4pack_mm_for_cpu(packed, *group, scale_zeros),
+            };
+            let mut out = shape.clone();
+            let last = out.len() - 1;
+            out[last] = self.b.size()[0];
+            return (y + &self.b).view(out.as_slice());
+        }
         let y = x.linear(&self.w, Some(&self.b));
         match &self.lora {
             Some((a, b, alpha)) => {
@@ -168,11 +257,37 @@ impl Block {
         &x + self.mlp_proj.forward(&h)
     }
 
+    /// Quantizes every projection of the block (inference only).
+    pub fn quantize(&mut self, bits: u8) -> Result<(), String> {
+        for l in [
+            &mut self.c_attn,
+            &mut self.attn_proj,
+            &mut self.c_fc,
+            &mut self.mlp_proj,
+        ] {
+            l.quantize(bits)?;
+        }
+        Ok(())
+    }
+
     /// The whole block.
     pub fn forward(&self, x: &Tensor, mode: Attention, block: i64) -> Tensor {
         let (q, k, v) = self.qkv(x);
         let o = attention::attend(&q, &k, &v, mode, block);
         self.finish(x, &o)
+    }
+
+    /// Sampling mode: attention probabilities of the query rows `picks` only, (B, H, rows, S).
+    pub fn attention_rows(&self, x: &Tensor, picks: &[i64]) -> Tensor {
+        let (q, k, _) = self.qkv(x);
+        let s = q.size()[2];
+        let scale = 1.0 / (q.size()[3] as f64).sqrt();
+        let rows = Tensor::from_slice(picks).to_device(q.device());
+        let cols = Tensor::arange(s, (Kind::Int64, q.device())).unsqueeze(0);
+        let mask = cols.gt_tensor(&rows.unsqueeze(1));
+        let att = q.index_select(2, &rows).matmul(&k.transpose(-2, -1)) * scale;
+        att.masked_fill(&mask, f64::NEG_INFINITY)
+            .softmax(-1, Kind::Float)
     }
 
     /// The block with the attention of selected heads only returned as probability maps
@@ -253,6 +368,12 @@ impl Gpt {
             ln_f: LayerNorm::new(&(vs / "ln_f"), shape.n_embd),
             shape,
         }
+    }
+
+    /// Weight-only int8 or int4 quantization of every block projection (embeddings, norms and the
+    /// tied head stay fp32). Inference only; drop the VarStore afterwards to free the fp32 weights.
+    pub fn quantize(&mut self, bits: u8) -> Result<(), String> {
+        self.blocks.iter_mut().try_for_each(|b| b.quantize(bits))
     }
 
     /// Token + position embeddings of `idx` (B, S), positions starting at `pos0`.

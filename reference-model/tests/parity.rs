@@ -328,3 +328,93 @@ fn loader_batches_do_not_depend_on_workers_or_prefetch() {
     assert_eq!(one, take(2, 1));
     assert_eq!(data::decode(&data::encode("héllo")), "héllo");
 }
+
+#[test]
+fn kv_cache_modes_generate_the_same_tokens_and_prealloc_matches_the_estimate() {
+    use memsight_gpt::generate::{estimated_cache_bytes, generate, CacheMode};
+    let _rng = rng();
+    let cfg = tiny_cfg();
+    let (_vs, _l, m) = model(&cfg, 0);
+    let prompt: Vec<i64> = data::encode("let x = ").iter().map(|&b| b as i64).collect();
+    let none = generate(&m, &prompt, 12, CacheMode::None);
+    assert_eq!(none.tokens.len(), 20);
+    for mode in [CacheMode::Prealloc, CacheMode::Grow] {
+        let g = generate(&m, &prompt, 12, mode);
+        assert_eq!(g.tokens, none.tokens, "{mode:?} generated other tokens");
+        let d = max_diff(
+            g.last_logits.as_ref().unwrap(),
+            none.last_logits.as_ref().unwrap(),
+        );
+        assert!(d < 1e-5, "{mode:?} logits differ by {d}");
+        // Prealloc holds all 20 positions from the start; grow ends with the 19 it was fed
+        // (the last generated token is never fed back). 2 · layers · len · n_embd · 4 bytes.
+        let len = if mode == CacheMode::Prealloc { 20 } else { 19 };
+        assert_eq!(
+            g.cache_bytes as u64,
+            estimated_cache_bytes(&cfg.shape, len),
+            "{mode:?}"
+        );
+    }
+    assert_eq!(estimated_cache_bytes(&cfg.shape, 20), 2 * 2 * 20 * 32 * 4);
+}
+
+#[test]
+fn first_layer_loading_head_chunks_and_sampling_reproduce_the_full_maps() {
+    use memsight_gpt::analyze;
+    let _rng = rng();
+    let cfg = tiny_cfg();
+    let (vs, _l, full) = model(&cfg, 0);
+    let dir = std::env::temp_dir().join(format!("memsight-gpt-analyze-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ckpt = dir.join("full.safetensors");
+    vs.save(&ckpt).unwrap();
+    let (_vs1, first, bytes) = analyze::load_first_layers(&ckpt, cfg.shape, 1).unwrap();
+    assert_eq!(first.blocks.len(), 1);
+    let full_bytes: i64 = vs.variables().values().map(|t| t.numel() as i64 * 4).sum();
+    let block_bytes = (full_bytes - bytes) as f64;
+    // 2 layers → 1 layer: exactly one block's parameters fewer.
+    assert!(block_bytes > 0.0 && bytes < full_bytes);
+    let (x, _) = batch(&cfg, 6, 2);
+    let reference = analyze::maps(&full, &x, 0, 4);
+    // Layer 0 of the first-layer-only model equals the full model's; chunks of 1, 3 or 4 heads agree.
+    for chunk in [1, 3, 4] {
+        let m = analyze::maps(&first, &x, 0, chunk);
+        assert_eq!(m.size(), vec![2, 4, 24, 24]);
+        assert!(max_diff(&m, &reference) < 1e-6, "chunk {chunk}");
+    }
+    // Rows sum to one; the future is masked.
+    let sums = reference.sum_dim_intlist([-1i64].as_slice(), false, Kind::Float);
+    assert!((sums - 1.0).abs().max().double_value(&[]) < 1e-5);
+    assert_eq!(reference.double_value(&[0, 0, 0, 1]), 0.0);
+    // Sampling mode: 6 of 24 rows, equal to the full maps' rows.
+    let (sampled, picks) = analyze::sampled_maps(&first, &x, 0, 6);
+    assert_eq!(picks, vec![0, 4, 8, 12, 16, 20]);
+    assert!(analyze::sampling_error(&reference, &sampled, &picks) < 1e-6);
+    // Heatmaps: one PGM per head.
+    let files = analyze::write_heatmaps(&reference, 0, &dir).unwrap();
+    assert_eq!(files.len(), 4);
+    let pgm = std::fs::read(&files[0]).unwrap();
+    assert!(pgm.starts_with(b"P5\n24 24\n255\n") && pgm.len() == 13 + 24 * 24);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn int8_and_int4_weight_only_quantization_keep_logits_close() {
+    let _rng = rng();
+    let mut cfg = tiny_cfg();
+    cfg.shape.n_embd = 64; // int4 packing needs in % 32 == 0 and out % 16 == 0
+    let (_vs, _l, reference) = model(&cfg, 0);
+    let (x, _) = batch(&cfg, 7, 2);
+    let want = tch::no_grad(|| reference.forward(&x, Attention::Sdpa, 64, None));
+    let scale = want.abs().max().double_value(&[]);
+    for (bits, tol) in [(8u8, 0.01), (4u8, 0.15)] {
+        let (_vs, _l, mut m) = model(&cfg, 0);
+        m.quantize(bits).unwrap();
+        assert_eq!(m.blocks[0].qkv(&m.embed(&x, 0)).0.kind(), Kind::Float);
+        let got = tch::no_grad(|| m.forward(&x, Attention::Sdpa, 64, None));
+        let err = max_diff(&got, &want) / scale;
+        println!("int{bits}: max logits error {err:.4} of the largest logit");
+        assert!(err < tol, "int{bits} logits error {err}");
+        assert!(err > 0.0, "int{bits} changed nothing");
+    }
+}
