@@ -135,3 +135,17 @@ fn pause_scroll_and_window_change_what_is_shown() {
     assert_eq!(ui.window, memsight_tui::view::Window::OneMinute);
     assert!(!ui.apply(Intent::Quit, n));
 }
+
+#[test]
+fn the_devices_screen_charts_tensor_bytes_of_a_libtorch_run() {
+    // A real run: the reference GPT (`make demo`, 40 steps) under `memsight run`, paths anonymised.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpt-report.json");
+    let state = ViewerState::from_report("gpt-report.json", Report::load(&path).unwrap());
+    let mut ui = Ui::default();
+    ui.apply(Intent::Go(Screen::Devices), state.timeline.len());
+    ui.window = memsight_tui::view::Window::All;
+    let text = frame(&state, &ui, 100, 30);
+    assert!(text.contains("tensors (CPU)"), "{text}");
+    assert!(text.contains("no GPU backend delivered data"), "{text}");
+    insta::assert_snapshot!("devices_gpt_100x30", text);
+}

@@ -1,21 +1,159 @@
-//! Devices: per-GPU memory, when the job's snapshots carry device data.
+//! Devices: libtorch tensor bytes and per-GPU memory over time (device 0 charted), the latest
+//! sample of every device and backend, and any device OOM the job's observer caught.
 
+use super::chart::{self, Series};
 use crate::state::ViewerState;
-use ratatui::layout::Rect;
-use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
+use memsight::devices::DeviceSample;
+use memsight::units::fmt_bytes;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::widgets::{Block, Borders, Paragraph, Row, Table, Wrap};
 use ratatui::Frame;
 
 /// Renders the devices screen.
-pub fn render(f: &mut Frame, area: Rect, _s: &ViewerState) {
-    // Snapshots carry no device section yet: the tch/CUDA/NVML integrations feed it.
-    f.render_widget(
-        Paragraph::new(
-            "No GPU data in this run: its samples carry host memory only. Device memory, other \
-             processes on the GPU and the caching allocator's segments appear here for jobs built \
-             with the memsight CUDA integrations.",
-        )
-        .wrap(Wrap { trim: true })
-        .block(Block::default().borders(Borders::ALL).title(" devices ")),
-        area,
-    );
+pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
+    let has_tensors = s.timeline.iter().any(|x| x.tensors.is_some());
+    let latest: Vec<&DeviceSample> = s
+        .timeline
+        .iter()
+        .rev()
+        .find(|x| !x.devices.is_empty())
+        .map(|x| x.devices.iter().collect())
+        .unwrap_or_default();
+    if !has_tensors && latest.is_empty() && s.device_ooms.is_empty() {
+        f.render_widget(
+            Paragraph::new(
+                "No tensor or GPU data in this run: its samples carry host memory only. Tensor \
+                 bytes, device memory, other processes on the GPU and device OOMs appear here for \
+                 jobs that call memsight_integrations::install() (libtorch, NVML, cudarc).",
+            )
+            .wrap(Wrap { trim: true })
+            .block(Block::default().borders(Borders::ALL).title(" devices ")),
+            area,
+        );
+        return;
+    }
+    let table_h = (latest.len() + s.device_ooms.len()) as u16 + 4;
+    let [top, bottom] =
+        Layout::vertical([Constraint::Min(8), Constraint::Length(table_h.max(5))]).areas(area);
+    let t0 = |t_ms: u64| t_ms as f64 / 1000.0;
+    let mut series = Vec::new();
+    if has_tensors {
+        series.push(Series {
+            name: "tensors (CPU)",
+            color: Color::Magenta,
+            points: s
+                .timeline
+                .iter()
+                .filter_map(|x| x.tensors.map(|t| (t0(x.t_ms), t.live_bytes as f64)))
+                .collect(),
+        });
+    }
+    let dev0 = |pick: fn(&DeviceSample) -> Option<u64>| -> Vec<(f64, f64)> {
+        s.timeline
+            .iter()
+            .filter_map(|x| {
+                let d = x.devices.iter().find(|d| d.index == 0)?;
+                Some((t0(x.t_ms), pick(d)? as f64))
+            })
+            .collect()
+    };
+    for (name, color, pick) in [
+        (
+            "cuda:0 reserved",
+            Color::Yellow,
+            (|d: &DeviceSample| d.reserved_bytes.or(d.used_bytes))
+                as fn(&DeviceSample) -> Option<u64>,
+        ),
+        ("cuda:0 allocated", Color::Green, |d: &DeviceSample| {
+            d.allocated_bytes
+        }),
+    ] {
+        let points = dev0(pick);
+        if !points.is_empty() {
+            series.push(Series {
+                name,
+                color,
+                points,
+            });
+        }
+    }
+    chart::draw(f, top, " tensors and device memory ", &series);
+
+    let opt = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "–".into());
+    let mut rows: Vec<Row> = latest
+        .iter()
+        .map(|d| {
+            Row::new(vec![
+                format!("cuda:{}", d.index),
+                d.backend.clone(),
+                opt(d.allocated_bytes),
+                opt(d.reserved_bytes.or(d.used_bytes)),
+                opt(d.inactive_split_bytes),
+                opt(d.total_bytes),
+                d.alloc_retries
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "–".into()),
+                fmt_bytes(d.others_bytes()),
+            ])
+        })
+        .collect();
+    for o in &s.device_ooms {
+        rows.push(
+            Row::new(vec![
+                format!("cuda:{}", o.device),
+                "OOM".into(),
+                format!("asked {}", fmt_bytes(o.requested_bytes)),
+                opt(o.reserved_bytes),
+                opt(o.inactive_split_bytes),
+                format!("free {}", fmt_bytes(o.free_bytes)),
+                format!("step {}", o.step),
+                fmt_bytes(
+                    o.processes
+                        .iter()
+                        .filter(|p| !p.is_job)
+                        .filter_map(|p| p.used_bytes)
+                        .sum(),
+                ),
+            ])
+            .style(Style::default().fg(Color::Red).add_modifier(Modifier::BOLD)),
+        );
+    }
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(" latest device samples ");
+    if rows.is_empty() {
+        f.render_widget(
+            Paragraph::new(
+                "no GPU backend delivered data: tensor bytes above are libtorch's CPU tensors \
+                 (the report's sources say why each GPU backend is absent)",
+            )
+            .wrap(Wrap { trim: true })
+            .block(block),
+            bottom,
+        );
+        return;
+    }
+    let header = Row::new(vec![
+        "device",
+        "backend",
+        "allocated",
+        "reserved",
+        "inact. split",
+        "total",
+        "retries",
+        "others",
+    ])
+    .style(Style::default().add_modifier(Modifier::BOLD));
+    let widths = [
+        Constraint::Length(8),
+        Constraint::Length(14),
+        Constraint::Length(14),
+        Constraint::Length(12),
+        Constraint::Length(12),
+        Constraint::Length(14),
+        Constraint::Length(9),
+        Constraint::Length(10),
+    ];
+    f.render_widget(Table::new(rows, widths).header(header).block(block), bottom);
 }
