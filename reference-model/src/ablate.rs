@@ -18,45 +18,67 @@ pub struct Variant {
     pub name: &'static str,
     /// Flags added to the baseline.
     pub args: &'static [&'static str],
+    /// Environment of the run (allocator settings).
+    pub env: &'static [(&'static str, &'static str)],
 }
+
+/// Host allocator setting of switch 14: return freed pages at once, purge in the background.
+const JEMALLOC_EAGER: (&str, &str) = (
+    "MALLOC_CONF",
+    "dirty_decay_ms:0,muzzy_decay_ms:0,background_thread:true",
+);
 
 /// The rows: baseline, each switch alone, all together.
 pub const VARIANTS: &[Variant] = &[
     Variant {
         name: "baseline (naive attention, fp32)",
         args: &[],
+        env: &[],
     },
     Variant {
         name: "attention=efficient",
         args: &["--attention", "efficient"],
+        env: &[],
     },
     Variant {
         name: "attention=sdpa",
         args: &["--attention", "sdpa"],
+        env: &[],
     },
     Variant {
         name: "checkpoint",
         args: &["--checkpoint"],
+        env: &[],
     },
     Variant {
         name: "bf16 autocast",
         args: &["--bf16"],
+        env: &[],
     },
     Variant {
         name: "micro-batch 4 (×4 accumulation)",
         args: &["--micro-batch", "4"],
+        env: &[],
     },
     Variant {
         name: "eval segments ≤ 32",
         args: &["--eval-segment", "32"],
+        env: &[],
     },
     Variant {
         name: "cleanup every 5 steps",
         args: &["--cleanup-every", "5"],
+        env: &[],
+    },
+    Variant {
+        name: "jemalloc eager purge (MALLOC_CONF)",
+        args: &[],
+        env: &[JEMALLOC_EAGER],
     },
     Variant {
         name: "LoRA r=8",
         args: &["--lora-rank", "8"],
+        env: &[],
     },
     Variant {
         name: "threads 1, workers 1",
@@ -70,6 +92,7 @@ pub const VARIANTS: &[Variant] = &[
             "--prefetch",
             "1",
         ],
+        env: &[],
     },
     Variant {
         name: "all together",
@@ -93,6 +116,7 @@ pub const VARIANTS: &[Variant] = &[
             "--prefetch",
             "1",
         ],
+        env: &[JEMALLOC_EAGER],
     },
 ];
 
@@ -356,6 +380,94 @@ pub fn overhead(o: &Options, pairs: usize) -> Result<Overhead, String> {
     Ok(r)
 }
 
+/// Seed 000's claim, measured: one layer's attention forward and backward at B=4, S=2048, H=12,
+/// D=64 in fp32, naive vs efficient (64-key blocks). Tensor peak above q, k, v and the output
+/// gradient, from the libtorch CPU hook.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ScoreCheck {
+    /// Attention mode.
+    pub mode: String,
+    /// The seed's figure for the scores of one layer.
+    pub claimed_score_bytes: i64,
+    /// Measured tensor peak above the inputs during forward + backward.
+    pub measured_peak_bytes: u64,
+    /// Wall time of forward + backward.
+    pub ms: f64,
+}
+
+fn score_check(mode: Attention) -> ScoreCheck {
+    use crate::attention;
+    use memsight::devices::tensors;
+    use tch::{Device, Kind, Tensor};
+    let (b, h, s, d, blk) = (4, 12, 2048, 64, 64);
+    let r = || Tensor::randn([b, h, s, d], (Kind::Float, Device::Cpu));
+    let (q, k, v, g) = (
+        r().set_requires_grad(true),
+        r().set_requires_grad(true),
+        r().set_requires_grad(true),
+        r(),
+    );
+    let base = tensors::stats().unwrap_or_default().live_bytes;
+    tensors::reset_peak();
+    let t0 = std::time::Instant::now();
+    match mode {
+        Attention::Efficient => {
+            let (o, lse) = tch::no_grad(|| attention::efficient_forward(&q, &k, &v, blk));
+            let grads =
+                tch::no_grad(|| attention::efficient_backward(&q, &k, &v, &o, &lse, &g, blk));
+            drop(grads);
+        }
+        _ => {
+            let o = attention::attend(&q, &k, &v, mode, blk);
+            (o * &g).sum(Kind::Float).backward();
+        }
+    }
+    let ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let peak = tensors::stats().unwrap_or_default().peak_bytes;
+    ScoreCheck {
+        mode: format!("{mode:?}").to_lowercase(),
+        claimed_score_bytes: attention::score_bytes(mode, b, h, s, blk, 4),
+        measured_peak_bytes: peak.saturating_sub(base),
+        ms,
+    }
+}
+
+/// memsight's tch loop vs PyTorch on the baseline: interleaved pairs of runs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PeerPairs {
+    /// memsight-gpt median step times.
+    pub ours_ms: Vec<f64>,
+    /// PyTorch median step times.
+    pub peer_ms: Vec<f64>,
+    /// memsight-gpt peak RSS per run.
+    pub ours_rss: Vec<u64>,
+    /// PyTorch peak RSS per run.
+    pub peer_rss: Vec<u64>,
+    /// median(ours) ÷ median(PyTorch), step time.
+    pub time_ratio: f64,
+    /// median(ours) ÷ median(PyTorch), peak RSS.
+    pub rss_ratio: f64,
+}
+
+fn peer_pairs(o: &Options, pairs: usize) -> Result<PeerPairs, String> {
+    let mut p = PeerPairs::default();
+    let base = &VARIANTS[0];
+    for i in 0..pairs {
+        let r = run_one(o, base, 100 + i)?;
+        p.ours_ms.push(r.step_ms);
+        p.ours_rss.push(r.rss_peak_bytes.unwrap_or(0));
+        p.peer_ms.push(r.peer_step_ms.unwrap_or(0.0));
+        p.peer_rss.push(r.peer_rss_peak_bytes.unwrap_or(0));
+        for ext in ["report.json", "summary.json", "peer.json"] {
+            let _ = std::fs::remove_file(o.out.join(format!("run-{}.{ext}", 100 + i)));
+        }
+    }
+    let med_u = |v: &[u64]| median(&v.iter().map(|&x| x as f64).collect::<Vec<_>>());
+    p.time_ratio = median(&p.ours_ms) / median(&p.peer_ms).max(1e-9);
+    p.rss_ratio = med_u(&p.ours_rss) / med_u(&p.peer_rss).max(1.0);
+    Ok(p)
+}
+
 /// Runs every variant and writes ablation.{md,json,svg} into `o.out`.
 pub fn run(o: &Options, command_line: &str) -> Result<Vec<Row>, String> {
     std::fs::create_dir_all(&o.out).map_err(|e| format!("{}: {e}", o.out.display()))?;
@@ -369,8 +481,22 @@ pub fn run(o: &Options, command_line: &str) -> Result<Vec<Row>, String> {
     }
     eprintln!("profiling on vs off: 5 interleaved pairs of baseline runs");
     let over = overhead(o, 5)?;
-    let json = serde_json::to_string_pretty(&serde_json::json!({ "rows": rows, "overhead": over }))
-        .map_err(|e| e.to_string())?;
+    let peers = match o.peer_python {
+        Some(_) => {
+            eprintln!("memsight-gpt vs PyTorch: 5 interleaved pairs of baseline runs");
+            Some(peer_pairs(o, 5)?)
+        }
+        None => None,
+    };
+    eprintln!("seed 000: naive vs efficient attention at B=4, S=2048, H=12, D=64");
+    let scores: Vec<ScoreCheck> = [Attention::Naive, Attention::Efficient]
+        .into_iter()
+        .map(score_check)
+        .collect();
+    let json = serde_json::to_string_pretty(&serde_json::json!({
+        "rows": rows, "overhead": over, "peer_pairs": peers, "seed_000": scores
+    }))
+    .map_err(|e| e.to_string())?;
     let write = |name: &str, text: &str| {
         let p = o.out.join(name);
         std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))
@@ -387,6 +513,36 @@ pub fn run(o: &Options, command_line: &str) -> Result<Vec<Row>, String> {
         over.off_ms.iter().map(|v| format!("{v:.1}")).collect::<Vec<_>>().join(", "),
         over.ratio
     );
+    if let Some(p) = &peers {
+        let ms = |v: &[f64]| {
+            v.iter()
+                .map(|x| format!("{x:.1}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = write!(
+            md,
+            "\n## memsight-gpt vs PyTorch (baseline, 5 interleaved pairs)\n\n| | memsight-gpt (tch) | PyTorch | ratio of medians |\n|---|---|---|---:|\n\
+             | step ms | {} | {} | {:.3}× |\n| peak RSS | {} | {} | {:.3}× |\n",
+            ms(&p.ours_ms),
+            ms(&p.peer_ms),
+            p.time_ratio,
+            p.ours_rss.iter().map(|&b| fmt_bytes(b)).collect::<Vec<_>>().join(", "),
+            p.peer_rss.iter().map(|&b| fmt_bytes(b)).collect::<Vec<_>>().join(", "),
+            p.rss_ratio
+        );
+    }
+    md += "\n## Seed 000, measured\n\nOne layer's attention, forward and backward, B=4, S=2048, H=12, D=64, fp32 (tensor peak above q, k, v and the output gradient, from the libtorch hook):\n\n| attention | seed's scores per layer | measured peak | time |\n|---|---:|---:|---:|\n";
+    for c in &scores {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.0} ms |",
+            c.mode,
+            fmt_bytes(c.claimed_score_bytes as u64),
+            fmt_bytes(c.measured_peak_bytes),
+            c.ms
+        );
+    }
     write("ablation.md", &md)?;
     write("ablation.svg", &svg(&rows))?;
     Ok(rows)

@@ -233,6 +233,8 @@ fn run_ablate(a: AblateArgs) -> Result<(), String> {
     } else {
         None
     };
+    // The seed-000 measurement runs in this process and reads the tensor hook.
+    memsight_integrations::install();
     let opts = ablate::Options {
         preset: a.preset,
         steps: a.steps,
