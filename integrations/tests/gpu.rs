@@ -27,7 +27,7 @@ print(json.dumps({k: s[k] for k in ["allocated_bytes.all.current", "allocated_by
 "#;
 
 fn python() -> Option<String> {
-    for p in [
+    [
         std::env::var("VIRTUAL_ENV")
             .ok()
             .map(|v| format!("{v}/bin/python")),
@@ -36,17 +36,13 @@ fn python() -> Option<String> {
     ]
     .into_iter()
     .flatten()
-    {
-        if Command::new(&p)
+    .find(|p| {
+        Command::new(p)
             .arg("-c")
             .arg("import torch")
             .output()
             .is_ok_and(|o| o.status.success())
-        {
-            return Some(p);
-        }
-    }
-    None
+    })
 }
 
 #[test]
