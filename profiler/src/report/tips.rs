@@ -138,21 +138,32 @@ pub fn derive(r: &Report) -> Vec<Tip> {
     }
 
     if let Some(rss) = p.rss_peak_bytes {
-        let heap = p.heap_peak_bytes.max(1);
+        // Tensor storage (libtorch hook) is heap too: jemalloc serves it, the Rust counters do not.
+        let heap = (p.heap_peak_bytes + p.tensor_peak_bytes.unwrap_or(0)).max(1);
+        let what = if p.tensor_peak_bytes.is_some() {
+            "the peak live heap plus tensors"
+        } else {
+            "the peak live heap"
+        };
         if rss as f64 > 1.5 * heap as f64 && rss - heap.min(rss) >= 256 * MIB {
             let resident = p.jemalloc_resident_peak.as_ref().map(|r| r.bytes);
-            let cause = match resident {
-                Some(res) if res as f64 > 1.3 * heap as f64 => {
+            // jemalloc's allocated bytes at peak resident: everything served, Rust or C/C++.
+            let allocated = r.fragmentation.as_ref().map(|f| f.allocated_bytes);
+            let cause = match (resident, allocated) {
+                (Some(_), Some(a)) if a as f64 > 1.3 * heap as f64 => {
+                    "jemalloc had far more allocated than the Rust heap and tensors, so most of the gap is C/C++ code allocating through it (libtorch/oneDNN buffers, the autograd graph, libraries' own pools)"
+                }
+                (Some(res), _) if res as f64 > 1.3 * heap as f64 => {
                     "jemalloc's resident memory is well above the live heap, so most of the gap is allocator fragmentation and dirty pages (see the fragmentation tip)"
                 }
-                Some(_) => "jemalloc's resident memory is close to the live heap, so the gap is memory that does not come from the heap: mmapped files or datasets, thread stacks, pinned (page-locked) host buffers, or libraries' own pools",
-                None => "without jemalloc statistics the split between fragmentation and non-heap memory is unknown",
+                (Some(_), _) => "jemalloc's resident memory is close to the live heap, so the gap is memory that does not come from the heap: mmapped files or datasets, thread stacks, pinned (page-locked) host buffers, or libraries' own pools",
+                (None, _) => "without jemalloc statistics the split between fragmentation and non-heap memory is unknown",
             };
             tips.push(tip(
                 "rss-beyond-heap",
                 "info",
                 format!(
-                    "Peak RSS {} is {:.1}× the peak live heap {}",
+                    "Peak RSS {} is {:.1}× {what} {}",
                     fmt_bytes(rss),
                     rss as f64 / heap as f64,
                     fmt_bytes(heap)
