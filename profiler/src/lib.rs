@@ -35,6 +35,7 @@ pub mod devices;
 pub mod diagnose;
 pub mod estimate;
 mod phases;
+pub mod plan;
 pub mod report;
 mod session;
 pub mod sidecar;

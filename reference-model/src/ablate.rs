@@ -170,8 +170,10 @@ pub fn estimate_for(cfg: &Config) -> EstimateInput {
         Attention::Naive => estimate::Attention::Naive,
         _ => estimate::Attention::Efficient,
     };
-    if cfg.bf16 {
-        e.activation_dtype = estimate::Dtype::Bf16;
+    e.autocast = cfg.bf16;
+    // Our efficient attention is tensor ops over key blocks, not a fused kernel.
+    if cfg.attention == Attention::Efficient {
+        e.attention_block = Some(cfg.attention_block as u64);
     }
     if cfg.lora_rank > 0 {
         e.lora_rank = Some(cfg.lora_rank as u64);

@@ -40,6 +40,10 @@ pub struct Args {
     /// Activation dtype (autocast); default: the weight dtype.
     #[arg(long, value_parser = Dtype::parse)]
     activation_dtype: Option<Dtype>,
+    /// bf16/fp16 autocast (mixed precision): matmul activations in 2 bytes, the residual stream,
+    /// LayerNorms and softmax in fp32 (overrides --activation-dtype for activations).
+    #[arg(long)]
+    autocast: bool,
     /// adamw, sgd, or none (forward only).
     #[arg(long, default_value = "adamw", value_parser = parse_optimizer)]
     optimizer: Optimizer,
@@ -52,6 +56,10 @@ pub struct Args {
     /// naive or efficient.
     #[arg(long, default_value = "naive", value_parser = parse_attention)]
     attention: Attention,
+    /// Efficient attention computed in key blocks of N by tensor ops (not a fused kernel): adds
+    /// the block's backward workspace.
+    #[arg(long, value_name = "N")]
+    attention_block: Option<u64>,
     /// Compute logits only for the last N positions.
     #[arg(long, value_name = "N")]
     logits_to_keep: Option<u64>,
@@ -206,10 +214,12 @@ fn input(a: &Args) -> Result<EstimateInput, String> {
     i.batch = a.batch;
     i.dtype = a.dtype;
     i.activation_dtype = a.activation_dtype.unwrap_or(a.dtype);
+    i.autocast = a.autocast;
     i.optimizer = a.optimizer;
     i.lora_rank = a.lora_rank;
     i.checkpointing = a.checkpointing;
     i.attention = a.attention;
+    i.attention_block = a.attention_block;
     i.logits_to_keep = a.logits_to_keep;
     i.quant_bits = a.quant_bits;
     i.first_layers = a.first_layers;
@@ -268,7 +278,11 @@ pub fn run(a: Args) -> ExitCode {
     println!(
         "  {} weights, {} activations, optimizer {}, {} attention{}{}\n",
         name(i.dtype),
-        name(i.activation_dtype),
+        if i.autocast {
+            "autocast (mixed)".to_string()
+        } else {
+            name(i.activation_dtype)
+        },
         name(i.optimizer),
         name(i.attention),
         if i.checkpointing {

@@ -3,6 +3,7 @@
 mod check;
 mod diagnose;
 mod estimate;
+mod plan;
 mod run;
 mod summary;
 mod top;
@@ -28,6 +29,8 @@ enum Verb {
     Diagnose(diagnose::Args),
     /// Estimate a GPT-style model's training memory: breakdown, peak, largest micro-batch that fits.
     Estimate(estimate::Args),
+    /// Plan how many jobs to run on each GPU from measured reports' device peaks (seed 003).
+    Plan(plan::Args),
     /// Run a job with memsight switched on; write its report with a post-mortem, even if it is killed.
     Run(run::Args),
     /// Watch a running process (with or without memsight inside) until it ends; write its report.
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
         Verb::Summary(a) => summary::run(a),
         Verb::Diagnose(a) => diagnose::run(a),
         Verb::Estimate(a) => estimate::run(a),
+        Verb::Plan(a) => plan::run(a),
         Verb::Run(a) => run::run(a),
         Verb::Attach(a) => run::attach(a),
         Verb::Top(a) => top::top(a),

@@ -79,8 +79,11 @@ pub struct EstimateInput {
     pub batch: u64,
     /// Weight dtype.
     pub dtype: Dtype,
-    /// Activation dtype (autocast).
+    /// Activation dtype: every kept activation in this dtype.
     pub activation_dtype: Dtype,
+    /// bf16/fp16 autocast (mixed precision) instead of one activation dtype: matmul inputs and
+    /// outputs in 2 bytes, the residual stream, LayerNorms and softmax in fp32.
+    pub autocast: bool,
     /// Optimizer.
     pub optimizer: Optimizer,
     /// LoRA rank: base weights frozen, adapters on the attention projections trained.
@@ -89,6 +92,10 @@ pub struct EstimateInput {
     pub checkpointing: bool,
     /// Attention implementation.
     pub attention: Attention,
+    /// Efficient attention computed in key blocks of this size by tensor ops instead of a fused
+    /// kernel: each block's scores, probabilities and their gradients (4 × B·H·S·block, fp32)
+    /// materialize in backward. `None`: a fused kernel (tiles stay on chip).
+    pub attention_block: Option<u64>,
     /// Positions whose logits are computed (default: all `seq`).
     pub logits_to_keep: Option<u64>,
     /// Frozen block weights quantized to 8 or 4 bits.
@@ -118,7 +125,9 @@ impl EstimateInput {
             optimizer: Optimizer::Adamw,
             lora_rank: None,
             checkpointing: false,
+            autocast: false,
             attention: Attention::Naive,
+            attention_block: None,
             logits_to_keep: None,
             quant_bits: None,
             first_layers: None,
@@ -308,15 +317,44 @@ fn activation_terms(
     let w = |v: u64| v as u128;
     let (b, t, h, e) = (w(batch), w(input.seq), w(s.hidden), w(e));
     let sbh = b * t * h * e;
-    // Scores: naive keeps the softmax output (B·H·S²); efficient kernels keep B·H·S·D.
-    let scores = match input.attention {
-        Attention::Naive => b * w(s.heads) * t * t * e,
-        Attention::Efficient => b * w(s.heads) * t * w(s.head_dim()) * e,
+    let u = b * t * h;
+    let (per_layer, checkpointed, scores, workspace) = if input.autocast {
+        // fp32: LN1 and LN2 inputs (the residual stream, kept by the norms); the norms' fp32
+        // outputs are transient: the matmuls keep their 2-byte casts (2). 2 bytes also: q, k, v,
+        // attention output (4), MLP hidden before and after GELU (8). Scores: the fp32 softmax
+        // output and its 2-byte cast for the value matmul.
+        let scores = match input.attention {
+            Attention::Naive => b * w(s.heads) * t * t * (4 + 2),
+            Attention::Efficient => b * w(s.heads) * t * w(s.head_dim()) * 2,
+        };
+        let workspace = match input.attention {
+            Attention::Naive => (b * w(s.heads) * t * t * 4).max(4 * u * 2),
+            Attention::Efficient => 4 * u * 2,
+        };
+        (2 * 4 * u + 14 * 2 * u + scores, 4 * u, scores, workspace)
+    } else {
+        // Scores: naive keeps the softmax output (B·H·S²); efficient kernels keep B·H·S·D.
+        let scores = match input.attention {
+            Attention::Naive => b * w(s.heads) * t * t * e,
+            Attention::Efficient => b * w(s.heads) * t * w(s.head_dim()) * e,
+        };
+        // Kept per block: LN1 in/out, q, k, v, attention output, LN2 in/out (8·sbh), MLP hidden
+        // before and after GELU (8·sbh), plus the scores.
+        // The largest transient next to what is kept: a second score tensor (naive) or the MLP's.
+        let workspace = match input.attention {
+            Attention::Naive => scores.max(4 * sbh),
+            Attention::Efficient => 4 * sbh,
+        };
+        (16 * sbh + scores, sbh, scores, workspace)
     };
-    // Kept per block: LN1 in/out, q, k, v, attention output, LN2 in/out (8·sbh), MLP hidden
-    // before and after GELU (8·sbh), plus the scores.
-    let per_layer = 16 * sbh + scores;
-    let checkpointed = sbh;
+    // A non-fused efficient attention's backward holds one key block's scores, probabilities and
+    // their gradients at once.
+    let workspace = match (input.attention, input.attention_block) {
+        (Attention::Efficient, Some(blk)) if training => {
+            workspace.max(4 * b * w(s.heads) * t * w(blk.min(input.seq)) * 4)
+        }
+        _ => workspace,
+    };
     let kept = if !training {
         per_layer
     } else if input.checkpointing {
@@ -327,11 +365,6 @@ fn activation_terms(
     // Logits and their log-softmax in fp32 (once in forward-only runs).
     let positions = w(input.logits_to_keep.unwrap_or(input.seq).min(input.seq));
     let logits = b * positions * w(s.vocab) * 4 * if training { 2 } else { 1 };
-    // The largest transient next to what is kept: a second score tensor (naive) or the MLP's.
-    let workspace = match input.attention {
-        Attention::Naive => scores.max(4 * sbh),
-        Attention::Efficient => 4 * sbh,
-    };
     let kv = 2 * w(layers) * b * t * h * w(input.dtype.bytes());
     let sat = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
     let (per_layer, checkpointed, scores, kept, logits, workspace, kv) = (
@@ -382,6 +415,39 @@ mod tests {
         });
         i.batch = batch;
         i
+    }
+
+    #[test]
+    fn autocast_keeps_the_residual_stream_norms_and_softmax_in_fp32() {
+        // B=1, S=4, d=8, H=2: one (B, S, d) tensor is 32 elements.
+        let mut i = gpt(1, 8, 2, 4, 1);
+        i.autocast = true;
+        let e = estimate(&i);
+        // 2 fp32 tensors (128 B each) + 14 two-byte ones (64 B each) + scores 2·4·4·(4 + 2).
+        assert_eq!(e.activations_per_layer_bytes, Some(2 * 128 + 14 * 64 + 192));
+        assert_eq!(e.activations_per_layer_checkpointed_bytes, Some(128));
+        assert_eq!(e.attention_scores_bytes_per_layer, Some(192));
+        // Between all-fp32 (16 · 128 + 128) and all-bf16 (16 · 64 + 64) activations.
+        i.autocast = false;
+        assert_eq!(
+            estimate(&i).activations_per_layer_bytes,
+            Some(16 * 128 + 128)
+        );
+    }
+
+    #[test]
+    fn chunked_efficient_attention_needs_its_block_workspace() {
+        let mut i = gpt(2, 128, 4, 128, 16);
+        i.attention = Attention::Efficient;
+        let fused = estimate(&i).workspace_bytes;
+        // MLP hidden: 4 · B·S·d · 4 bytes = 4 MiB.
+        assert_eq!(fused, Some(4 * 16 * 128 * 128 * 4));
+        i.attention_block = Some(64);
+        // 4 tensors of B·H·S·64 fp32 = 8 MiB.
+        assert_eq!(
+            estimate(&i).workspace_bytes,
+            Some(4 * 16 * 4 * 128 * 64 * 4)
+        );
     }
 
     #[test]

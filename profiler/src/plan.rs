@@ -1,0 +1,286 @@
+//! The per-GPU concurrency planner (seed 003's `--gpu-plan "2,2,2,2,1,1,1"`): from measured job
+//! reports, how many jobs to run on each GPU. Each job needs its device peak — the caching
+//! allocator's peak reserved bytes (which already hold its fragmentation), or peak allocated plus
+//! the worst sampled fragmentation, or the driver's peak used — and each GPU offers its memory
+//! minus the headroom (default 15%). Jobs are placed largest first on the GPU with the most room
+//! left (so load spreads evenly); the plan names the job that limits each GPU.
+
+use crate::devices::DevicePeak;
+use crate::report::Report;
+use crate::units::fmt_bytes;
+use serde::Serialize;
+
+/// Default share of each GPU kept free.
+pub const DEFAULT_HEADROOM: f64 = 0.15;
+
+/// One job to place.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PlanJob {
+    /// Name (the report's file name or command).
+    pub name: String,
+    /// Device memory it needs at its peak.
+    pub need_bytes: u64,
+    /// How the need was derived.
+    pub basis: String,
+}
+
+/// Jobs on one GPU.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct GpuPlan {
+    /// GPU index.
+    pub gpu: usize,
+    /// Indices into the plan's jobs.
+    pub jobs: Vec<usize>,
+    /// Bytes those jobs need together.
+    pub used_bytes: u64,
+    /// Usable bytes (memory minus headroom).
+    pub capacity_bytes: u64,
+}
+
+/// The plan.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Plan {
+    /// The jobs, in input order.
+    pub jobs: Vec<PlanJob>,
+    /// Per GPU.
+    pub gpus: Vec<GpuPlan>,
+    /// `"2,2,1"`: jobs per GPU.
+    pub gpu_plan: String,
+}
+
+/// Why a plan cannot be made.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PlanError {
+    /// A report has no device memory.
+    NoDeviceData(String),
+    /// A job needs more than one GPU offers.
+    TooLarge {
+        job: String,
+        need: u64,
+        capacity: u64,
+    },
+    /// All GPUs are full.
+    NoRoom { job: String, need: u64 },
+    /// Bad arguments.
+    Invalid(String),
+}
+
+impl std::fmt::Display for PlanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlanError::NoDeviceData(j) => write!(
+                f,
+                "{j}: the report has no device memory (run the job with a GPU backend: memsight-integrations)"
+            ),
+            PlanError::TooLarge { job, need, capacity } => write!(
+                f,
+                "{job} needs {} at its peak but one GPU offers {} after headroom: it does not fit alone",
+                fmt_bytes(*need),
+                fmt_bytes(*capacity)
+            ),
+            PlanError::NoRoom { job, need } => write!(
+                f,
+                "no GPU has {} left for {job}: add GPUs or run fewer jobs",
+                fmt_bytes(*need)
+            ),
+            PlanError::Invalid(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for PlanError {}
+
+/// The device memory a job needs, from its worst device, and how it was derived.
+pub fn job_need(devices: &[DevicePeak]) -> Option<(u64, String)> {
+    devices
+        .iter()
+        .filter_map(|d| {
+            if let Some(r) = d.peak_reserved_bytes {
+                Some((
+                    r,
+                    format!("cuda:{} peak reserved (includes fragmentation)", d.index),
+                ))
+            } else if let Some(a) = d.peak_allocated_bytes {
+                let frag = d.peak_fragmentation.unwrap_or(0.0).clamp(0.0, 0.99);
+                let need = (a as f64 / (1.0 - frag)).ceil() as u64;
+                Some((
+                    need,
+                    format!(
+                        "cuda:{} peak allocated / (1 − fragmentation {frag:.2})",
+                        d.index
+                    ),
+                ))
+            } else {
+                d.peak_used_bytes
+                    .map(|u| (u, format!("cuda:{} peak used (NVML)", d.index)))
+            }
+        })
+        .max_by_key(|(n, _)| *n)
+}
+
+/// A job from its report.
+pub fn job_from_report(name: &str, r: &Report) -> Result<PlanJob, PlanError> {
+    let (need, basis) =
+        job_need(&r.devices).ok_or_else(|| PlanError::NoDeviceData(name.to_string()))?;
+    Ok(PlanJob {
+        name: name.to_string(),
+        need_bytes: need,
+        basis,
+    })
+}
+
+/// Places `jobs` on `gpus` GPUs of `gpu_memory` bytes, keeping `headroom` of each free.
+pub fn plan(
+    jobs: Vec<PlanJob>,
+    gpus: usize,
+    gpu_memory: u64,
+    headroom: f64,
+) -> Result<Plan, PlanError> {
+    if gpus == 0 {
+        return Err(PlanError::Invalid("--gpus must be at least 1".into()));
+    }
+    if !(0.0..1.0).contains(&headroom) {
+        return Err(PlanError::Invalid(format!(
+            "--headroom {headroom} must be at least 0 and below 1"
+        )));
+    }
+    let capacity = (gpu_memory as f64 * (1.0 - headroom)).floor() as u64;
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    // Largest first; ties in input order.
+    order.sort_by_key(|&i| (std::cmp::Reverse(jobs[i].need_bytes), i));
+    let mut plan: Vec<GpuPlan> = (0..gpus)
+        .map(|g| GpuPlan {
+            gpu: g,
+            capacity_bytes: capacity,
+            ..Default::default()
+        })
+        .collect();
+    for i in order {
+        let j = &jobs[i];
+        if j.need_bytes > capacity {
+            return Err(PlanError::TooLarge {
+                job: j.name.clone(),
+                need: j.need_bytes,
+                capacity,
+            });
+        }
+        // The GPU with the most room left that fits (lowest index on ties).
+        let best = plan
+            .iter_mut()
+            .filter(|g| g.used_bytes + j.need_bytes <= capacity)
+            .max_by_key(|g| (capacity - g.used_bytes, std::cmp::Reverse(g.gpu)));
+        match best {
+            Some(g) => {
+                g.jobs.push(i);
+                g.used_bytes += j.need_bytes;
+            }
+            None => {
+                return Err(PlanError::NoRoom {
+                    job: j.name.clone(),
+                    need: j.need_bytes,
+                })
+            }
+        }
+    }
+    let gpu_plan = plan
+        .iter()
+        .map(|g| g.jobs.len().to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    Ok(Plan {
+        jobs,
+        gpus: plan,
+        gpu_plan,
+    })
+}
+
+impl Plan {
+    /// The human-readable plan: per GPU its jobs, use and what limits it.
+    pub fn render(&self) -> String {
+        let mut s = format!("--gpu-plan \"{}\"\n\n", self.gpu_plan);
+        for g in &self.gpus {
+            let names: Vec<&str> = g.jobs.iter().map(|&i| self.jobs[i].name.as_str()).collect();
+            s += &format!(
+                "GPU {}: {} job(s), {} of {} usable ({}){}\n",
+                g.gpu,
+                g.jobs.len(),
+                fmt_bytes(g.used_bytes),
+                fmt_bytes(g.capacity_bytes),
+                if names.is_empty() {
+                    "idle".to_string()
+                } else {
+                    names.join(", ")
+                },
+                match g
+                    .jobs
+                    .iter()
+                    .max_by_key(|&&i| (self.jobs[i].need_bytes, std::cmp::Reverse(i)))
+                {
+                    Some(&i) => format!(
+                        "; limited by {} ({}: {})",
+                        self.jobs[i].name,
+                        fmt_bytes(self.jobs[i].need_bytes),
+                        self.jobs[i].basis
+                    ),
+                    None => String::new(),
+                }
+            );
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn job(name: &str, gib: u64) -> PlanJob {
+        PlanJob {
+            name: name.into(),
+            need_bytes: gib * GIB,
+            basis: "test".into(),
+        }
+    }
+
+    #[test]
+    fn seed_003_style_plan_by_hand() {
+        // 7 GPUs of 80 GiB with 15% headroom: 68 GiB usable each. Eleven 30 GiB jobs: two fit
+        // per GPU (60 ≤ 68, 90 > 68); spreading puts one on each of the 7 GPUs, then the last 4
+        // on GPUs 0–3 → "2,2,2,2,1,1,1".
+        let jobs: Vec<PlanJob> = (0..11).map(|i| job(&format!("job{i}"), 30)).collect();
+        let p = plan(jobs, 7, 80 * GIB, DEFAULT_HEADROOM).unwrap();
+        assert_eq!(p.gpu_plan, "2,2,2,2,1,1,1");
+        assert_eq!(p.gpus[0].capacity_bytes, (80.0 * GIB as f64 * 0.85) as u64);
+        assert_eq!(p.gpus[0].used_bytes, 60 * GIB);
+        // A twelfth and thirteenth fit (GPUs 4, 5), a job of 40 GiB no longer does anywhere.
+        let mut more: Vec<PlanJob> = (0..13).map(|i| job(&format!("job{i}"), 30)).collect();
+        more.push(job("big", 40));
+        assert_eq!(
+            plan(more, 7, 80 * GIB, DEFAULT_HEADROOM),
+            Err(PlanError::NoRoom {
+                job: "job12".into(),
+                need: 30 * GIB
+            })
+        );
+        assert!(matches!(
+            plan(vec![job("huge", 70)], 1, 80 * GIB, DEFAULT_HEADROOM),
+            Err(PlanError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn need_comes_from_reserved_or_allocated_and_fragmentation() {
+        let d = |reserved, allocated, frag| DevicePeak {
+            peak_reserved_bytes: reserved,
+            peak_allocated_bytes: allocated,
+            peak_fragmentation: frag,
+            ..Default::default()
+        };
+        assert_eq!(job_need(&[d(Some(10), Some(8), Some(0.2))]).unwrap().0, 10);
+        // 75 allocated at 25% fragmentation: 100 reserved.
+        assert_eq!(job_need(&[d(None, Some(75), Some(0.25))]).unwrap().0, 100);
+        assert_eq!(job_need(&[]), None);
+    }
+}
