@@ -5,9 +5,11 @@
 #include <ATen/DeviceAccelerator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace cca = c10::cuda::CUDACachingAllocator;
 using c10::CachingDeviceAllocator::TraceEntry;
@@ -120,6 +122,63 @@ int ms_cuda_attach(OomCallback cb) {
       cb(&info);
     });
     return 0;
+  } catch (const std::exception& e) {
+    last_error_b = e.what();
+    return -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+// One segment of the allocator snapshot, for the viewer's segment map: its size, and its blocks
+// folded into `cells` equal slices, each holding the allocated share of that slice (0–255).
+constexpr int kCells = 32;
+struct ms_segment_map {
+  uint64_t bytes;
+  uint64_t allocated_bytes;
+  uint8_t cells[kCells];
+};
+
+// The largest `max` segments of `device`, largest first; returns how many were written (-1 on error).
+int64_t ms_cuda_segment_map(int64_t device, ms_segment_map* out, size_t max) {
+  try {
+    auto snap = cca::snapshot({0, 0}, false);
+    std::vector<const c10::CachingDeviceAllocator::SegmentInfo*> segs;
+    for (const auto& seg : snap.segments)
+      if (seg.device == device) segs.push_back(&seg);
+    std::sort(segs.begin(), segs.end(),
+              [](auto a, auto b) { return a->total_size > b->total_size; });
+    size_t n = segs.size() < max ? segs.size() : max;
+    for (size_t i = 0; i < n; i++) {
+      const auto& seg = *segs[i];
+      ms_segment_map& m = out[i];
+      m.bytes = seg.total_size;
+      m.allocated_bytes = seg.allocated_size;
+      double used[kCells] = {0};
+      double cell = seg.total_size > 0 ? double(seg.total_size) / kCells : 1.0;
+      uint64_t off = 0;
+      for (const auto& b : seg.blocks) {
+        if (b.allocated) {
+          // Spread the block's bytes over the cells it covers.
+          uint64_t start = off, end = off + b.size;
+          while (start < end) {
+            int c = int(start / cell);
+            if (c >= kCells) c = kCells - 1;
+            uint64_t cell_end = uint64_t((c + 1) * cell);
+            if (cell_end <= start) cell_end = start + 1;
+            uint64_t take = (end < cell_end ? end : cell_end) - start;
+            used[c] += double(take);
+            start += take;
+          }
+        }
+        off += b.size;
+      }
+      for (int c = 0; c < kCells; c++) {
+        double f = used[c] / cell;
+        m.cells[c] = uint8_t(f >= 1.0 ? 255 : f <= 0.0 ? 0 : f * 255.0);
+      }
+    }
+    return int64_t(n);
   } catch (const std::exception& e) {
     last_error_b = e.what();
     return -1;

@@ -97,6 +97,20 @@ extern "C" {
 extern "C" {
     fn ms_cuda_attach(cb: extern "C" fn(*const OomInfo)) -> i32;
     fn ms_cuda_segments(device: i64, out: *mut SegmentSummary) -> i32;
+    fn ms_cuda_segment_map(device: i64, out: *mut RawSegmentMap, max: usize) -> i64;
+}
+
+/// Cells per segment in the segment map (the shim's kCells).
+const SEGMENT_CELLS: usize = 32;
+/// Segments kept per sample (the largest).
+const MAX_SEGMENTS: usize = 48;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RawSegmentMap {
+    bytes: u64,
+    allocated_bytes: u64,
+    cells: [u8; SEGMENT_CELLS],
 }
 
 /// c10::DeviceType::CUDA.
@@ -200,6 +214,7 @@ pub fn device_stats(index: usize) -> Option<DeviceSample> {
         ooms: u(raw.num_ooms),
         utilization_pct: None,
         processes: Vec::new(),
+        segments: Vec::new(),
     })
 }
 
@@ -237,6 +252,37 @@ pub fn segments(device: i64) -> Option<SegmentSummary> {
     {
         let _ = device;
         None
+    }
+}
+
+/// The largest segments of `device` for the segment map (empty where the CUDA part is compiled
+/// out or the snapshot fails).
+pub fn segment_map(device: usize) -> Vec<memsight::devices::SegmentMap> {
+    #[cfg(memsight_cuda)]
+    {
+        let mut raw = vec![
+            RawSegmentMap {
+                bytes: 0,
+                allocated_bytes: 0,
+                cells: [0; SEGMENT_CELLS],
+            };
+            MAX_SEGMENTS
+        ];
+        // SAFETY: `raw` has room for MAX_SEGMENTS repr(C) entries.
+        let n = unsafe { ms_cuda_segment_map(device as i64, raw.as_mut_ptr(), raw.len()) };
+        raw.truncate(n.max(0) as usize);
+        raw.into_iter()
+            .map(|r| memsight::devices::SegmentMap {
+                bytes: r.bytes,
+                allocated_bytes: r.allocated_bytes,
+                cells: r.cells.to_vec(),
+            })
+            .collect()
+    }
+    #[cfg(not(memsight_cuda))]
+    {
+        let _ = (device, SEGMENT_CELLS, MAX_SEGMENTS);
+        Vec::new()
     }
 }
 
@@ -308,7 +354,11 @@ pub fn backward(outputs: &[&Tensor], grads: &[&Tensor]) -> Result<(), TorchError
 struct CudaSource {
     devices: usize,
     note: String,
+    ticks: u64,
 }
+
+/// The segment map is taken every this many samples (it walks the allocator's snapshot).
+const SEGMENT_MAP_EVERY: u64 = 10;
 
 impl DeviceSource for CudaSource {
     fn name(&self) -> &str {
@@ -324,8 +374,16 @@ impl DeviceSource for CudaSource {
     }
 
     fn sample(&mut self, out: &mut Vec<DeviceSample>) {
+        let with_segments = self.ticks.is_multiple_of(SEGMENT_MAP_EVERY);
+        self.ticks += 1;
         // Devices whose CUDA context does not exist yet are skipped (reading would throw).
-        out.extend((0..self.devices).filter_map(device_stats));
+        out.extend((0..self.devices).filter_map(|i| {
+            let mut s = device_stats(i)?;
+            if with_segments {
+                s.segments = segment_map(i);
+            }
+            Some(s)
+        }));
     }
 }
 
@@ -406,6 +464,7 @@ fn install_once() -> Vec<SourceStatus> {
             devices::register(Box::new(CudaSource {
                 devices: n as usize,
                 note: note.clone(),
+                ticks: 0,
             }));
             #[cfg(memsight_cuda)]
             {

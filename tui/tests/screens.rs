@@ -149,3 +149,46 @@ fn the_devices_screen_charts_tensor_bytes_of_a_libtorch_run() {
     assert!(text.contains("no GPU backend delivered data"), "{text}");
     insta::assert_snapshot!("devices_gpt_100x30", text);
 }
+
+#[test]
+fn the_segment_map_draws_each_segment_with_its_allocated_slices() {
+    // The recorded CPU run plus a device sample shaped like a CUDA caching allocator's (no GPU was
+    // available to record one): a 20 MiB segment half used, a 2 MiB one full.
+    use memsight::devices::{DeviceSample, SegmentMap};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpt-report.json");
+    let mut state = ViewerState::from_report("gpt-report.json", Report::load(&path).unwrap());
+    let mut cells = vec![255u8; 16];
+    cells.extend([0u8; 16]);
+    let last = state.timeline.last_mut().unwrap();
+    last.devices.push(DeviceSample {
+        index: 0,
+        backend: "libtorch-cuda".into(),
+        allocated_bytes: Some(12 << 20),
+        reserved_bytes: Some(22 << 20),
+        total_bytes: Some(80 << 30),
+        segments: vec![
+            SegmentMap {
+                bytes: 20 << 20,
+                allocated_bytes: 10 << 20,
+                cells,
+            },
+            SegmentMap {
+                bytes: 2 << 20,
+                allocated_bytes: 2 << 20,
+                cells: vec![255; 32],
+            },
+        ],
+        ..Default::default()
+    });
+    let mut ui = Ui::default();
+    ui.apply(Intent::Go(Screen::Devices), state.timeline.len());
+    let text = frame(&state, &ui, 100, 34);
+    assert!(
+        text.contains("segment map · cuda:0 (libtorch-cuda)"),
+        "{text}"
+    );
+    assert!(text.contains("20.00 MiB  50% used ██████"), "{text}");
+    assert!(text.contains("··········"), "{text}");
+    assert!(text.contains("2.00 MiB 100% used ████"), "{text}");
+    assert!(text.contains("libtorch-cuda"), "{text}");
+}

@@ -25,6 +25,19 @@ pub struct DeviceProcess {
     pub is_job: bool,
 }
 
+/// One segment (driver allocation) of a caching allocator, for the segment map: its size and its
+/// blocks folded into equal cells, each holding the allocated share of that slice (0–255).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SegmentMap {
+    /// Segment size.
+    pub bytes: u64,
+    /// Bytes allocated inside it.
+    pub allocated_bytes: u64,
+    /// Allocated share of each equal slice, 0 (free) to 255 (full), in address order.
+    pub cells: Vec<u8>,
+}
+
 /// One accelerator's memory at one instant, as one backend sees it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -78,6 +91,9 @@ pub struct DeviceSample {
     /// Processes holding memory on the device (NVML).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<DeviceProcess>,
+    /// The allocator's largest segments, largest first (about once a second).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segments: Vec<SegmentMap>,
 }
 
 impl DeviceSample {

@@ -34,8 +34,22 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
         return;
     }
     let table_h = (latest.len() + s.device_ooms.len()) as u16 + 4;
-    let [top, bottom] =
-        Layout::vertical([Constraint::Min(8), Constraint::Length(table_h.max(5))]).areas(area);
+    let segments = s
+        .timeline
+        .iter()
+        .rev()
+        .flat_map(|x| x.devices.iter())
+        .find(|d| !d.segments.is_empty());
+    let map_h = segments.map_or(0, |d| (d.segments.len() as u16 + 2).min(12));
+    let [top, bottom, map_area] = Layout::vertical([
+        Constraint::Min(8),
+        Constraint::Length(table_h.max(5)),
+        Constraint::Length(map_h),
+    ])
+    .areas(area);
+    if let Some(d) = segments {
+        segment_map(f, map_area, d);
+    }
     let t0 = |t_ms: u64| t_ms as f64 / 1000.0;
     let mut series = Vec::new();
     if has_tensors {
@@ -156,4 +170,78 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
         Constraint::Length(10),
     ];
     f.render_widget(Table::new(rows, widths).header(header).block(block), bottom);
+}
+
+/// One character per slice of a segment: free `·`, then ░ ▒ ▓ █ as the allocated share grows.
+fn cell_char(v: u8) -> char {
+    match v {
+        0 => '·',
+        1..=63 => '░',
+        64..=127 => '▒',
+        128..=191 => '▓',
+        _ => '█',
+    }
+}
+
+/// A segment's cells resampled to `width` characters.
+pub fn segment_bar(cells: &[u8], width: usize) -> String {
+    if cells.is_empty() || width == 0 {
+        return String::new();
+    }
+    (0..width)
+        .map(|i| {
+            let lo = i * cells.len() / width;
+            let hi = ((i + 1) * cells.len() / width).max(lo + 1).min(cells.len());
+            let sum: u32 = cells[lo..hi].iter().map(|&c| c as u32).sum();
+            cell_char((sum / (hi - lo) as u32) as u8)
+        })
+        .collect()
+}
+
+/// The caching allocator's segments as bars, largest first: allocated slices filled, free dotted.
+fn segment_map(f: &mut Frame, area: Rect, d: &DeviceSample) {
+    let width = area.width.saturating_sub(26) as usize;
+    let lines: Vec<ratatui::text::Line> = d
+        .segments
+        .iter()
+        .map(|seg| {
+            ratatui::text::Line::from(format!(
+                "{:>10} {:>9} {}",
+                fmt_bytes(seg.bytes),
+                format!(
+                    "{:.0}% used",
+                    seg.allocated_bytes as f64 * 100.0 / seg.bytes.max(1) as f64
+                ),
+                segment_bar(&seg.cells, width)
+            ))
+        })
+        .collect();
+    f.render_widget(
+        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(format!(
+            " segment map · cuda:{} ({}) · █ allocated · free ",
+            d.index, d.backend
+        ))),
+        area,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_bars_show_allocated_and_free_slices() {
+        let mut cells = vec![255u8; 16];
+        cells.extend(vec![0u8; 8]);
+        cells.extend(vec![100u8; 8]);
+        assert_eq!(segment_bar(&cells, 8), "████··▒▒");
+        assert_eq!(
+            segment_bar(&cells, 32)
+                .chars()
+                .filter(|&c| c == '·')
+                .count(),
+            8
+        );
+        assert_eq!(segment_bar(&[], 8), "");
+    }
 }
