@@ -191,4 +191,17 @@ fn the_segment_map_draws_each_segment_with_its_allocated_slices() {
     assert!(text.contains("··········"), "{text}");
     assert!(text.contains("2.00 MiB 100% used ████"), "{text}");
     assert!(text.contains("libtorch-cuda"), "{text}");
+    // The overview charts the tensors and the device and gauges the device's fragmentation:
+    // (22 − 12) / 22 of reserved is not allocated.
+    ui.apply(Intent::Go(Screen::Overview), state.timeline.len());
+    let text = frame(&state, &ui, 120, 34);
+    for want in [
+        "tensors",
+        "cuda:0 reserved",
+        "cuda:0 allocated",
+        "cuda:0 fragmentation",
+        "45.5% reserved not allocated",
+    ] {
+        assert!(text.contains(want), "{want} missing:\n{text}");
+    }
 }

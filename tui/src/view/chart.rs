@@ -2,6 +2,7 @@
 //! a marker at each series' peak.
 
 use memsight::units::fmt_bytes;
+use memsight::Snapshot;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Style};
 use ratatui::symbols::Marker;
@@ -17,6 +18,42 @@ pub struct Series {
     pub color: Color,
     /// Points.
     pub points: Vec<(f64, f64)>,
+}
+
+/// One series, thinned to at most `max_points` by keeping each bucket's highest point (peaks
+/// survive; a braille chart cannot show more points than twice its width anyway).
+pub fn series(
+    samples: &[Snapshot],
+    max_points: usize,
+    name: &'static str,
+    color: Color,
+    f: impl Fn(&Snapshot) -> Option<u64>,
+) -> Series {
+    let all = samples
+        .iter()
+        .filter_map(|s| f(s).map(|v| (s.t_ms as f64 / 1000.0, v as f64)));
+    let n = samples.len();
+    let points = if n <= max_points.max(1) {
+        all.collect()
+    } else {
+        let per = n.div_ceil(max_points.max(1));
+        let mut out: Vec<(f64, f64)> = Vec::with_capacity(max_points + 1);
+        for (i, p) in all.enumerate() {
+            if i % per == 0 {
+                out.push(p);
+            } else if let Some(last) = out.last_mut() {
+                if p.1 > last.1 {
+                    *last = p;
+                }
+            }
+        }
+        out
+    };
+    Series {
+        name,
+        color,
+        points,
+    }
 }
 
 /// Draws `series` in `area` under `title`.
@@ -71,7 +108,13 @@ pub fn draw(f: &mut Frame, area: Rect, title: &str, series: &[Series]) {
         }
     }
     let label = |v: f64| Span::raw(fmt_bytes(v.max(0.0) as u64));
+    // Up to a third of the width and half the height for the legend (tensors and devices add
+    // series; ratatui's default quarter hides the legend then).
     let chart = Chart::new(data)
+        .hidden_legend_constraints((
+            ratatui::layout::Constraint::Ratio(1, 3),
+            ratatui::layout::Constraint::Ratio(1, 2),
+        ))
         .block(
             Block::default()
                 .borders(Borders::ALL)

@@ -50,48 +50,24 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
     if let Some(d) = segments {
         segment_map(f, map_area, d);
     }
-    let t0 = |t_ms: u64| t_ms as f64 / 1000.0;
-    let mut series = Vec::new();
-    if has_tensors {
-        series.push(Series {
-            name: "tensors (CPU)",
-            color: Color::Magenta,
-            points: s
-                .timeline
-                .iter()
-                .filter_map(|x| x.tensors.map(|t| (t0(x.t_ms), t.live_bytes as f64)))
-                .collect(),
-        });
+    let max = top.width as usize * 2;
+    fn dev0(x: &memsight::Snapshot) -> Option<&DeviceSample> {
+        x.devices.iter().find(|d| d.index == 0)
     }
-    let dev0 = |pick: fn(&DeviceSample) -> Option<u64>| -> Vec<(f64, f64)> {
-        s.timeline
-            .iter()
-            .filter_map(|x| {
-                let d = x.devices.iter().find(|d| d.index == 0)?;
-                Some((t0(x.t_ms), pick(d)? as f64))
-            })
-            .collect()
-    };
-    for (name, color, pick) in [
-        (
-            "cuda:0 reserved",
-            Color::Yellow,
-            (|d: &DeviceSample| d.reserved_bytes.or(d.used_bytes))
-                as fn(&DeviceSample) -> Option<u64>,
-        ),
-        ("cuda:0 allocated", Color::Green, |d: &DeviceSample| {
-            d.allocated_bytes
+    let series: Vec<Series> = [
+        chart::series(&s.timeline, max, "tensors (CPU)", Color::Magenta, |x| {
+            x.tensors.map(|t| t.live_bytes)
         }),
-    ] {
-        let points = dev0(pick);
-        if !points.is_empty() {
-            series.push(Series {
-                name,
-                color,
-                points,
-            });
-        }
-    }
+        chart::series(&s.timeline, max, "cuda:0 reserved", Color::Yellow, |x| {
+            dev0(x).and_then(|d| d.reserved_bytes.or(d.used_bytes))
+        }),
+        chart::series(&s.timeline, max, "cuda:0 allocated", Color::Green, |x| {
+            dev0(x).and_then(|d| d.allocated_bytes)
+        }),
+    ]
+    .into_iter()
+    .filter(|x| !x.points.is_empty())
+    .collect();
     chart::draw(f, top, " tensors and device memory ", &series);
 
     let opt = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "–".into());

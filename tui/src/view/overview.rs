@@ -1,7 +1,8 @@
 //! Overview: who and where (pid, command, uptime, step, phase, rate, dropped samples), the memory
-//! timeline (live heap, jemalloc resident, RSS, cgroup limit) with peaks, fragmentation and headroom.
+//! timeline (live heap, jemalloc resident, RSS, cgroup limit; tensors and device 0 when present)
+//! with peaks, host and device fragmentation, and headroom.
 
-use super::chart::{self, Series};
+use super::chart::{self, series, Series};
 use super::{bytes, Ui};
 use crate::state::ViewerState;
 use memsight::Snapshot;
@@ -11,40 +12,12 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Gauge, Paragraph};
 use ratatui::Frame;
 
-/// One series, thinned to at most `max_points` by keeping each bucket's highest point (peaks
-/// survive; a braille chart cannot show more points than twice its width anyway).
-fn series(
-    samples: &[Snapshot],
-    max_points: usize,
-    name: &'static str,
-    color: Color,
-    f: impl Fn(&Snapshot) -> Option<u64>,
-) -> Series {
-    let all = samples
+/// Device 0 as the CUDA caching allocator sees it (else the first backend that reports it).
+fn device0(s: &Snapshot) -> Option<&memsight::devices::DeviceSample> {
+    s.devices
         .iter()
-        .filter_map(|s| f(s).map(|v| (s.t_ms as f64 / 1000.0, v as f64)));
-    let n = samples.len();
-    let points = if n <= max_points.max(1) {
-        all.collect()
-    } else {
-        let per = n.div_ceil(max_points.max(1));
-        let mut out: Vec<(f64, f64)> = Vec::with_capacity(max_points + 1);
-        for (i, p) in all.enumerate() {
-            if i % per == 0 {
-                out.push(p);
-            } else if let Some(last) = out.last_mut() {
-                if p.1 > last.1 {
-                    *last = p;
-                }
-            }
-        }
-        out
-    };
-    Series {
-        name,
-        color,
-        points,
-    }
+        .filter(|d| d.index == 0)
+        .min_by_key(|d| d.backend != "libtorch-cuda")
 }
 
 /// Renders the overview.
@@ -119,12 +92,45 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
         series(samples, max, "cgroup limit", Color::Red, |x| {
             x.cgroup.and_then(|c| c.limit)
         }),
+        series(samples, max, "tensors", Color::LightMagenta, |x| {
+            x.tensors.map(|t| t.live_bytes)
+        }),
+        series(samples, max, "cuda:0 allocated", Color::LightGreen, |x| {
+            device0(x).and_then(|d| d.allocated_bytes)
+        }),
+        series(samples, max, "cuda:0 reserved", Color::LightYellow, |x| {
+            device0(x).and_then(|d| d.reserved_bytes)
+        }),
+        series(samples, max, "cuda:0 NVML used", Color::LightBlue, |x| {
+            x.devices
+                .iter()
+                .find(|d| d.index == 0 && d.backend == "nvml")
+                .and_then(|d| d.used_bytes)
+        }),
     ];
     let shown: Vec<Series> = all.into_iter().filter(|x| !x.points.is_empty()).collect();
     chart::draw(f, body, " memory over time (● peaks) ", &shown);
 
-    let [frag, head_room] =
-        Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(gauges);
+    let device_frag = last.and_then(device0).and_then(|d| d.fragmentation());
+    let [frag, dev_frag, head_room] = Layout::horizontal([
+        Constraint::Fill(1),
+        Constraint::Fill(if device_frag.is_some() { 1 } else { 0 }),
+        Constraint::Fill(1),
+    ])
+    .areas(gauges);
+    if let Some(r) = device_frag {
+        f.render_widget(
+            Gauge::default()
+                .block(
+                    Block::default()
+                        .borders(Borders::ALL)
+                        .title(" cuda:0 fragmentation "),
+                )
+                .ratio(r.clamp(0.0, 1.0))
+                .label(format!("{:.1}% reserved not allocated", r * 100.0)),
+            dev_frag,
+        );
+    }
     let fr = last
         .and_then(|l| l.jemalloc)
         .map(|j| j.resident_fragmentation());
