@@ -182,16 +182,23 @@ impl Config {
         }
     }
 
-    /// The tch device.
+    /// The tch device (a CUDA device must be visible).
     pub fn tch_device(&self) -> Result<tch::Device, String> {
-        match self.device.as_str() {
-            "cpu" => Ok(tch::Device::Cpu),
-            "cuda" => Ok(tch::Device::Cuda(0)),
+        let d = match self.device.as_str() {
+            "cpu" => return Ok(tch::Device::Cpu),
+            "cuda" => 0,
             d => d
                 .strip_prefix("cuda:")
-                .and_then(|n| n.parse().ok())
-                .map(tch::Device::Cuda)
-                .ok_or_else(|| format!("--device {d}: expected cpu, cuda or cuda:N")),
+                .and_then(|n| n.parse::<usize>().ok())
+                .ok_or_else(|| format!("--device {d}: expected cpu, cuda or cuda:N"))?,
+        };
+        let n = memsight_integrations::torch::cuda_device_count();
+        if d >= n {
+            return Err(format!(
+                "--device {}: libtorch sees {n} CUDA device(s) here",
+                self.device
+            ));
         }
+        Ok(tch::Device::Cuda(d))
     }
 }

@@ -171,6 +171,9 @@ fn run_generate(a: GenerateArgs) -> Result<(), String> {
             memsight::units::fmt_bytes(now)
         );
     }
+    if a.prompt.is_empty() {
+        return Err("--prompt must not be empty".into());
+    }
     let prompt: Vec<i64> = memsight_gpt::data::encode(&a.prompt)
         .iter()
         .map(|&b| b as i64)
@@ -428,12 +431,26 @@ fn run_train(a: TrainArgs) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let r = match cli.cmd {
+    // tch panics on libtorch errors (shape mismatches, out of memory): report the first line of
+    // libtorch's message as an error instead of a Rust panic with a C++ backtrace.
+    std::panic::set_hook(Box::new(|_| {}));
+    let outcome = std::panic::catch_unwind(|| match cli.cmd {
         Cmd::Train(a) => run_train(*a),
         Cmd::Ablate(a) => run_ablate(a),
         Cmd::Generate(a) => run_generate(a),
         Cmd::Analyze(a) => run_analyze(a),
-    };
+    });
+    let r = outcome.unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or("unknown panic");
+        // tch's message is a Debug string: its newlines are escaped ("\\n").
+        let first = msg.split("\\n").next().unwrap_or(msg);
+        let first = first.lines().next().unwrap_or(first);
+        Err(format!("libtorch error: {first}"))
+    });
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
