@@ -133,6 +133,9 @@ struct GenerateArgs {
 fn run_generate(a: GenerateArgs) -> Result<(), String> {
     use memsight_gpt::generate;
     use memsight_gpt::model::Gpt;
+    if a.prompt.is_empty() {
+        return Err("--prompt must not be empty".into());
+    }
     let shape = match &a.load {
         Some(p) => {
             let cfg_path = p.with_extension("config.json");
@@ -170,9 +173,6 @@ fn run_generate(a: GenerateArgs) -> Result<(), String> {
             memsight::units::fmt_bytes(fp32),
             memsight::units::fmt_bytes(now)
         );
-    }
-    if a.prompt.is_empty() {
-        return Err("--prompt must not be empty".into());
     }
     let prompt: Vec<i64> = memsight_gpt::data::encode(&a.prompt)
         .iter()
@@ -376,6 +376,7 @@ fn config(a: &TrainArgs) -> Config {
 fn run_train(a: TrainArgs) -> Result<(), String> {
     let cfg = config(&a);
     cfg.validate()?;
+    cfg.tch_device()?;
     if a.no_profile {
         let summary = train::train(&cfg, a.save.map(|path| Save { path }).as_ref(), !a.quiet)?;
         if let Some(p) = &a.summary_json {
