@@ -69,19 +69,6 @@ static int summarize(int64_t device, ms_segment_summary* out) {
   return 0;
 }
 
-// The allocator snapshot, summarized for one device (-1: all): segments, reserved, allocated,
-// largest free block.
-int ms_cuda_segments(int64_t device, ms_segment_summary* out) {
-  try {
-    return summarize(device, out);
-  } catch (const std::exception& e) {
-    last_error_b = e.what();
-    return -1;
-  } catch (...) {
-    return -1;
-  }
-}
-
 // Attaches the trace tracker (counts events, remembers each device's last OOM request) and the
 // OOM observer, which calls `cb` outside the allocator's lock with everything known at that moment.
 int ms_cuda_attach(OomCallback cb) {

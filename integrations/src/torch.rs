@@ -42,22 +42,6 @@ struct AutocastState {
     dtype: i32,
 }
 
-/// The caching allocator's segments, summarized from its snapshot.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SegmentSummary {
-    /// Segments (driver allocations) held.
-    pub segments: u64,
-    /// Bytes in those segments.
-    pub reserved_bytes: u64,
-    /// Bytes allocated inside them.
-    pub allocated_bytes: u64,
-    /// The largest free block: the biggest request that can be served without a new segment.
-    pub largest_free_block_bytes: u64,
-    /// Free blocks.
-    pub free_blocks: u64,
-}
-
 #[cfg(memsight_cuda)]
 #[repr(C)]
 struct OomInfo {
@@ -96,7 +80,6 @@ extern "C" {
 #[cfg(memsight_cuda)]
 extern "C" {
     fn ms_cuda_attach(cb: extern "C" fn(*const OomInfo)) -> i32;
-    fn ms_cuda_segments(device: i64, out: *mut SegmentSummary) -> i32;
     fn ms_cuda_segment_map(device: i64, out: *mut RawSegmentMap, max: usize) -> i64;
 }
 
@@ -237,22 +220,6 @@ pub fn empty_cache() -> Result<bool, TorchError> {
     let rc = unsafe { ms_accel_empty_cache() };
     check(rc)?;
     Ok(rc == 0)
-}
-
-/// The allocator's segments on `device` (-1: all devices); `None` where the CUDA part is compiled out.
-pub fn segments(device: i64) -> Option<SegmentSummary> {
-    #[cfg(memsight_cuda)]
-    {
-        let mut s = SegmentSummary::default();
-        // SAFETY: `s` is a repr(C) mirror of the shim's struct.
-        let rc = unsafe { ms_cuda_segments(device, &mut s) };
-        (rc == 0).then_some(s)
-    }
-    #[cfg(not(memsight_cuda))]
-    {
-        let _ = device;
-        None
-    }
 }
 
 /// The largest segments of `device` for the segment map (empty where the CUDA part is compiled

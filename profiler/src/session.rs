@@ -8,7 +8,7 @@
 //! finds it, and removes it when it finishes.
 
 use crate::alloc;
-use crate::collect::HostCollector;
+use crate::collect::{HostCollector, HostSample};
 use crate::devices;
 use crate::phases;
 use crate::report::{self, Job, JobExit, Report, ReportError};
@@ -262,15 +262,7 @@ impl Shared {
 
     fn sample(&self) -> Snapshot {
         let host = lock(&self.collector).sample();
-        let mut s = Snapshot::new(
-            self.started.elapsed().as_millis() as u64,
-            phases::current_step(),
-            phases::current_phase(),
-            alloc::stats(),
-            host,
-        );
-        s.devices = devices::sample_all();
-        s
+        own_snapshot(self.started.elapsed().as_millis() as u64, host)
     }
 
     fn run(&self, interval: Duration) {
@@ -436,19 +428,23 @@ pub fn snapshot() -> Snapshot {
     let current = lock(&CURRENT).clone();
     match current {
         Some(shared) => shared.sample(),
-        None => {
-            let host = HostCollector::for_self().sample();
-            let mut s = Snapshot::new(
-                0,
-                phases::current_step(),
-                phases::current_phase(),
-                alloc::stats(),
-                host,
-            );
-            s.devices = devices::sample_all();
-            s
-        }
+        None => own_snapshot(0, HostCollector::for_self().sample()),
     }
+}
+
+/// This process's snapshot at `t_ms`: its heap counters, step and phase, the host sample, and
+/// what its tensor and device backends report.
+fn own_snapshot(t_ms: u64, host: HostSample) -> Snapshot {
+    let mut s = Snapshot::new(
+        t_ms,
+        phases::current_step(),
+        phases::current_phase(),
+        alloc::stats(),
+        host,
+    );
+    s.tensors = devices::tensors::stats();
+    s.devices = devices::sample_all();
+    s
 }
 
 /// Prints the human-readable snapshot block (Allocated / In use / Peak / System RSS / Available)

@@ -64,9 +64,18 @@ impl Snapshot {
             system: host.system,
             cgroup: host.cgroup,
             tree: None,
-            tensors: crate::devices::tensors::stats(),
+            tensors: None,
             devices: Vec::new(),
         }
+    }
+
+    /// Device `index` as its caching allocator (libtorch) sees it, else as the first backend that
+    /// reports it.
+    pub fn device(&self, index: u32) -> Option<&DeviceSample> {
+        self.devices
+            .iter()
+            .filter(|d| d.index == index)
+            .min_by_key(|d| d.backend != "libtorch-cuda")
     }
 
     /// Memory that can still be allocated: the smaller of MemAvailable and the cgroup headroom.

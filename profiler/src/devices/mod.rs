@@ -6,6 +6,7 @@
 pub mod tensors;
 
 use crate::collect::SourceStatus;
+use crate::sys::max_opt;
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 
@@ -97,13 +98,6 @@ pub struct DeviceSample {
 }
 
 impl DeviceSample {
-    /// The figure a device budget compares: allocator reserved, else driver-reported used.
-    pub fn footprint(&self) -> Option<u64> {
-        self.peak_reserved_bytes
-            .or(self.reserved_bytes)
-            .or(self.used_bytes)
-    }
-
     /// (reserved − allocated) / reserved: memory the caching allocator holds but cannot use.
     pub fn fragmentation(&self) -> Option<f64> {
         let r = self.reserved_bytes?;
@@ -273,13 +267,6 @@ pub struct DevicePeak {
     pub ooms: Option<u64>,
     /// Most memory other processes held on the device at one sample.
     pub peak_others_bytes: u64,
-}
-
-fn max_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(x), Some(y)) => Some(x.max(y)),
-        (x, y) => x.or(y),
-    }
 }
 
 impl DevicePeak {

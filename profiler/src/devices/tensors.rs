@@ -44,10 +44,19 @@ pub fn enabled() -> bool {
 #[inline]
 pub fn tensor_alloc(bytes: u64) {
     let live = LIVE.fetch_add(bytes, Relaxed).wrapping_add(bytes);
-    PEAK.fetch_max(live, Relaxed);
-    PHASE_PEAK.fetch_max(live, Relaxed);
-    STEP_PEAK.fetch_max(live, Relaxed);
+    raise(&PEAK, live);
+    raise(&PHASE_PEAK, live);
+    raise(&STEP_PEAK, live);
     ALLOCS.fetch_add(1, Relaxed);
+}
+
+/// `fetch_max` is a compare-exchange loop that always writes; most allocations are below the
+/// peak, so a plain load first keeps them to one read of the shared line.
+#[inline]
+fn raise(peak: &AtomicU64, live: u64) {
+    if live > peak.load(Relaxed) {
+        peak.fetch_max(live, Relaxed);
+    }
 }
 
 /// Records the free of a tensor storage block of `bytes`. Allocation-free and lock-free.

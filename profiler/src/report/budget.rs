@@ -136,12 +136,6 @@ impl Budgets {
     pub fn check(&self, r: &Report) -> Vec<String> {
         let mut out = Vec::new();
         let p = &r.peaks;
-        let location = |step: Option<u64>, phase: Option<&str>| match (step, phase) {
-            (Some(s), Some(ph)) => format!(" (peaked at step {s}, phase {ph})"),
-            (Some(s), None) => format!(" (peaked at step {s})"),
-            (None, Some(ph)) => format!(" (peaked in phase {ph})"),
-            (None, None) => String::new(),
-        };
         if let Some(max) = self.max_host_peak {
             if p.heap_peak_bytes > max {
                 out.push(format!(
@@ -207,18 +201,11 @@ impl Budgets {
         if let Some(max) = self.max_tensor_peak {
             match p.tensor_peak_bytes {
                 Some(v) if v > max => {
-                    let mut at = String::new();
-                    if let Some(s) = p.tensor_peak_step {
-                        at += &format!(" (peaked at step {s}");
-                        if let Some(ph) = &p.tensor_peak_phase {
-                            at += &format!(", phase {ph}");
-                        }
-                        at += ")";
-                    }
                     out.push(format!(
-                        "tensor peak {} exceeds budget {}{at}",
+                        "tensor peak {} exceeds budget {}{}",
                         fmt_bytes(v),
-                        fmt_bytes(max)
+                        fmt_bytes(max),
+                        location(p.tensor_peak_step, p.tensor_peak_phase.as_deref())
                     ));
                 }
                 Some(_) => {}
@@ -263,6 +250,16 @@ impl Budgets {
                 }
             }
         }
+    }
+}
+
+/// Where a peak happened, for a violation line: " (peaked at step 12, phase train/backward)".
+fn location(step: Option<u64>, phase: Option<&str>) -> String {
+    match (step, phase) {
+        (Some(s), Some(ph)) => format!(" (peaked at step {s}, phase {ph})"),
+        (Some(s), None) => format!(" (peaked at step {s})"),
+        (None, Some(ph)) => format!(" (peaked in phase {ph})"),
+        (None, None) => String::new(),
     }
 }
 

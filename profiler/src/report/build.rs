@@ -7,6 +7,7 @@ use crate::collect::SourceStatus;
 use crate::devices::{tensors::TensorStats, DeviceOom};
 use crate::phases::{PhaseStats, StepStats};
 use crate::snapshot::Snapshot;
+use crate::sys::max_opt;
 use crate::timeline::Timeline;
 
 /// Everything a report is made of.
@@ -38,41 +39,28 @@ pub fn build(p: Parts) -> Report {
     let tl = p.timeline;
     let heap = p.heap;
     let sp = tl.peaks();
-    // The step and innermost phase whose windows reached the global peak.
-    let heap_peak_step = p
-        .steps
-        .iter()
-        .rev()
-        .find(|s| s.peak_bytes >= heap.peak_bytes)
-        .map(|s| s.step);
-    let heap_peak_phase = p
-        .phases
-        .iter()
-        .filter(|ph| ph.peak_bytes >= heap.peak_bytes)
-        .max_by_key(|ph| ph.path.matches('/').count())
-        .map(|ph| ph.path.clone());
-    let tensor_peak_bytes = match (p.tensors.map(|t| t.peak_bytes), &sp.tensors) {
-        (Some(a), Some(b)) => Some(a.max(b.bytes)),
-        (a, b) => a.or(b.as_ref().map(|b| b.bytes)),
+    let (heap_peak_step, heap_peak_phase) = where_peaked(
+        &p.steps,
+        &p.phases,
+        heap.peak_bytes,
+        |s| Some(s.peak_bytes),
+        |ph| Some(ph.peak_bytes),
+    );
+    let tensor_peak_bytes = max_opt(
+        p.tensors.map(|t| t.peak_bytes),
+        sp.tensors.as_ref().map(|b| b.bytes),
+    );
+    let (tensor_peak_step, tensor_peak_phase) = match tensor_peak_bytes {
+        Some(peak) => where_peaked(
+            &p.steps,
+            &p.phases,
+            peak,
+            |s| s.tensor_peak_bytes,
+            |ph| ph.tensor_peak_bytes,
+        ),
+        None => (None, None),
     };
-    let tensor_peak_step = tensor_peak_bytes.and_then(|peak| {
-        p.steps
-            .iter()
-            .rev()
-            .find(|s| s.tensor_peak_bytes.is_some_and(|t| t >= peak))
-            .map(|s| s.step)
-    });
-    let tensor_peak_phase = tensor_peak_bytes.and_then(|peak| {
-        p.phases
-            .iter()
-            .filter(|ph| ph.tensor_peak_bytes.is_some_and(|t| t >= peak))
-            .max_by_key(|ph| ph.path.matches('/').count())
-            .map(|ph| ph.path.clone())
-    });
-    let rss_peak_bytes = match (sp.hwm, sp.rss.as_ref().map(|r| r.bytes)) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    };
+    let rss_peak_bytes = max_opt(sp.hwm, sp.rss.as_ref().map(|r| r.bytes));
     let fragmentation = sp.resident.as_ref().and_then(|(at, s)| {
         let j = s.jemalloc?;
         Some(Fragmentation {
@@ -118,6 +106,28 @@ pub fn build(p: Parts) -> Report {
     };
     report.tips = tips::derive(&report);
     report
+}
+
+/// The latest step and the innermost phase whose peak windows (read by `step_peak` and
+/// `phase_peak`) reached `peak`.
+fn where_peaked(
+    steps: &[StepStats],
+    phases: &[PhaseStats],
+    peak: u64,
+    step_peak: impl Fn(&StepStats) -> Option<u64>,
+    phase_peak: impl Fn(&PhaseStats) -> Option<u64>,
+) -> (Option<u64>, Option<String>) {
+    let step = steps
+        .iter()
+        .rev()
+        .find(|s| step_peak(s).is_some_and(|v| v >= peak))
+        .map(|s| s.step);
+    let phase = phases
+        .iter()
+        .filter(|ph| phase_peak(ph).is_some_and(|v| v >= peak))
+        .max_by_key(|ph| ph.path.matches('/').count())
+        .map(|ph| ph.path.clone());
+    (step, phase)
 }
 
 /// Step statistics recovered from samples (the sidecar's view when the job could not write its

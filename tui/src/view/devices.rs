@@ -51,18 +51,15 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
         segment_map(f, map_area, d);
     }
     let max = top.width as usize * 2;
-    fn dev0(x: &memsight::Snapshot) -> Option<&DeviceSample> {
-        x.devices.iter().find(|d| d.index == 0)
-    }
     let series: Vec<Series> = [
         chart::series(&s.timeline, max, "tensors (CPU)", Color::Magenta, |x| {
             x.tensors.map(|t| t.live_bytes)
         }),
         chart::series(&s.timeline, max, "cuda:0 reserved", Color::Yellow, |x| {
-            dev0(x).and_then(|d| d.reserved_bytes.or(d.used_bytes))
+            x.device(0).and_then(|d| d.reserved_bytes.or(d.used_bytes))
         }),
         chart::series(&s.timeline, max, "cuda:0 allocated", Color::Green, |x| {
-            dev0(x).and_then(|d| d.allocated_bytes)
+            x.device(0).and_then(|d| d.allocated_bytes)
         }),
     ]
     .into_iter()

@@ -5,20 +5,11 @@
 use super::chart::{self, series, Series};
 use super::{bytes, Ui};
 use crate::state::ViewerState;
-use memsight::Snapshot;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Gauge, Paragraph};
 use ratatui::Frame;
-
-/// Device 0 as the CUDA caching allocator sees it (else the first backend that reports it).
-fn device0(s: &Snapshot) -> Option<&memsight::devices::DeviceSample> {
-    s.devices
-        .iter()
-        .filter(|d| d.index == 0)
-        .min_by_key(|d| d.backend != "libtorch-cuda")
-}
 
 /// Renders the overview.
 pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
@@ -96,10 +87,10 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
             x.tensors.map(|t| t.live_bytes)
         }),
         series(samples, max, "cuda:0 allocated", Color::LightGreen, |x| {
-            device0(x).and_then(|d| d.allocated_bytes)
+            x.device(0).and_then(|d| d.allocated_bytes)
         }),
         series(samples, max, "cuda:0 reserved", Color::LightYellow, |x| {
-            device0(x).and_then(|d| d.reserved_bytes)
+            x.device(0).and_then(|d| d.reserved_bytes)
         }),
         series(samples, max, "cuda:0 NVML used", Color::LightBlue, |x| {
             x.devices
@@ -111,7 +102,9 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
     let shown: Vec<Series> = all.into_iter().filter(|x| !x.points.is_empty()).collect();
     chart::draw(f, body, " memory over time (● peaks) ", &shown);
 
-    let device_frag = last.and_then(device0).and_then(|d| d.fragmentation());
+    let device_frag = last
+        .and_then(|l| l.device(0))
+        .and_then(|d| d.fragmentation());
     let [frag, dev_frag, head_room] = Layout::horizontal([
         Constraint::Fill(1),
         Constraint::Fill(if device_frag.is_some() { 1 } else { 0 }),
