@@ -4,6 +4,8 @@
 //! beside the measured tensor peak — and, with `--peer`, the same runs in PyTorch (peer/gpt.py).
 
 use crate::config::{Attention, Config, Preset};
+use crate::train::median;
+use clap::Parser;
 use memsight::estimate::{self, EstimateInput};
 use memsight::units::fmt_bytes;
 use memsight::Report;
@@ -154,15 +156,7 @@ pub struct Row {
 
 /// The estimator's input for a run configuration.
 pub fn estimate_for(cfg: &Config) -> EstimateInput {
-    let s = cfg.shape;
-    let shape = estimate::ModelShape {
-        layers: s.n_layer as u64,
-        hidden: s.n_embd as u64,
-        heads: s.n_head as u64,
-        vocab: s.vocab_size as u64,
-        positions: s.block_size as u64,
-    };
-    let mut e = EstimateInput::for_shape(shape);
+    let mut e = EstimateInput::for_shape(cfg.shape.to_estimate());
     e.seq = cfg.seq_len as u64;
     e.batch = cfg.micro_batch as u64;
     e.checkpointing = cfg.checkpoint;
@@ -195,33 +189,44 @@ pub struct Options {
     pub peer_python: Option<PathBuf>,
 }
 
-fn train_config(preset: Preset, args: &[&str]) -> Config {
-    // Mirror of the train flags that change the estimate.
-    let mut c = Config::preset(preset);
-    c.attention = Attention::Naive;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match *a {
-            "--attention" => {
-                c.attention = match it.next().copied() {
-                    Some("efficient") => Attention::Efficient,
-                    Some("sdpa") => Attention::Sdpa,
-                    _ => Attention::Naive,
-                }
-            }
-            "--checkpoint" => c.checkpoint = true,
-            "--bf16" => c.bf16 = true,
-            "--micro-batch" => {
-                c.micro_batch = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(c.micro_batch)
-            }
-            "--lora-rank" => c.lora_rank = it.next().and_then(|v| v.parse().ok()).unwrap_or(0),
-            _ => {}
-        }
+/// The configuration `train` runs for this variant: the ablation's base flags, then the variant's,
+/// through the same parser.
+fn variant_config(o: &Options, v: &Variant) -> Result<Config, String> {
+    let preset = format!("{:?}", o.preset).to_lowercase();
+    let base = ["--preset", preset.as_str(), "--attention", "naive"];
+    let flags = crate::cli::TrainFlags::try_parse_from(base.iter().chain(v.args))
+        .map_err(|e| format!("{}: {e}", v.name))?;
+    Ok(flags.args.config())
+}
+
+/// `memsight-gpt train` with the ablation's base flags (quiet, naive attention, no periodic
+/// evaluation, no flight recorder), writing its report and summary to the given paths.
+fn train_command(o: &Options, report: &Path, summary: &Path) -> Result<Command, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let preset = format!("{:?}", o.preset).to_lowercase();
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "train", "--quiet", "--preset", &preset, "--device", &o.device,
+    ])
+    .args(["--steps", &o.steps.to_string()])
+    .args(["--attention", "naive", "--eval-every", "0"])
+    .arg("--report")
+    .arg(report)
+    .arg("--summary-json")
+    .arg(summary)
+    .env("MEMSIGHT_RING", "off")
+    .env_remove("MEMSIGHT_REPORT");
+    Ok(cmd)
+}
+
+/// Runs a prepared `train` command and reads its summary.
+fn run_train(mut cmd: Command, summary: &Path, what: &str) -> Result<Summary, String> {
+    let out = cmd.output().map_err(|e| format!("{what}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{what}: {}", String::from_utf8_lossy(&out.stderr)));
     }
-    c
+    serde_json::from_slice(&std::fs::read(summary).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())
 }
 
 #[derive(Deserialize)]
@@ -238,37 +243,13 @@ struct PeerSummary {
 }
 
 fn run_one(o: &Options, v: &Variant, i: usize) -> Result<Row, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let report = o.out.join(format!("run-{i}.report.json"));
     let summary = o.out.join(format!("run-{i}.summary.json"));
-    let preset = format!("{:?}", o.preset).to_lowercase();
-    let steps = o.steps.to_string();
-    let mut cmd = Command::new(&exe);
-    cmd.args([
-        "train", "--quiet", "--preset", &preset, "--steps", &steps, "--device", &o.device,
-    ])
-    .args(["--attention", "naive", "--eval-every", "0"])
-    .arg("--report")
-    .arg(&report)
-    .arg("--summary-json")
-    .arg(&summary)
-    .args(v.args)
-    .env("MEMSIGHT_RING", "off")
-    .env_remove("MEMSIGHT_REPORT");
-    let out = cmd
-        .output()
-        .map_err(|e| format!("{}: {e}", exe.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{}: {}",
-            v.name,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
+    let cfg = variant_config(o, v)?;
+    let mut cmd = train_command(o, &report, &summary)?;
+    cmd.args(v.args).envs(v.env.iter().copied());
+    let s = run_train(cmd, &summary, v.name)?;
     let r = Report::load(&report).map_err(|e| e.to_string())?;
-    let s: Summary = serde_json::from_slice(&std::fs::read(&summary).map_err(|e| e.to_string())?)
-        .map_err(|e| e.to_string())?;
-    let cfg = train_config(o.preset, v.args);
     let mut row = Row {
         name: v.name.into(),
         args: v.args.iter().map(|a| a.to_string()).collect(),
@@ -284,11 +265,11 @@ fn run_one(o: &Options, v: &Variant, i: usize) -> Result<Row, String> {
     if let Some(py) = &o.peer_python {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("peer/gpt.py");
         let peer_out = o.out.join(format!("run-{i}.peer.json"));
+        let preset = format!("{:?}", o.preset).to_lowercase();
         let out = Command::new(py)
             .arg(&script)
-            .args([
-                "--preset", &preset, "--steps", &steps, "--device", &o.device,
-            ])
+            .args(["--preset", &preset, "--device", &o.device])
+            .args(["--steps", &o.steps.to_string()])
             .args(["--attention", "naive", "--json"])
             .arg(&peer_out)
             .args(v.args)
@@ -312,6 +293,13 @@ fn run_one(o: &Options, v: &Variant, i: usize) -> Result<Row, String> {
     Ok(row)
 }
 
+/// Removes run `i`'s report, summary and peer files (the table keeps their numbers).
+fn remove_run_files(o: &Options, i: usize) {
+    for ext in ["report.json", "summary.json", "peer.json"] {
+        let _ = std::fs::remove_file(o.out.join(format!("run-{i}.{ext}")));
+    }
+}
+
 /// Profiling on vs off: median step times of interleaved baseline runs.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Overhead {
@@ -326,46 +314,16 @@ pub struct Overhead {
 }
 
 fn step_ms(o: &Options, profile: bool, i: usize) -> Result<f64, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let summary = o.out.join(format!("overhead-{i}.summary.json"));
     let report = o.out.join(format!("overhead-{i}.report.json"));
-    let preset = format!("{:?}", o.preset).to_lowercase();
-    let mut cmd = Command::new(&exe);
-    cmd.args([
-        "train", "--quiet", "--preset", &preset, "--device", &o.device,
-    ])
-    .args([
-        "--steps",
-        &o.steps.to_string(),
-        "--attention",
-        "naive",
-        "--eval-every",
-        "0",
-    ])
-    .arg("--summary-json")
-    .arg(&summary)
-    .arg("--report")
-    .arg(&report)
-    .env("MEMSIGHT_RING", "off")
-    .env_remove("MEMSIGHT_REPORT");
+    let mut cmd = train_command(o, &report, &summary)?;
     if !profile {
         cmd.arg("--no-profile");
     }
-    let out = cmd.output().map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let s: Summary = serde_json::from_slice(&std::fs::read(&summary).map_err(|e| e.to_string())?)
-        .map_err(|e| e.to_string())?;
+    let s = run_train(cmd, &summary, "overhead run")?;
     let _ = std::fs::remove_file(&summary);
     let _ = std::fs::remove_file(&report);
     Ok(s.step_ms_median)
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// Runs `pairs` interleaved on/off baseline runs.
@@ -460,9 +418,7 @@ fn peer_pairs(o: &Options, pairs: usize) -> Result<PeerPairs, String> {
         p.ours_rss.push(r.rss_peak_bytes.unwrap_or(0));
         p.peer_ms.push(r.peer_step_ms.unwrap_or(0.0));
         p.peer_rss.push(r.peer_rss_peak_bytes.unwrap_or(0));
-        for ext in ["report.json", "summary.json", "peer.json"] {
-            let _ = std::fs::remove_file(o.out.join(format!("run-{}.{ext}", 100 + i)));
-        }
+        remove_run_files(o, 100 + i);
     }
     let med_u = |v: &[u64]| median(&v.iter().map(|&x| x as f64).collect::<Vec<_>>());
     p.time_ratio = median(&p.ours_ms) / median(&p.peer_ms).max(1e-9);
@@ -477,9 +433,7 @@ pub fn run(o: &Options, command_line: &str) -> Result<Vec<Row>, String> {
     for (i, v) in VARIANTS.iter().enumerate() {
         eprintln!("ablation {}/{}: {}", i + 1, VARIANTS.len(), v.name);
         rows.push(run_one(o, v, i)?);
-        for ext in ["report.json", "summary.json", "peer.json"] {
-            let _ = std::fs::remove_file(o.out.join(format!("run-{i}.{ext}")));
-        }
+        remove_run_files(o, i);
     }
     eprintln!("profiling on vs off: 5 interleaved pairs of baseline runs");
     let over = overhead(o, 5)?;
@@ -652,4 +606,30 @@ pub fn svg(rows: &[Row]) -> String {
     }
     s += "</svg>\n";
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_variant_parses_to_the_estimate_in_the_committed_table() {
+        let o = Options {
+            preset: Preset::Tiny,
+            steps: 30,
+            device: "cpu".into(),
+            out: PathBuf::new(),
+            peer_python: None,
+        };
+        let table: serde_json::Value =
+            serde_json::from_str(include_str!("../../docs/ablation/ablation.json")).unwrap();
+        let rows = table["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), VARIANTS.len());
+        for (v, row) in VARIANTS.iter().zip(rows) {
+            let cfg = variant_config(&o, v).unwrap();
+            let est = estimate::estimate(&estimate_for(&cfg)).peak_bytes;
+            assert_eq!(row["name"], v.name);
+            assert_eq!(row["estimate_bytes"].as_u64(), Some(est), "{}", v.name);
+        }
+    }
 }

@@ -27,20 +27,29 @@ fn scale(q: &Tensor) -> f64 {
 
 /// softmax(q·kᵀ/√d + causal mask)·v, materializing the scores; softmax in fp32.
 pub fn naive(q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
-    let s = q.size()[2];
-    let att = q.matmul(&k.transpose(-2, -1)) * scale(q);
-    let mask = Tensor::ones([s, s], (Kind::Bool, q.device())).triu(1);
-    let att = att
-        .masked_fill(&mask, f64::NEG_INFINITY)
-        .softmax(-1, Kind::Float);
-    att.to_kind(v.kind()).matmul(v)
+    let rows = positions(q);
+    causal_probs(q, k, &rows).to_kind(v.kind()).matmul(v)
 }
 
-/// The causal mask of key block [j0, j1) for all S queries: true where the key is in the future.
-fn block_mask(s: i64, j0: i64, j1: i64, device: tch::Device) -> Tensor {
-    let rows = Tensor::arange(s, (Kind::Int64, device)).unsqueeze(1);
-    let cols = Tensor::arange_start(j0, j1, (Kind::Int64, device)).unsqueeze(0);
-    cols.gt_tensor(&rows)
+/// The query positions 0..S of `q` (B, H, S, D).
+pub fn positions(q: &Tensor) -> Tensor {
+    Tensor::arange(q.size()[2], (Kind::Int64, q.device()))
+}
+
+/// Attention probabilities softmax(q·kᵀ/√d) in fp32 with future keys masked, materializing the
+/// scores: q's rows are the query positions `rows` (all of them, or a sample), k holds every key.
+pub fn causal_probs(q: &Tensor, k: &Tensor, rows: &Tensor) -> Tensor {
+    let s = k.size()[2];
+    let att = q.matmul(&k.transpose(-2, -1)) * scale(q);
+    att.masked_fill(&causal_mask(rows, 0, s), f64::NEG_INFINITY)
+        .softmax(-1, Kind::Float)
+}
+
+/// The causal mask of keys [j0, j1) for the queries at positions `rows`: true where the key is in
+/// the future.
+fn causal_mask(rows: &Tensor, j0: i64, j1: i64) -> Tensor {
+    let cols = Tensor::arange_start(j0, j1, (Kind::Int64, rows.device())).unsqueeze(0);
+    cols.gt_tensor(&rows.unsqueeze(1))
 }
 
 /// Key blocks [j0, j1) of `block` keys covering `s`.
@@ -60,9 +69,8 @@ struct KeyBlock {
 fn key_block(qf: &Tensor, k: &Tensor, v: &Tensor, j0: i64, j1: i64, scale: f64) -> KeyBlock {
     let kj = k.narrow(2, j0, j1 - j0).to_kind(Kind::Float);
     let vj = v.narrow(2, j0, j1 - j0).to_kind(Kind::Float);
-    let s = qf.size()[2];
     let scores = (qf.matmul(&kj.transpose(-2, -1)) * scale)
-        .masked_fill(&block_mask(s, j0, j1, qf.device()), f64::NEG_INFINITY);
+        .masked_fill(&causal_mask(&positions(qf), j0, j1), f64::NEG_INFINITY);
     KeyBlock {
         k: kj,
         v: vj,

@@ -30,6 +30,19 @@ pub struct ModelShape {
     pub vocab_size: i64,
 }
 
+impl ModelShape {
+    /// The estimator's view of this shape.
+    pub fn to_estimate(&self) -> memsight::estimate::ModelShape {
+        memsight::estimate::ModelShape {
+            layers: self.n_layer as u64,
+            hidden: self.n_embd as u64,
+            heads: self.n_head as u64,
+            vocab: self.vocab_size as u64,
+            positions: self.block_size as u64,
+        }
+    }
+}
+
 /// A named shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -166,6 +179,21 @@ impl Config {
             return Err("--workers must be at least 1".into());
         }
         Ok(())
+    }
+
+    /// Writes the config beside a checkpoint (`m.safetensors` → `m.config.json`); returns its path.
+    pub fn save_beside(&self, checkpoint: &std::path::Path) -> Result<std::path::PathBuf, String> {
+        let p = checkpoint.with_extension("config.json");
+        let text = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+        std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+        Ok(p)
+    }
+
+    /// Reads the config saved beside a checkpoint.
+    pub fn load_beside(checkpoint: &std::path::Path) -> Result<Config, String> {
+        let p = checkpoint.with_extension("config.json");
+        let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))
     }
 
     /// Micro-batches per optimizer step.

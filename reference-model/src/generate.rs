@@ -148,13 +148,7 @@ pub fn generate(m: &Gpt, prompt: &[i64], n: i64, mode: CacheMode) -> Generated {
 
 /// The estimator's KV-cache figure for `len` positions at batch 1 in fp32.
 pub fn estimated_cache_bytes(shape: &crate::config::ModelShape, len: i64) -> u64 {
-    let mut e = memsight::estimate::EstimateInput::for_shape(memsight::estimate::ModelShape {
-        layers: shape.n_layer as u64,
-        hidden: shape.n_embd as u64,
-        heads: shape.n_head as u64,
-        vocab: shape.vocab_size as u64,
-        positions: shape.block_size as u64,
-    });
+    let mut e = memsight::estimate::EstimateInput::for_shape(shape.to_estimate());
     e.seq = len as u64;
     e.batch = 1;
     e.optimizer = memsight::estimate::Optimizer::None;

@@ -2,7 +2,8 @@
 
 use clap::{Args, Parser, Subcommand};
 use memsight_gpt::ablate;
-use memsight_gpt::config::{Attention, Config, Preset};
+use memsight_gpt::cli::TrainArgs;
+use memsight_gpt::config::{Config, Preset};
 use memsight_gpt::train::{self, Save};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -62,11 +63,7 @@ struct AnalyzeArgs {
 
 fn run_analyze(a: AnalyzeArgs) -> Result<(), String> {
     use memsight_gpt::analyze;
-    let cfg_path = a.load.with_extension("config.json");
-    let text =
-        std::fs::read_to_string(&cfg_path).map_err(|e| format!("{}: {e}", cfg_path.display()))?;
-    let cfg: Config =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", cfg_path.display()))?;
+    let cfg = Config::load_beside(&a.load)?;
     memsight_integrations::install();
     let layers = a.layers.clamp(1, cfg.shape.n_layer);
     let (_vs, model, bytes) = analyze::load_first_layers(&a.load, cfg.shape, layers)?;
@@ -137,14 +134,7 @@ fn run_generate(a: GenerateArgs) -> Result<(), String> {
         return Err("--prompt must not be empty".into());
     }
     let shape = match &a.load {
-        Some(p) => {
-            let cfg_path = p.with_extension("config.json");
-            let text = std::fs::read_to_string(&cfg_path)
-                .map_err(|e| format!("{}: {e}", cfg_path.display()))?;
-            let cfg: Config =
-                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", cfg_path.display()))?;
-            cfg.shape
-        }
+        Some(p) => Config::load_beside(p)?.shape,
         None => a.preset.shape(),
     };
     memsight_integrations::install();
@@ -261,120 +251,8 @@ fn run_ablate(a: AblateArgs) -> Result<(), String> {
     Ok(())
 }
 
-#[derive(Args)]
-struct TrainArgs {
-    /// Model shape.
-    #[arg(long, value_enum, default_value = "tiny")]
-    preset: Preset,
-    /// Optimizer steps.
-    #[arg(long)]
-    steps: Option<u64>,
-    /// Sequences per optimizer step.
-    #[arg(long)]
-    batch_size: Option<i64>,
-    /// Sequences per forward/backward: gradient accumulation when below --batch-size.
-    #[arg(long)]
-    micro_batch: Option<i64>,
-    /// Training sequence length (≤ the preset's block size).
-    #[arg(long)]
-    seq_len: Option<i64>,
-    /// Attention: naive (B·H·S² scores), efficient (streaming over key blocks), sdpa (fused).
-    #[arg(long, value_enum)]
-    attention: Option<Attention>,
-    /// Key-block size of the efficient attention.
-    #[arg(long)]
-    attention_block: Option<i64>,
-    /// Activation checkpointing: recompute each block in backward.
-    #[arg(long)]
-    checkpoint: bool,
-    /// bf16 autocast (LayerNorm, softmax and loss stay fp32).
-    #[arg(long)]
-    bf16: bool,
-    /// Evaluate in segments of at most N tokens.
-    #[arg(long, value_name = "N")]
-    eval_segment: Option<i64>,
-    /// Evaluate every N steps (0: only at the end).
-    #[arg(long, value_name = "N")]
-    eval_every: Option<u64>,
-    /// Cleanup (CUDA empty-cache, jemalloc purge) every N train steps.
-    #[arg(long, value_name = "N")]
-    cleanup_every: Option<u64>,
-    /// Cleanup every M eval batches.
-    #[arg(long, value_name = "M")]
-    cleanup_eval_every: Option<u64>,
-    /// LoRA rank: freeze the base, train adapters on attention and MLP.
-    #[arg(long, value_name = "R")]
-    lora_rank: Option<i64>,
-    /// libtorch intra-op threads.
-    #[arg(long)]
-    threads: Option<i32>,
-    /// libtorch inter-op threads.
-    #[arg(long)]
-    interop_threads: Option<i32>,
-    /// Data-loader worker threads.
-    #[arg(long)]
-    workers: Option<usize>,
-    /// Batches each worker prepares ahead.
-    #[arg(long)]
-    prefetch: Option<usize>,
-    /// `cpu`, `cuda` or `cuda:N`.
-    #[arg(long)]
-    device: Option<String>,
-    /// Seed for weights and data order.
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Where to write the memsight report.
-    #[arg(long, default_value = "memsight-gpt-report.json")]
-    report: PathBuf,
-    /// Save a safetensors checkpoint (and PATH.config.json) at the end.
-    #[arg(long, value_name = "PATH.safetensors")]
-    save: Option<PathBuf>,
-    /// Write the run's summary (losses, step time, parameters) as JSON.
-    #[arg(long, value_name = "PATH")]
-    summary_json: Option<PathBuf>,
-    /// No progress line and no memsight blocks.
-    #[arg(long)]
-    quiet: bool,
-    /// Run without the memsight session and libtorch hooks (for the on/off overhead comparison;
-    /// the global allocator stays). Writes no report.
-    #[arg(long)]
-    no_profile: bool,
-}
-
-fn config(a: &TrainArgs) -> Config {
-    let mut c = Config::preset(a.preset);
-    macro_rules! set {
-        ($($f:ident),*) => { $(if let Some(v) = a.$f.clone() { c.$f = v; })* };
-    }
-    set!(
-        steps,
-        batch_size,
-        micro_batch,
-        seq_len,
-        attention,
-        attention_block,
-        eval_segment,
-        eval_every,
-        cleanup_every,
-        cleanup_eval_every,
-        lora_rank,
-        threads,
-        interop_threads,
-        workers,
-        prefetch,
-        device,
-        seed
-    );
-    if a.micro_batch.is_none() {
-        c.micro_batch = c.batch_size;
-    }
-    c.checkpoint = a.checkpoint;
-    c.bf16 = a.bf16;
-    c
-}
-
 fn run_train(a: TrainArgs) -> Result<(), String> {
-    let cfg = config(&a);
+    let cfg = a.config();
     cfg.validate()?;
     cfg.tch_device()?;
     if a.no_profile {

@@ -280,36 +280,25 @@ impl Block {
     /// Sampling mode: attention probabilities of the query rows `picks` only, (B, H, rows, S).
     pub fn attention_rows(&self, x: &Tensor, picks: &[i64]) -> Tensor {
         let (q, k, _) = self.qkv(x);
-        let s = q.size()[2];
-        let scale = 1.0 / (q.size()[3] as f64).sqrt();
         let rows = Tensor::from_slice(picks).to_device(q.device());
-        let cols = Tensor::arange(s, (Kind::Int64, q.device())).unsqueeze(0);
-        let mask = cols.gt_tensor(&rows.unsqueeze(1));
-        let att = q.index_select(2, &rows).matmul(&k.transpose(-2, -1)) * scale;
-        att.masked_fill(&mask, f64::NEG_INFINITY)
-            .softmax(-1, Kind::Float)
+        attention::causal_probs(&q.index_select(2, &rows), &k, &rows)
     }
 
-    /// The block with the attention of selected heads only returned as probability maps
-    /// (B, H, S, S) — for analysis; computed `chunk` heads at a time.
+    /// The block's attention probability maps (B, H, S, S) — for analysis; computed `chunk`
+    /// heads at a time.
     pub fn attention_maps(&self, x: &Tensor, chunk: i64) -> Tensor {
         let (q, k, _) = self.qkv(x);
         let h = q.size()[1];
-        let s = q.size()[2];
-        let scale = 1.0 / (q.size()[3] as f64).sqrt();
-        let mask = Tensor::ones([s, s], (Kind::Bool, q.device())).triu(1);
+        let rows = attention::positions(&q);
         let mut maps = Vec::new();
         let mut h0 = 0;
         while h0 < h {
             let n = chunk.max(1).min(h - h0);
-            let att = q
-                .narrow(1, h0, n)
-                .matmul(&k.narrow(1, h0, n).transpose(-2, -1))
-                * scale;
-            maps.push(
-                att.masked_fill(&mask, f64::NEG_INFINITY)
-                    .softmax(-1, Kind::Float),
-            );
+            maps.push(attention::causal_probs(
+                &q.narrow(1, h0, n),
+                &k.narrow(1, h0, n),
+                &rows,
+            ));
             h0 += n;
         }
         Tensor::cat(&maps, 1)

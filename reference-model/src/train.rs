@@ -38,6 +38,13 @@ pub struct Save {
     pub path: PathBuf,
 }
 
+/// The median (upper middle for an even count); 0 for no values.
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
 fn rss() -> u64 {
     memsight::snapshot().process.map(|p| p.rss).unwrap_or(0)
 }
@@ -194,14 +201,11 @@ pub fn train(cfg: &Config, save: Option<&Save>, progress: bool) -> Result<RunSum
     if progress && tty {
         eprintln!();
     }
-    times.sort_by(f64::total_cmp);
-    summary.step_ms_median = times.get(times.len() / 2).copied().unwrap_or(0.0);
+    summary.step_ms_median = median(&times);
     if let Some(s) = save {
         vs.save(&s.path)
             .map_err(|e| format!("{}: {e}", s.path.display()))?;
-        let cfg_path = s.path.with_extension("config.json");
-        let text = serde_json::to_string_pretty(cfg).map_err(|e| e.to_string())?;
-        std::fs::write(&cfg_path, text).map_err(|e| format!("{}: {e}", cfg_path.display()))?;
+        let cfg_path = cfg.save_beside(&s.path)?;
         if progress {
             eprintln!(
                 "checkpoint: {} (config {})",
