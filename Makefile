@@ -33,6 +33,10 @@ lint:
 bench: setup
 	@command -v heaptrack >/dev/null || (apt-get update -qq && apt-get install -y -qq heaptrack >/dev/null)
 	$(CARGO) build --release -p memsight-bench -p memsight-bench-system
+	@# The same churn binaries with jemalloc built for heap profiling (separate target: features differ).
+	$(CARGO) build --release -p memsight-bench --features memsight/heap-profile --target-dir target/bench-heap-profile --bin churn-jemalloc --bin churn-memsight
+	cp target/bench-heap-profile/release/churn-jemalloc target/release/churn-jemalloc-prof
+	cp target/bench-heap-profile/release/churn-memsight target/release/churn-memsight-prof
 	$(CARGO) build --release -p memsight-tui
 	$(CARGO) build --release -p memsight --examples
 	./target/release/sampler-bench

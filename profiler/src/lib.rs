@@ -34,6 +34,7 @@ pub mod collect;
 pub mod devices;
 pub mod diagnose;
 pub mod estimate;
+pub mod heapprof;
 mod phases;
 pub mod plan;
 pub mod report;

@@ -113,6 +113,8 @@ pub fn step(n: u64) {
         st.step_open = true;
     }
     STEP.store(n, Relaxed);
+    drop(st);
+    crate::heapprof::on_step(n);
 }
 
 fn push_step(steps: &mut Vec<StepStats>, s: StepStats) {

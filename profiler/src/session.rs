@@ -3,13 +3,16 @@
 //! Environment overrides (so `memsight run` can switch a binary's session without code changes):
 //! `MEMSIGHT_REPORT` (report path), `MEMSIGHT_INTERVAL_MS` (sampling interval), `MEMSIGHT_QUIET=1`
 //! (no snapshot blocks on stderr), `MEMSIGHT_RING` (the flight-recorder ring's path, set by
-//! `memsight run`; `off` for none). They take precedence over the builder. Without `MEMSIGHT_RING`
+//! `memsight run`; `off` for none), `MEMSIGHT_PROFILE_DIR` (where heap profiles go; by default
+//! beside the report, see [`crate::heapprof::dir_for_report`]), `MEMSIGHT_HEAP_SAMPLE` (`off` or
+//! the mean bytes between heap-profile samples; `heap-profile` builds). They take precedence over the builder. Without `MEMSIGHT_RING`
 //! a session writes its ring to `ring-<pid>.bin` in the runtime directory, where `memsight attach`
 //! finds it, and removes it when it finishes.
 
 use crate::alloc;
 use crate::collect::{HostCollector, HostSample};
 use crate::devices;
+use crate::heapprof;
 use crate::phases;
 use crate::report::{self, Job, JobExit, Report, ReportError};
 use crate::snapshot::Snapshot;
@@ -199,8 +202,18 @@ impl SessionBuilder {
                 }
             }
         });
+        let started = Instant::now();
+        let profile_dir = std::env::var_os("MEMSIGHT_PROFILE_DIR")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| cfg.report_path.as_deref().map(heapprof::dir_for_report));
+        let heap_profile = match &profile_dir {
+            Some(dir) => heapprof::start(dir, started, ring),
+            None => Err("no report path, so no heap profiles are written".into()),
+        };
         let shared = Arc::new(Shared {
-            started: Instant::now(),
+            started,
+            heap_profile,
             started_unix_ms,
             ring,
             timeline: Mutex::new(Timeline::with_capacity(cfg.timeline_capacity)),
@@ -234,6 +247,8 @@ impl SessionBuilder {
 
 struct Shared {
     started: Instant,
+    /// Where heap profiles go, or why there are none.
+    heap_profile: Result<String, String>,
     started_unix_ms: u64,
     ring: Option<&'static RingWriter>,
     timeline: Mutex<Timeline>,
@@ -287,6 +302,8 @@ impl Shared {
             }
             drop(stop);
             let s = self.sample();
+            let heap = s.jemalloc.map_or(s.heap.live_bytes, |j| j.allocated);
+            heapprof::on_sample(heap, s.step);
             self.record(s);
             ticks += 1;
             // Phase totals about 4 times a second, so a sidecar has them even if the job is killed.
@@ -347,11 +364,20 @@ impl Session {
             r.append(&Record::Snapshot(Box::new(last.clone())));
         }
         self.shared.record_phases();
-        let report = {
+        let dumps = heapprof::finish(phases::current_step());
+        let mut report = {
             let mut tl = lock(&self.shared.timeline);
             tl.push(last);
             let mut sources = lock(&self.shared.collector).sources();
             sources.extend(devices::statuses());
+            sources.push(crate::collect::SourceStatus {
+                name: "heap profile".into(),
+                available: self.shared.heap_profile.is_ok(),
+                detail: match &self.shared.heap_profile {
+                    Ok(what) => what.clone(),
+                    Err(why) => why.clone(),
+                },
+            });
             let end_unix_ms = unix_ms();
             report::build::build(report::build::Parts {
                 job: Job {
@@ -377,6 +403,17 @@ impl Session {
                 device_ooms: devices::ooms(),
             })
         };
+        // Under `memsight run` the sidecar symbolizes (it outlives the job); otherwise do it here.
+        if !matches!(self.cfg.ring, RingChoice::At(_)) {
+            let dir = self
+                .cfg
+                .report_path
+                .as_deref()
+                .and_then(std::path::Path::parent)
+                .map(PathBuf::from)
+                .unwrap_or_default();
+            report.set_heap_profile(heapprof::summarize(&dumps, &dir));
+        }
         *lock(&CURRENT) = None;
         ACTIVE.store(false, Ordering::SeqCst);
         if let Some(p) = &self.cfg.report_path {

@@ -311,32 +311,67 @@ pub struct Overhead {
     pub off_ms: Vec<f64>,
     /// median(on) ÷ median(off).
     pub ratio: f64,
+    /// Median step time with memsight on and jemalloc's heap profiler sampling (512 KiB), as
+    /// `memsight run` starts jobs.
+    #[serde(default)]
+    pub heap_ms: Vec<f64>,
+    /// median(heap) ÷ median(on): what heap sampling adds.
+    #[serde(default)]
+    pub heap_ratio: f64,
 }
 
-fn step_ms(o: &Options, profile: bool, i: usize) -> Result<f64, String> {
+/// How an overhead run is switched.
+#[derive(Clone, Copy, PartialEq)]
+enum Profiling {
+    Off,
+    On,
+    WithHeapSampling,
+}
+
+fn step_ms(o: &Options, mode: Profiling, i: usize) -> Result<f64, String> {
     let summary = o.out.join(format!("overhead-{i}.summary.json"));
     let report = o.out.join(format!("overhead-{i}.report.json"));
     let mut cmd = train_command(o, &report, &summary)?;
-    if !profile {
-        cmd.arg("--no-profile");
+    match mode {
+        Profiling::Off => {
+            cmd.arg("--no-profile")
+                .env("MALLOC_CONF", "prof_active:false");
+        }
+        Profiling::On => {
+            cmd.env("MEMSIGHT_HEAP_SAMPLE", "off");
+        }
+        Profiling::WithHeapSampling => {
+            cmd.env("MEMSIGHT_HEAP_SAMPLE", "512KiB");
+        }
     }
     let s = run_train(cmd, &summary, "overhead run")?;
     let _ = std::fs::remove_file(&summary);
     let _ = std::fs::remove_file(&report);
+    let _ = std::fs::remove_dir_all(memsight::heapprof::dir_for_report(&report));
     Ok(s.step_ms_median)
 }
 
-/// Runs `pairs` interleaved on/off baseline runs.
-pub fn overhead(o: &Options, pairs: usize) -> Result<Overhead, String> {
+fn ms_list(v: &[f64]) -> String {
+    v.iter()
+        .map(|v| format!("{v:.1}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Runs `rounds` interleaved rounds of baseline runs: memsight on, off, on with heap sampling.
+pub fn overhead(o: &Options, rounds: usize) -> Result<Overhead, String> {
     let mut r = Overhead {
-        pairs,
+        pairs: rounds,
         ..Default::default()
     };
-    for i in 0..pairs {
-        r.on_ms.push(step_ms(o, true, 2 * i)?);
-        r.off_ms.push(step_ms(o, false, 2 * i + 1)?);
+    for i in 0..rounds {
+        r.on_ms.push(step_ms(o, Profiling::On, 3 * i)?);
+        r.off_ms.push(step_ms(o, Profiling::Off, 3 * i + 1)?);
+        r.heap_ms
+            .push(step_ms(o, Profiling::WithHeapSampling, 3 * i + 2)?);
     }
     r.ratio = median(&r.on_ms) / median(&r.off_ms).max(1e-9);
+    r.heap_ratio = median(&r.heap_ms) / median(&r.on_ms).max(1e-9);
     Ok(r)
 }
 
@@ -461,13 +496,17 @@ pub fn run(o: &Options, command_line: &str) -> Result<Vec<Row>, String> {
     let mut md = markdown(&rows, o, command_line);
     let _ = write!(
         md,
-        "\n## Profiling on vs off\n\nBaseline, {} interleaved pairs of runs; median step time with \
+        "\n## Profiling on vs off\n\nBaseline, {} interleaved rounds of runs; median step time with \
          memsight's session, libtorch hooks and sampler vs `--no-profile` (the global allocator stays \
-         in both):\n\n| on (ms) | off (ms) | on ÷ off |\n|---|---|---:|\n| {} | {} | {:.3}× |\n",
+         in both), and with jemalloc's heap profiler sampling every 512 KiB as `memsight run` \
+         starts jobs:\n\n| on (ms) | off (ms) | on ÷ off | + heap sampling (ms) | heap ÷ on |\n\
+         |---|---|---:|---|---:|\n| {} | {} | {:.3}× | {} | {:.3}× |\n",
         over.pairs,
-        over.on_ms.iter().map(|v| format!("{v:.1}")).collect::<Vec<_>>().join(", "),
-        over.off_ms.iter().map(|v| format!("{v:.1}")).collect::<Vec<_>>().join(", "),
-        over.ratio
+        ms_list(&over.on_ms),
+        ms_list(&over.off_ms),
+        over.ratio,
+        ms_list(&over.heap_ms),
+        over.heap_ratio
     );
     if let Some(p) = &peers {
         let ms = |v: &[f64]| {

@@ -214,6 +214,10 @@ struct AblateArgs {
     /// The python for --peer.
     #[arg(long)]
     python: Option<PathBuf>,
+    /// Only measure profiling overhead (memsight on, off, on with heap sampling) in N interleaved
+    /// rounds and print it as JSON; the committed tables are left alone.
+    #[arg(long, value_name = "N")]
+    overhead_only: Option<usize>,
 }
 
 fn run_ablate(a: AblateArgs) -> Result<(), String> {
@@ -235,6 +239,15 @@ fn run_ablate(a: AblateArgs) -> Result<(), String> {
         out: a.out,
         peer_python,
     };
+    if let Some(rounds) = a.overhead_only {
+        std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
+        let over = ablate::overhead(&opts, rounds.max(1))?;
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&over).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
     let line = std::env::args()
         .enumerate()
         .map(|(i, s)| {

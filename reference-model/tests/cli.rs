@@ -64,6 +64,26 @@ fn train_report_checkpoint_generate_analyze() {
     }
     assert!(ckpt.exists() && ckpt.with_extension("config.json").exists());
 
+    // libtorch's tensor allocations are charged to the Rust code that asked for them.
+    let heap = r.heap_profile.as_ref().expect("heap profile");
+    let peak = heap.at_peak.as_ref().expect("profile at peak");
+    let ours: Vec<_> = peak
+        .top_sites
+        .iter()
+        .filter(|s| s.function.starts_with("memsight_gpt::"))
+        .collect();
+    let share: f64 = ours.iter().map(|s| s.share).sum();
+    eprintln!("{}", heap.render());
+    assert!(
+        ours.iter().any(|s| s.function.contains("forward")),
+        "{}",
+        heap.render()
+    );
+    assert!(share > 0.1, "{}", heap.render());
+    assert!(ours
+        .iter()
+        .all(|s| s.file.as_deref().is_some_and(|f| f.ends_with(".rs"))));
+
     let (code, out, err) = gpt(&[
         "generate",
         "--load",

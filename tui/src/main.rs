@@ -3,6 +3,7 @@
 mod check;
 mod diagnose;
 mod estimate;
+mod heap;
 mod plan;
 mod run;
 mod summary;
@@ -31,6 +32,8 @@ enum Verb {
     Estimate(estimate::Args),
     /// Plan how many jobs to run on each GPU from measured reports' device peaks (seed 003).
     Plan(plan::Args),
+    /// Heap profiles: top allocation sites, growth between two, flamegraph, pprof; ask a job for one.
+    Heap(heap::Args),
     /// Run a job with memsight switched on; write its report with a post-mortem, even if it is killed.
     Run(run::Args),
     /// Watch a running process (with or without memsight inside) until it ends; write its report.
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
         Verb::Diagnose(a) => diagnose::run(a),
         Verb::Estimate(a) => estimate::run(a),
         Verb::Plan(a) => plan::run(a),
+        Verb::Heap(a) => heap::run(a),
         Verb::Run(a) => run::run(a),
         Verb::Attach(a) => run::attach(a),
         Verb::Top(a) => top::top(a),

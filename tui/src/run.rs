@@ -30,6 +30,15 @@ pub struct Args {
     /// Open the live viewer in this terminal; the job's output goes to REPORT's name + `.log`.
     #[arg(long)]
     live: bool,
+    /// Mean bytes between heap-profile samples (jemalloc's `lg_prof_sample`; rounded down to a
+    /// power of two) in a job built with memsight's `heap-profile` feature. The profiles go to
+    /// REPORT's name + `.heap/`.
+    #[arg(long, default_value = "512KiB", value_parser = parse_sample, value_name = "SIZE")]
+    heap_sample: u64,
+    /// Start the job with heap sampling off (no allocation sites in the report unless switched on
+    /// with `memsight heap sampling on PID`).
+    #[arg(long)]
+    no_heap_profile: bool,
     /// The job: `-- CMD ARGS…`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -103,6 +112,14 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
     }
 }
 
+fn parse_sample(s: &str) -> Result<u64, String> {
+    match memsight::units::parse_size(s) {
+        Ok(n) if (4096..=(1 << 40)).contains(&n) => Ok(n),
+        Ok(_) => Err(format!("`{s}` is outside 4KiB..1TiB")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Runs the job; the exit code is the job's.
 pub fn run(a: Args) -> ExitCode {
     use std::io::IsTerminal;
@@ -119,6 +136,7 @@ pub fn run(a: Args) -> ExitCode {
         interval: w.interval,
         metrics: w.metrics,
         job_output: log.clone(),
+        heap_sample_bytes: (!a.no_heap_profile).then_some(a.heap_sample),
         on_spawn: live.then_some(tx),
     };
     let result = if live {

@@ -151,6 +151,26 @@ fn the_devices_screen_charts_tensor_bytes_of_a_libtorch_run() {
 }
 
 #[test]
+fn the_allocations_screen_lists_the_sites_holding_the_peak() {
+    // A heap profile of a 60-step run of the same job, spliced into the fixture: libtorch's
+    // tensors charged to the reference model's Rust code.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpt-report.json");
+    let state = ViewerState::from_report("gpt-report.json", Report::load(&path).unwrap());
+    let mut ui = Ui::default();
+    ui.apply(Intent::Go(Screen::Allocations), state.timeline.len());
+    let text = frame(&state, &ui, 100, 30);
+    assert!(
+        text.contains("allocation sites at the profiled peak"),
+        "{text}"
+    );
+    assert!(
+        text.contains("memsight_gpt::model::Linear::forward (src/model.rs:147)"),
+        "{text}"
+    );
+    insta::assert_snapshot!("allocations_gpt_100x30", text);
+}
+
+#[test]
 fn the_segment_map_draws_each_segment_with_its_allocated_slices() {
     // The recorded CPU run plus a device sample shaped like a CUDA caching allocator's (no GPU was
     // available to record one): a 20 MiB segment half used, a 2 MiB one full.

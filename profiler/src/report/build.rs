@@ -103,6 +103,7 @@ pub fn build(p: Parts) -> Report {
         device_ooms: p.device_ooms,
         tips: Vec::new(),
         post_mortem: None,
+        heap_profile: None,
     };
     report.tips = tips::derive(&report);
     report

@@ -69,6 +69,10 @@ pub struct Report {
     /// How the job ended, written by the sidecar (`memsight run`): cause, last sample, diagnosis.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_mortem: Option<PostMortem>,
+    /// Where the heap is: the sites holding the bytes at the peak and what grew (jemalloc's
+    /// sampling profiler; absent when profiling was off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap_profile: Option<crate::heapprof::HeapProfile>,
 }
 
 /// The profiled process.
@@ -174,6 +178,12 @@ pub struct HistogramBucket {
 }
 
 impl Report {
+    /// Sets the heap-profile section and derives the tips again (they name its top sites).
+    pub fn set_heap_profile(&mut self, heap_profile: Option<crate::heapprof::HeapProfile>) {
+        self.heap_profile = heap_profile;
+        self.tips = tips::derive(self);
+    }
+
     /// Reads and validates a report file.
     pub fn load(path: &Path) -> Result<Report, ReportError> {
         let bytes = std::fs::read(path).map_err(|e| ReportError::Io {

@@ -150,6 +150,44 @@ pub fn markdown(r: &Report) -> String {
             );
         }
     }
+    if let Some(hp) = &r.heap_profile {
+        if let Some(p) = &hp.at_peak {
+            let _ = writeln!(
+                s,
+                "\n### Allocation sites at the profiled peak (step {}, {} allocated)\n\n\
+                 | bytes | share | site |\n|---:|---:|---|",
+                p.step,
+                fmt_bytes(p.heap_bytes)
+            );
+            for site in &p.top_sites {
+                let _ = writeln!(
+                    s,
+                    "| {} | {:.1}% | `{}` |",
+                    fmt_bytes(site.bytes),
+                    site.share * 100.0,
+                    site.label()
+                );
+            }
+            if let Some(svg) = &p.flamegraph_file {
+                let _ = writeln!(s, "\nFlamegraph: `{svg}`");
+            }
+        }
+        if let Some(g) = hp.growth.as_ref().filter(|g| !g.sites.is_empty()) {
+            let _ = writeln!(
+                s,
+                "\n### Grew from step {} to step {}\n\n| grew | site |\n|---:|---|",
+                g.from_step, g.to_step
+            );
+            for site in g.sites.iter().take(5) {
+                let _ = writeln!(
+                    s,
+                    "| +{} | `{}` |",
+                    fmt_bytes(site.grew_bytes.max(0) as u64),
+                    site.label()
+                );
+            }
+        }
+    }
     if !r.tips.is_empty() {
         let _ = writeln!(s, "\n### Tips\n");
         for t in &r.tips {

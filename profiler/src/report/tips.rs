@@ -43,6 +43,40 @@ fn tip(
 
 const MIB: u64 = 1 << 20;
 
+/// " The top site at the heap peak is …" when the report has a heap profile.
+fn top_site_sentence(r: &Report) -> String {
+    r.heap_profile
+        .as_ref()
+        .and_then(|h| h.top_site())
+        .map(|s| {
+            format!(
+                " The site holding the most at the profiled peak is {} ({}, {:.0}% of sampled bytes).",
+                s.label(),
+                fmt_bytes(s.bytes),
+                s.share * 100.0
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// " The site that grew most …" when the report has a heap profile's growth view.
+fn growth_site_sentence(r: &Report) -> String {
+    r.heap_profile
+        .as_ref()
+        .and_then(|h| h.growth.as_ref())
+        .and_then(|g| g.sites.first().map(|s| (g, s)))
+        .map(|(g, s)| {
+            format!(
+                " The site that grew most from step {} to {} is {} (+{}).",
+                g.from_step,
+                g.to_step,
+                s.label(),
+                fmt_bytes(s.grew_bytes.max(0) as u64)
+            )
+        })
+        .unwrap_or_default()
+}
+
 /// Derives the tips for a report (its `tips` field is ignored).
 pub fn derive(r: &Report) -> Vec<Tip> {
     let mut tips = Vec::new();
@@ -92,8 +126,9 @@ pub fn derive(r: &Report) -> Vec<Tip> {
                     "The backward pass holds every layer's saved activations at once (this phase rose {} \
                      above its start). Activation checkpointing keeps only block inputs and recomputes \
                      the rest during backward, trading ~30% more compute for most of that memory; a \
-                     smaller micro-batch with gradient accumulation shrinks it proportionally.",
-                    fmt_bytes(rise)
+                     smaller micro-batch with gradient accumulation shrinks it proportionally.{}",
+                    fmt_bytes(rise),
+                    top_site_sentence(r)
                 ),
                 &[("peak_bytes", p.heap_peak_bytes.into()), ("phase_rise_bytes", rise.into())],
             ));
@@ -122,11 +157,12 @@ pub fn derive(r: &Report) -> Vec<Tip> {
                 format!(
                     "After warm-up, end-of-step live memory rises steadily (~{} over the fitted steps). \
                      Look for tensors or buffers kept across steps: losses accumulated with their graph, \
-                     caches without eviction, lists of per-step outputs.{}",
+                     caches without eviction, lists of per-step outputs.{}{}",
                     fmt_bytes(grown as u64),
                     worst
                         .map(|w| format!(" Phase {} kept the most memory ({} net).", w.path, fmt_bytes(w.net_bytes as u64)))
-                        .unwrap_or_default()
+                        .unwrap_or_default(),
+                    growth_site_sentence(r)
                 ),
                 &[
                     ("slope_bytes_per_step", l.slope_bytes_per_step.into()),

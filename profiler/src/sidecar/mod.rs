@@ -39,6 +39,8 @@ pub struct RunOptions {
     pub metrics: Option<std::net::SocketAddr>,
     /// Send the job's stdout and stderr to this file instead of the terminal (`--live`).
     pub job_output: Option<PathBuf>,
+    /// Heap profiling: `None` off, else the mean bytes between samples (a power of two).
+    pub heap_sample_bytes: Option<u64>,
     /// Told the job's pid once it runs (a viewer in the same process connects then).
     pub on_spawn: Option<mpsc::Sender<u32>>,
 }
@@ -111,6 +113,8 @@ pub(crate) struct Watch {
     pub phases: Vec<crate::PhaseStats>,
     /// Device OOMs the job's observer recorded.
     pub device_ooms: Vec<crate::devices::DeviceOom>,
+    /// Heap profiles the job announced.
+    pub heap_dumps: Vec<crate::heapprof::DumpRecord>,
 }
 
 impl Watch {
@@ -126,6 +130,7 @@ impl Watch {
             sources: Vec::new(),
             phases: Vec::new(),
             device_ooms: Vec::new(),
+            heap_dumps: Vec::new(),
         }
     }
 
@@ -173,6 +178,7 @@ impl Watch {
                 h @ Record::Hello { .. } => self.hello = Some(h),
                 Record::Phases { phases } => self.phases = phases,
                 Record::DeviceOom(o) => self.device_ooms.push(*o),
+                Record::HeapProfile(d) => self.heap_dumps.push(d),
                 _ => {}
             }
         }
@@ -254,6 +260,22 @@ impl Outputs {
     }
 }
 
+/// The environment that sets the job's heap sampling (`heap-profile` builds read it; others
+/// ignore it) and says where its profiles go.
+fn heap_profile_env(opts: &RunOptions) -> Vec<(&'static str, OsString)> {
+    let sample = match opts.heap_sample_bytes {
+        Some(b) => OsString::from(b.to_string()),
+        None => OsString::from("off"),
+    };
+    vec![
+        ("MEMSIGHT_HEAP_SAMPLE", sample),
+        (
+            "MEMSIGHT_PROFILE_DIR",
+            crate::heapprof::dir_for_report(&opts.report).into_os_string(),
+        ),
+    ]
+}
+
 /// Runs `opts.command` under the sidecar and writes the report.
 pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     let (program, args) = opts.command.split_first().ok_or(SidecarError::NoCommand)?;
@@ -286,6 +308,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
             "MEMSIGHT_INTERVAL_MS",
             opts.interval.as_millis().max(1).to_string(),
         )
+        .envs(heap_profile_env(opts))
         .spawn()
         .map_err(|e| SidecarError::Spawn(program.to_string_lossy().into_owned(), e))?;
     let pid = child.id();
@@ -344,6 +367,11 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         oom_kills,
         job_report: Some(&job_report),
     });
+    let mut report = report;
+    if report.heap_profile.is_none() {
+        let dir = opts.report.parent().unwrap_or(std::path::Path::new(""));
+        report.set_heap_profile(crate::heapprof::summarize(&watch.heap_dumps, dir));
+    }
     outputs.end(&report);
     report.save(&opts.report).map_err(SidecarError::Report)?;
     let _ = std::fs::remove_file(&ring_path);

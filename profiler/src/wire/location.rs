@@ -90,3 +90,29 @@ pub fn remove_stale_rings() {
         }
     }
 }
+
+/// The flight-recorder ring of running process `pid`: the one `memsight run` named in its
+/// environment (`MEMSIGHT_RING`), else its default ring. An error says why there is none.
+pub fn ring_of(pid: u32) -> Result<PathBuf, String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ"))
+        .map_err(|e| format!("cannot read process {pid}'s environment: {e}"))?;
+    let named = environ
+        .split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(b"MEMSIGHT_RING="))
+        .map(|v| PathBuf::from(String::from_utf8_lossy(v).into_owned()));
+    let path = match named {
+        Some(p) if p.as_os_str() == "off" => {
+            return Err(format!("process {pid} runs with MEMSIGHT_RING=off"))
+        }
+        Some(p) => p,
+        None => default_ring_path(pid).map_err(|(p, e)| format!("{}: {e}", p.display()))?,
+    };
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "process {pid} has no memsight flight recorder ({} does not exist): is a memsight session running in it?",
+            path.display()
+        ))
+    }
+}

@@ -8,7 +8,7 @@ mod location;
 pub mod ring;
 pub mod stream;
 
-pub use location::{default_ring_path, remove_stale_rings, runtime_dir};
+pub use location::{default_ring_path, remove_stale_rings, ring_of, runtime_dir};
 
 use crate::snapshot::Snapshot;
 use serde::{Deserialize, Serialize};
@@ -17,7 +17,7 @@ use std::fmt;
 /// Incompatible format changes bump this; readers reject other majors.
 pub const MAJOR: u16 = 1;
 /// Additive changes (new record types, new optional fields) bump this.
-pub const MINOR: u16 = 1;
+pub const MINOR: u16 = 2;
 
 /// One thing the job tells its watchers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -80,6 +80,8 @@ pub enum Record {
     },
     /// A device ran out of memory (libtorch's OOM observer; added in 1.1).
     DeviceOom(Box<crate::devices::DeviceOom>),
+    /// The job wrote a jemalloc heap profile (added in 1.2).
+    HeapProfile(crate::heapprof::DumpRecord),
     /// A record type from a newer minor version: skipped by this reader.
     #[serde(other)]
     Unknown,

@@ -36,6 +36,9 @@ const OFF_INTERVAL: usize = 40;
 const OFF_NEXT: usize = 48;
 const OFF_ALLOC_FAILURES: usize = 56;
 const OFF_ALLOC_FAILED_BYTES: usize = 64;
+/// Control words written by a requester (`memsight heap dump|sampling PID`), read by the job.
+const OFF_HEAP_DUMP_REQUESTS: usize = 72;
+const OFF_HEAP_SAMPLING_REQUEST: usize = 80;
 /// Slot payload kind: a JSON-encoded [`Record`].
 const KIND_JSON: u16 = 1;
 
@@ -253,6 +256,61 @@ impl RingWriter {
     pub fn oversize(&self) -> u64 {
         self.oversize.load(Ordering::Relaxed)
     }
+
+    /// Heap-profile dumps requested so far (a counter; the job dumps when it grew).
+    pub fn heap_dump_requests(&self) -> u64 {
+        self.map
+            .atomic(OFF_HEAP_DUMP_REQUESTS)
+            .load(Ordering::Acquire)
+    }
+
+    /// The heap-profile sampling state last requested: 0 none, 1 on, 2 off.
+    pub fn heap_sampling_request(&self) -> u64 {
+        self.map
+            .atomic(OFF_HEAP_SAMPLING_REQUEST)
+            .load(Ordering::Acquire)
+    }
+}
+
+/// A request to a running job through its ring's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeapRequest {
+    /// Dump a heap profile now.
+    Dump,
+    /// Switch allocation sampling on or off.
+    Sampling(bool),
+}
+
+/// Writes `req` into the header of the ring at `path`; the job acts on it at its next sample.
+/// Returns the dump-request count after this request.
+pub fn request_heap(path: &Path, req: HeapRequest) -> Result<u64, WireError> {
+    let file = OpenOptions::new().read(true).write(true).open(path)?;
+    let len = file.metadata()?.len() as usize;
+    if len < HEADER_SIZE {
+        return Err(WireError::NotARing(format!(
+            "{} is too short",
+            path.display()
+        )));
+    }
+    let map = Map::new(&file, HEADER_SIZE, true)?;
+    if map.read::<8>(0) != MAGIC {
+        return Err(WireError::NotARing(format!(
+            "{} has no ring magic",
+            path.display()
+        )));
+    }
+    Ok(match req {
+        HeapRequest::Dump => {
+            map.atomic(OFF_HEAP_DUMP_REQUESTS)
+                .fetch_add(1, Ordering::AcqRel)
+                + 1
+        }
+        HeapRequest::Sampling(on) => {
+            map.atomic(OFF_HEAP_SAMPLING_REQUEST)
+                .store(if on { 1 } else { 2 }, Ordering::Release);
+            map.atomic(OFF_HEAP_DUMP_REQUESTS).load(Ordering::Acquire)
+        }
+    })
 }
 
 /// The header of a ring, as read.

@@ -61,6 +61,10 @@ pub struct ViewerState {
     pub interval_ms: Option<u64>,
     /// Device OOMs caught by the job's observer.
     pub device_ooms: Vec<memsight::devices::DeviceOom>,
+    /// The heap-profile section (reports).
+    pub heap_profile: Option<memsight::heapprof::HeapProfile>,
+    /// Heap profiles the job announced while running.
+    pub heap_dumps: Vec<memsight::heapprof::DumpRecord>,
 }
 
 impl ViewerState {
@@ -84,6 +88,8 @@ impl ViewerState {
             post_mortem: None,
             interval_ms: None,
             device_ooms: Vec::new(),
+            heap_profile: None,
+            heap_dumps: Vec::new(),
         }
     }
 
@@ -108,6 +114,7 @@ impl ViewerState {
         });
         s.post_mortem = r.post_mortem;
         s.device_ooms = r.device_ooms;
+        s.heap_profile = r.heap_profile;
         s
     }
 
@@ -145,6 +152,7 @@ impl ViewerState {
             }
             Record::Phases { phases } => self.phases = phases,
             Record::DeviceOom(o) => self.device_ooms.push(*o),
+            Record::HeapProfile(d) => self.heap_dumps.push(d),
             Record::Finished { .. } | Record::Unknown => {}
         }
     }

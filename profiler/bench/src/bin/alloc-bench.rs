@@ -2,7 +2,10 @@
 //! the global allocator is per binary), takes medians and prints the ratio table.
 //!
 //! `alloc-bench [ROUNDS]` (default 7). Needs the sibling binaries `churn-*` (make bench builds them)
-//! and `heaptrack` on PATH (skipped with a note when missing).
+//! and `heaptrack` on PATH (skipped with a note when missing). The `-prof` binaries are built with
+//! memsight's `heap-profile` feature (jemalloc `--enable-prof`): `jemalloc prof-built` and
+//! `memsight prof-built` with sampling off, `memsight sampling` with one sample per 512 KiB (what a
+//! `heap-profile` job runs with by default).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,6 +15,8 @@ struct Variant {
     bin: &'static str,
     heaptrack: bool,
     ops: usize,
+    /// `MALLOC_CONF` for the run, else the caller's is removed.
+    malloc_conf: Option<&'static str>,
 }
 
 fn run(dir: &Path, v: &Variant, workload: &str, threads: usize) -> Option<f64> {
@@ -32,7 +37,12 @@ fn run(dir: &Path, v: &Variant, workload: &str, threads: usize) -> Option<f64> {
         }
         o
     } else {
-        Command::new(&bin).args(&args).output().ok()?
+        let mut c = Command::new(&bin);
+        match v.malloc_conf {
+            Some(conf) => c.env("MALLOC_CONF", conf),
+            None => c.env_remove("MALLOC_CONF"),
+        };
+        c.args(&args).output().ok()?
     };
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines()
@@ -65,24 +75,49 @@ fn main() {
             bin: "churn-jemalloc",
             heaptrack: false,
             ops: 2_000_000,
+            malloc_conf: None,
         },
         Variant {
             name: "memsight",
             bin: "churn-memsight",
             heaptrack: false,
             ops: 2_000_000,
+            malloc_conf: None,
+        },
+        Variant {
+            name: "jemalloc prof-built",
+            bin: "churn-jemalloc-prof",
+            heaptrack: false,
+            ops: 2_000_000,
+            malloc_conf: Some("prof_active:false"),
+        },
+        Variant {
+            name: "memsight prof-built",
+            bin: "churn-memsight-prof",
+            heaptrack: false,
+            ops: 2_000_000,
+            malloc_conf: Some("prof_active:false"),
+        },
+        Variant {
+            name: "memsight sampling",
+            bin: "churn-memsight-prof",
+            heaptrack: false,
+            ops: 2_000_000,
+            malloc_conf: None,
         },
         Variant {
             name: "glibc",
             bin: "churn-system",
             heaptrack: false,
             ops: 2_000_000,
+            malloc_conf: None,
         },
         Variant {
             name: "dhat-rs",
             bin: "churn-dhat",
             heaptrack: false,
             ops: 200_000,
+            malloc_conf: None,
         },
     ];
     if have_heaptrack {
@@ -91,6 +126,7 @@ fn main() {
             bin: "churn-system",
             heaptrack: true,
             ops: 200_000,
+            malloc_conf: None,
         });
     } else {
         eprintln!("heaptrack not found on PATH: its column is skipped (Debian: apt-get install heaptrack)");
@@ -135,7 +171,10 @@ fn main() {
         print!("| {w} | {t} |");
         for (vi, v) in variants.iter().enumerate() {
             let base = match v.name {
-                "memsight" => je,
+                "memsight"
+                | "memsight prof-built"
+                | "memsight sampling"
+                | "jemalloc prof-built" => je,
                 "heaptrack" | "dhat-rs" => gl,
                 "glibc" => je,
                 _ => f64::NAN,

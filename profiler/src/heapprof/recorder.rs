@@ -1,0 +1,248 @@
+//! When the running job writes heap profiles: at new heap peaks (5% above the last peak profile,
+//! at most one per `MEMSIGHT_HEAP_PEAK_EVERY_MS` unless the heap doubled), at step boundaries
+//! (the first after warm-up and the latest, for the growth view), on request through the ring, and
+//! at session end. Each dump is announced on the flight recorder so the sidecar has it even if the
+//! job dies next.
+//!
+//! Tuning by environment: `MEMSIGHT_HEAP_PEAK_EVERY_MS` (least time between peak dumps, default
+//! 500), `MEMSIGHT_HEAP_STEP_EVERY_MS` (least time between step dumps, default 2000).
+
+use super::control;
+use crate::sys::lock;
+use crate::wire::ring::RingWriter;
+use crate::wire::Record;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// What made the job write a profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DumpKind {
+    /// The heap reached a new peak.
+    Peak,
+    /// A step boundary.
+    Step,
+    /// Asked for (`memsight heap dump`, [`crate::heap::dump`]).
+    Request,
+    /// The session finished.
+    Final,
+}
+
+/// One profile the job wrote.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DumpRecord {
+    /// Why it was written.
+    pub kind: DumpKind,
+    /// The `heap_v2` file.
+    pub path: String,
+    /// Milliseconds since the session started.
+    pub t_ms: u64,
+    /// Training step at the time.
+    pub step: u64,
+    /// jemalloc's allocated bytes at the time (all of the process's heap, Rust and C++).
+    pub heap_bytes: u64,
+}
+
+/// A peak dump needs the heap to have grown this much since the last one.
+const PEAK_GROWTH: f64 = 1.05;
+/// Step dumps start at this step (steps 0 and 1 build optimizer state and caches).
+const FIRST_STEP: u64 = 2;
+
+struct Recorder {
+    dir: PathBuf,
+    started: Instant,
+    ring: Option<&'static RingWriter>,
+    peak_every: Duration,
+    step_every: Duration,
+    peak_dumped_bytes: u64,
+    last_peak: Option<Instant>,
+    last_step: Option<Instant>,
+    first_step_file: Option<PathBuf>,
+    latest_step_file: Option<PathBuf>,
+    requests_seen: u64,
+    sampling_seen: u64,
+    records: Vec<DumpRecord>,
+}
+
+static RECORDER: Mutex<Option<Recorder>> = Mutex::new(None);
+
+fn env_ms(name: &str, default: u64) -> Duration {
+    Duration::from_millis(
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(default),
+    )
+}
+
+/// Starts recording into `dir` (created): what is in effect, or why there is no heap profiling.
+pub(crate) fn start(
+    dir: &Path,
+    started: Instant,
+    ring: Option<&'static RingWriter>,
+) -> Result<String, String> {
+    let rate = control::configure_from_env()?;
+    std::fs::create_dir_all(dir).map_err(|e| {
+        format!(
+            "cannot create heap profile directory {}: {e}",
+            dir.display()
+        )
+    })?;
+    *lock(&RECORDER) = Some(Recorder {
+        dir: dir.to_path_buf(),
+        started,
+        ring,
+        peak_every: env_ms("MEMSIGHT_HEAP_PEAK_EVERY_MS", 500),
+        step_every: env_ms("MEMSIGHT_HEAP_STEP_EVERY_MS", 2000),
+        peak_dumped_bytes: 0,
+        last_peak: None,
+        last_step: None,
+        first_step_file: None,
+        latest_step_file: None,
+        requests_seen: ring.map_or(0, RingWriter::heap_dump_requests),
+        sampling_seen: ring.map_or(0, RingWriter::heap_sampling_request),
+        records: Vec::new(),
+    });
+    Ok(match rate {
+        Some(b) => format!(
+            "jemalloc sampling every {} into {}",
+            crate::units::fmt_bytes(b),
+            dir.display()
+        ),
+        None => format!(
+            "sampling off (MEMSIGHT_HEAP_SAMPLE=off); `memsight heap sampling on PID` starts it, \
+             profiles go to {}",
+            dir.display()
+        ),
+    })
+}
+
+fn sampling_now() -> bool {
+    control::sampling() == Some(true)
+}
+
+impl Recorder {
+    fn write(&mut self, kind: DumpKind, name: &str, step: u64, heap_bytes: u64) -> Option<PathBuf> {
+        let path = self.dir.join(name);
+        if let Err(e) = control::dump(&path) {
+            eprintln!("memsight: {e}");
+            return None;
+        }
+        let record = DumpRecord {
+            kind,
+            path: path.display().to_string(),
+            t_ms: self.started.elapsed().as_millis() as u64,
+            step,
+            heap_bytes,
+        };
+        if let Some(r) = self.ring {
+            r.append(&Record::HeapProfile(record.clone()));
+        }
+        self.records.push(record);
+        Some(path)
+    }
+}
+
+/// Called by the sampler with the heap's current size: dumps at a new peak, and serves requests.
+pub(crate) fn on_sample(heap_bytes: u64, step: u64) {
+    let mut guard = lock(&RECORDER);
+    let Some(r) = guard.as_mut() else { return };
+    if let Some(ring) = r.ring {
+        let wanted = ring.heap_sampling_request();
+        if wanted != r.sampling_seen {
+            r.sampling_seen = wanted;
+            if wanted != 0 {
+                if let Err(e) = control::set_sampling(wanted == 1) {
+                    eprintln!("memsight: {e}");
+                }
+            }
+        }
+        let requests = ring.heap_dump_requests();
+        if requests > r.requests_seen {
+            r.requests_seen = requests;
+            r.write(
+                DumpKind::Request,
+                &format!("request-{requests}.heap"),
+                step,
+                heap_bytes,
+            );
+        }
+    }
+    // At most one peak dump per `peak_every`, unless the heap doubled since the last one (a
+    // bounded number of extra dumps: one per doubling), so a short spike is not missed.
+    if !sampling_now() {
+        return;
+    }
+    let due = r.last_peak.is_none_or(|t| t.elapsed() >= r.peak_every)
+        || heap_bytes >= r.peak_dumped_bytes.saturating_mul(2);
+    if due && heap_bytes as f64 >= r.peak_dumped_bytes as f64 * PEAK_GROWTH && heap_bytes > 0 {
+        if r.write(DumpKind::Peak, "peak.heap", step, heap_bytes)
+            .is_some()
+        {
+            r.peak_dumped_bytes = heap_bytes;
+        }
+        r.last_peak = Some(Instant::now());
+    }
+}
+
+/// Called at the start of step `n` (the training loop's thread): the first dump after warm-up is
+/// kept as the growth view's baseline, later ones replace each other.
+pub(crate) fn on_step(n: u64) {
+    let mut guard = lock(&RECORDER);
+    let Some(r) = guard.as_mut() else { return };
+    if n < FIRST_STEP || r.last_step.is_some_and(|t| t.elapsed() < r.step_every) || !sampling_now()
+    {
+        return;
+    }
+    r.last_step = Some(Instant::now());
+    let heap = heap_bytes_now();
+    let Some(path) = r.write(DumpKind::Step, &format!("step-{n}.heap"), n, heap) else {
+        return;
+    };
+    if r.first_step_file.is_none() {
+        r.first_step_file = Some(path);
+    } else if let Some(old) = r.latest_step_file.replace(path) {
+        let _ = std::fs::remove_file(&old);
+        let old = old.display().to_string();
+        r.records.retain(|d| d.path != old);
+    }
+}
+
+/// Writes the final profile and stops; returns every profile still on disk, oldest first.
+pub(crate) fn finish(step: u64) -> Vec<DumpRecord> {
+    let mut guard = lock(&RECORDER);
+    let Some(mut r) = guard.take() else {
+        return Vec::new();
+    };
+    if sampling_now() {
+        r.write(DumpKind::Final, "final.heap", step, heap_bytes_now());
+    }
+    r.records
+}
+
+/// Writes a profile now (the public [`crate::heap::dump`]).
+pub(crate) fn request(step: u64) -> Result<PathBuf, String> {
+    let mut guard = lock(&RECORDER);
+    match guard.as_mut() {
+        Some(r) => {
+            let n = r.records.len() + 1;
+            r.write(
+                DumpKind::Request,
+                &format!("api-{n}.heap"),
+                step,
+                heap_bytes_now(),
+            )
+            .ok_or_else(|| "the heap profile could not be written".to_string())
+        }
+        None => Err(format!(
+            "no memsight session with heap profiling is running: {}",
+            control::HOW_TO_ENABLE
+        )),
+    }
+}
+
+fn heap_bytes_now() -> u64 {
+    crate::collect::jemalloc::allocated_now().unwrap_or_else(|| crate::alloc::stats().live_bytes)
+}

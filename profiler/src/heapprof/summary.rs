@@ -1,0 +1,273 @@
+//! The report's heap-profile section, made from the profiles a job wrote: the sites holding the
+//! bytes at the largest profiled heap, with a pprof file and a flamegraph beside them, and the
+//! sites that grew between the first and the latest step profile (the leak view).
+
+use super::flame;
+use super::pprof;
+use super::profile::{growth, growth_folded, Profile, Site, SiteGrowth};
+use super::recorder::{DumpKind, DumpRecord};
+use crate::units::fmt_bytes;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Sites listed in the report.
+pub const TOP_SITES: usize = 10;
+
+/// Where the heap was at one profile.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProfileView {
+    /// Why the profile was written.
+    pub kind: DumpKind,
+    /// Milliseconds since the session started.
+    pub t_ms: u64,
+    /// Training step.
+    pub step: u64,
+    /// jemalloc's allocated bytes then.
+    pub heap_bytes: u64,
+    /// Live bytes the sampled stacks account for (an estimate from samples).
+    pub profiled_bytes: u64,
+    /// The sites holding the most bytes, largest first.
+    pub top_sites: Vec<Site>,
+    /// The jemalloc `heap_v2` dump.
+    pub heap_file: String,
+    /// The same profile as gzipped pprof (`pprof -top FILE`, speedscope).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pprof_file: Option<String>,
+    /// Flamegraph SVG.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flamegraph_file: Option<String>,
+}
+
+/// What grew between two step profiles.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Growth {
+    /// The earlier profile's step.
+    pub from_step: u64,
+    /// The later profile's step.
+    pub to_step: u64,
+    /// The sites that grew most, largest growth first.
+    pub sites: Vec<SiteGrowth>,
+    /// Flamegraph SVG of the growth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flamegraph_file: Option<String>,
+}
+
+/// The report's heap-profile section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeapProfile {
+    /// Mean bytes between samples.
+    pub sample_bytes: u64,
+    /// At the largest profiled heap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_peak: Option<ProfileView>,
+    /// Growth between the first and latest step profiles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub growth: Option<Growth>,
+    /// Every profile the job left on disk.
+    pub dumps: Vec<DumpRecord>,
+    /// What could not be done (files that could not be symbolized, outputs not written).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl HeapProfile {
+    /// The site holding the most bytes at the peak.
+    pub fn top_site(&self) -> Option<&Site> {
+        self.at_peak.as_ref()?.top_sites.first()
+    }
+
+    /// Text lines for summaries: the top sites and the growth.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if let Some(p) = &self.at_peak {
+            out.push_str(&format!(
+                "Heap at its largest profiled point (step {}, {} allocated, {} in sampled stacks):\n",
+                p.step,
+                fmt_bytes(p.heap_bytes),
+                fmt_bytes(p.profiled_bytes)
+            ));
+            for s in &p.top_sites {
+                out.push_str(&format!(
+                    "  {:>10}  {:>5.1}%  {}\n",
+                    fmt_bytes(s.bytes),
+                    s.share * 100.0,
+                    s.label()
+                ));
+            }
+        }
+        if let Some(g) = &self.growth {
+            out.push_str(&format!(
+                "Grew from step {} to step {}:\n",
+                g.from_step, g.to_step
+            ));
+            for s in &g.sites {
+                out.push_str(&format!(
+                    "  {:>10}  {}\n",
+                    format!("+{}", fmt_bytes(s.grew_bytes.max(0) as u64)),
+                    s.label()
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// Builds the section from the job's profiles, writing pprof and flamegraph files beside them.
+/// Paths in the section are relative to `report_dir` when they lie under it.
+pub fn summarize(dumps: &[DumpRecord], report_dir: &Path) -> Option<HeapProfile> {
+    let dumps: Vec<DumpRecord> = dumps
+        .iter()
+        .filter(|d| Path::new(&d.path).is_file())
+        .cloned()
+        .collect();
+    let mut notes = Vec::new();
+    let peak = dumps
+        .iter()
+        .filter(|d| d.kind != DumpKind::Step)
+        .max_by_key(|d| (d.heap_bytes, d.t_ms))
+        .or_else(|| dumps.iter().max_by_key(|d| d.heap_bytes))?;
+    let mut sample_bytes = 0;
+    let at_peak = match Profile::load(Path::new(&peak.path)) {
+        Ok(profile) => {
+            sample_bytes = profile.sample_bytes;
+            note_missing(&profile, &mut notes);
+            Some(view(peak, &profile, report_dir, &mut notes))
+        }
+        Err(e) => {
+            notes.push(e);
+            None
+        }
+    };
+    let mut steps: Vec<&DumpRecord> = dumps.iter().filter(|d| d.kind == DumpKind::Step).collect();
+    steps.sort_by_key(|d| d.step);
+    let growth = match (steps.first(), steps.last()) {
+        (Some(a), Some(b)) if a.step < b.step => {
+            match (
+                Profile::load(Path::new(&a.path)),
+                Profile::load(Path::new(&b.path)),
+            ) {
+                (Ok(pa), Ok(pb)) => {
+                    sample_bytes = sample_bytes.max(pb.sample_bytes);
+                    Some(growth_view(a, b, &pa, &pb, report_dir, &mut notes))
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    notes.push(e);
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    Some(HeapProfile {
+        sample_bytes,
+        at_peak,
+        growth,
+        dumps: dumps
+            .iter()
+            .map(|d| DumpRecord {
+                path: relative(Path::new(&d.path), report_dir),
+                ..d.clone()
+            })
+            .collect(),
+        notes,
+    })
+}
+
+fn note_missing(profile: &Profile, notes: &mut Vec<String>) {
+    for m in &profile.missing {
+        let n = format!("no symbols from {m}: its frames show as addresses");
+        if !notes.contains(&n) {
+            notes.push(n);
+        }
+    }
+}
+
+fn view(d: &DumpRecord, p: &Profile, report_dir: &Path, notes: &mut Vec<String>) -> ProfileView {
+    let heap = PathBuf::from(&d.path);
+    let pprof_path = heap.with_extension("pb.gz");
+    let pprof_file = match std::fs::write(&pprof_path, pprof::encode(p, crate::sys::unix_ms())) {
+        Ok(()) => Some(relative(&pprof_path, report_dir)),
+        Err(e) => {
+            notes.push(format!("cannot write {}: {e}", pprof_path.display()));
+            None
+        }
+    };
+    let title = format!(
+        "heap at step {} ({} allocated)",
+        d.step,
+        fmt_bytes(d.heap_bytes)
+    );
+    let flamegraph_file = write_svg(
+        &heap.with_extension("svg"),
+        &title,
+        &p.folded(),
+        report_dir,
+        notes,
+    );
+    ProfileView {
+        kind: d.kind,
+        t_ms: d.t_ms,
+        step: d.step,
+        heap_bytes: d.heap_bytes,
+        profiled_bytes: p.total_bytes().round() as u64,
+        top_sites: p.top_sites(TOP_SITES),
+        heap_file: relative(&heap, report_dir),
+        pprof_file,
+        flamegraph_file,
+    }
+}
+
+fn growth_view(
+    a: &DumpRecord,
+    b: &DumpRecord,
+    pa: &Profile,
+    pb: &Profile,
+    report_dir: &Path,
+    notes: &mut Vec<String>,
+) -> Growth {
+    let svg = Path::new(&b.path).with_file_name("growth.svg");
+    let title = format!("heap growth from step {} to step {}", a.step, b.step);
+    let folded = growth_folded(pa, pb);
+    let flamegraph_file = if folded.is_empty() {
+        None
+    } else {
+        write_svg(&svg, &title, &folded, report_dir, notes)
+    };
+    Growth {
+        from_step: a.step,
+        to_step: b.step,
+        sites: growth(pa, pb, TOP_SITES),
+        flamegraph_file,
+    }
+}
+
+fn write_svg(
+    path: &Path,
+    title: &str,
+    folded: &[(String, u64)],
+    report_dir: &Path,
+    notes: &mut Vec<String>,
+) -> Option<String> {
+    let written = flame::svg(title, folded)
+        .and_then(|svg| std::fs::write(path, svg).map_err(|e| e.to_string()));
+    match written {
+        Ok(()) => Some(relative(path, report_dir)),
+        Err(e) => {
+            notes.push(format!("no flamegraph {}: {e}", path.display()));
+            None
+        }
+    }
+}
+
+fn relative(path: &Path, base: &Path) -> String {
+    let base = if base.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        base
+    };
+    let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
+    let full = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    full.strip_prefix(&base)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| path.display().to_string())
+}

@@ -1,0 +1,256 @@
+//! Addresses to source frames: the mapped file's DWARF (function, file, line, inlined callers), or
+//! its symbol table when it has no DWARF (libtorch's shared objects). Works on another process's
+//! addresses, using the memory map saved in its heap dump, as long as its files are on disk.
+
+use super::dump::{HeapDump, Mapping};
+use addr2line::gimli;
+use object::read::elf::{FileHeader, ProgramHeader};
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// One source frame.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frame {
+    /// Demangled function name (without Rust's hash suffix).
+    pub function: String,
+    /// Source file, when the module has line tables.
+    pub file: Option<String>,
+    /// Source line.
+    pub line: Option<u32>,
+    /// Whether the function is Rust code.
+    pub rust: bool,
+    /// The mapped file's name (`train`, `libtorch_cpu.so`).
+    pub module: String,
+}
+
+/// A mapped file opened for lookups.
+struct Module {
+    loader: Option<addr2line::Loader>,
+    /// `(file offset, size, virtual address)` of each loadable segment.
+    segments: Vec<(u64, u64, u64)>,
+    name: String,
+}
+
+/// Resolves addresses of one dumped process; caches modules and addresses.
+#[derive(Default)]
+pub struct Symbolizer {
+    modules: HashMap<PathBuf, Option<Module>>,
+    cache: HashMap<u64, Vec<Frame>>,
+    /// Files that could not be opened (named once in the report).
+    pub missing: Vec<String>,
+}
+
+impl Symbolizer {
+    /// A fresh symbolizer.
+    pub fn new() -> Self {
+        Symbolizer::default()
+    }
+
+    /// The frames at return address `addr` in `dump`'s process, innermost (inlined) first.
+    pub fn frames(&mut self, dump: &HeapDump, addr: u64) -> &[Frame] {
+        if !self.cache.contains_key(&addr) {
+            let frames = self.resolve(dump.mapping_of(addr), addr);
+            self.cache.insert(addr, frames);
+        }
+        self.cache.get(&addr).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    fn resolve(&mut self, mapping: Option<&Mapping>, addr: u64) -> Vec<Frame> {
+        let Some(m) = mapping else {
+            return vec![unknown(format!("0x{addr:x}"), String::new())];
+        };
+        if !self.modules.contains_key(&m.path) {
+            let module = match Module::open(&m.path, m.inode) {
+                Ok(module) => Some(module),
+                Err(why) => {
+                    self.missing.push(format!("{} ({why})", m.path.display()));
+                    None
+                }
+            };
+            self.modules.insert(m.path.clone(), module);
+        }
+        let name = file_name(&m.path);
+        let offset = addr - m.start + m.file_offset;
+        let Some(Some(module)) = self.modules.get(&m.path) else {
+            return vec![unknown(format!("{name}+0x{offset:x}"), name)];
+        };
+        // A return address points after the call; look up the call itself.
+        let Some(probe) = module.vaddr(offset).map(|a| a.saturating_sub(1)) else {
+            return vec![unknown(format!("{name}+0x{offset:x}"), name)];
+        };
+        let frames = module.lookup(probe);
+        if frames.is_empty() {
+            vec![unknown(format!("{name}+0x{offset:x}"), name)]
+        } else {
+            frames
+        }
+    }
+}
+
+fn unknown(function: String, module: String) -> Frame {
+    Frame {
+        function,
+        file: None,
+        line: None,
+        rust: false,
+        module,
+    }
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+impl Module {
+    fn open(path: &Path, inode: u64) -> Result<Module, &'static str> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).map_err(|_| "no longer on disk")?;
+        if inode != 0 && meta.ino() != inode {
+            return Err("replaced since the profile was written");
+        }
+        let segments = load_segments(path).ok_or("not a readable ELF file")?;
+        Ok(Module {
+            loader: addr2line::Loader::new(path).ok(),
+            segments,
+            name: file_name(path),
+        })
+    }
+
+    fn vaddr(&self, offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|(off, size, _)| *off <= offset && offset < off + size)
+            .map(|(off, _, vaddr)| offset - off + vaddr)
+    }
+
+    fn lookup(&self, probe: u64) -> Vec<Frame> {
+        let Some(loader) = &self.loader else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if let Ok(mut frames) = loader.find_frames(probe) {
+            while let Ok(Some(f)) = frames.next() {
+                let Some(func) = f.function.as_ref() else {
+                    continue;
+                };
+                let Ok(name) = func.demangle() else { continue };
+                out.push(Frame {
+                    function: strip_hash(&name).to_string(),
+                    file: f.location.as_ref().and_then(|l| l.file).map(str::to_string),
+                    line: f.location.as_ref().and_then(|l| l.line),
+                    rust: func.language == Some(gimli::DW_LANG_Rust),
+                    module: self.name.clone(),
+                });
+            }
+        }
+        // Line-tables-only DWARF names functions without their path (`forward`); the symbol table
+        // has the physical (outermost) function's full name (`app::model::Block::forward`).
+        if let (Some(last), Some(sym)) = (out.last_mut(), loader.find_symbol(probe)) {
+            if !last.function.contains("::") {
+                let full = addr2line::demangle_auto(sym.into(), None);
+                let full = strip_hash(&full);
+                if full.ends_with(last.function.as_str()) {
+                    last.function = full.to_string();
+                }
+            }
+        }
+        if out.is_empty() {
+            if let Some(sym) = loader.find_symbol(probe) {
+                let rust = is_rust_symbol(sym);
+                let name = addr2line::demangle_auto(sym.into(), None);
+                out.push(Frame {
+                    function: strip_hash(&name).to_string(),
+                    file: None,
+                    line: None,
+                    rust,
+                    module: self.name.clone(),
+                });
+            }
+        }
+        out
+    }
+}
+
+/// The loadable segments of an ELF file, from its program headers alone (a shared object can be
+/// hundreds of MiB; only its first pages are read).
+fn load_segments(path: &Path) -> Option<Vec<(u64, u64, u64)>> {
+    let mut head = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(64 * 1024)
+        .read_to_end(&mut head)
+        .ok()?;
+    let data = head.as_slice();
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(data).ok()?;
+    let endian = header.endian().ok()?;
+    let phdrs = header.program_headers(endian, data).ok()?;
+    Some(
+        phdrs
+            .iter()
+            .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
+            .map(|p| (p.p_offset(endian), p.p_filesz(endian), p.p_vaddr(endian)))
+            .collect(),
+    )
+}
+
+/// Rust's legacy mangling ends in `17h` + 16 hex digits + `E`; v0 starts with `_R`.
+fn is_rust_symbol(sym: &str) -> bool {
+    if sym.starts_with("_R") {
+        return true;
+    }
+    let core = sym.split('.').next().unwrap_or(sym);
+    core.starts_with("_ZN")
+        && core.len() > 20
+        && core.ends_with('E')
+        && core[core.len() - 20..].starts_with("17h")
+        && core[core.len() - 17..core.len() - 1]
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit())
+}
+
+/// Drops a `::h0123456789abcdef` suffix.
+fn strip_hash(name: &str) -> &str {
+    match name.rsplit_once("::h") {
+        Some((head, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            head
+        }
+        _ => name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tells_rust_symbols_from_cpp() {
+        assert!(is_rust_symbol(
+            "_ZN4core3ptr13drop_in_place17h0123456789abcdefE"
+        ));
+        assert!(is_rust_symbol("_RNvCs1234_5crate4main"));
+        assert!(!is_rust_symbol("_ZN2at9empty_cpuEN3c108ArrayRefIlEE"));
+        assert!(!is_rust_symbol("malloc"));
+        assert_eq!(strip_hash("a::b::h0123456789abcdef"), "a::b");
+        assert_eq!(strip_hash("a::hello"), "a::hello");
+    }
+
+    /// Symbolizes an address of this very test binary through its own memory map.
+    #[test]
+    #[inline(never)]
+    fn resolves_an_address_of_this_binary() {
+        let here = resolves_an_address_of_this_binary as *const () as u64;
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let dump = HeapDump::parse(&format!("heap_v2/524288\nMAPPED_LIBRARIES:\n{maps}")).unwrap();
+        let mut s = Symbolizer::new();
+        let frames = s.frames(&dump, here + 1);
+        assert!(
+            frames
+                .iter()
+                .any(|f| f.function.ends_with("resolves_an_address_of_this_binary") && f.rust),
+            "{frames:?}"
+        );
+    }
+}

@@ -1,0 +1,223 @@
+//! `memsight heap top|diff|flamegraph|pprof|dump|sampling`: read the jemalloc heap profiles a job
+//! wrote (top sites, growth between two, flamegraph, pprof) and ask a running job for one.
+
+use memsight::heapprof::{flame, growth, pprof, Profile};
+use memsight::units::fmt_bytes;
+use memsight::wire::ring::{request_heap, HeapRequest, RingReader};
+use memsight::wire::Record;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Heap profiles: where the bytes are.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(clap::Subcommand)]
+enum What {
+    /// The sites holding the most bytes in a profile (`REPORT.heap/peak.heap`).
+    Top {
+        /// A jemalloc heap profile (`.heap`).
+        profile: PathBuf,
+        /// Sites to list.
+        #[arg(short = 'n', long, default_value_t = 15)]
+        count: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The sites that grew from one profile to a later one: the leak view.
+    Diff {
+        /// The earlier profile.
+        before: PathBuf,
+        /// The later profile.
+        after: PathBuf,
+        /// Sites to list.
+        #[arg(short = 'n', long, default_value_t = 15)]
+        count: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Also draw the growth as a flamegraph SVG here.
+        #[arg(long, value_name = "SVG")]
+        flamegraph: Option<PathBuf>,
+    },
+    /// Draw a profile as a flamegraph SVG (frame width = live bytes).
+    Flamegraph {
+        /// A jemalloc heap profile.
+        profile: PathBuf,
+        /// The SVG to write.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Convert a profile to gzipped pprof (for `pprof`, speedscope, Pyroscope).
+    Pprof {
+        /// A jemalloc heap profile.
+        profile: PathBuf,
+        /// The `.pb.gz` to write.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Ask a running job (with a memsight session) to write a heap profile now; prints its path.
+    Dump {
+        /// The job's process id.
+        pid: u32,
+        /// Seconds to wait for the job to write it.
+        #[arg(long, default_value_t = 10)]
+        wait: u64,
+    },
+    /// Switch a running job's allocation sampling on or off.
+    Sampling {
+        /// `on` or `off`.
+        #[arg(value_parser = ["on", "off"])]
+        state: String,
+        /// The job's process id.
+        pid: u32,
+    },
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("memsight heap: {msg}");
+    ExitCode::from(2)
+}
+
+fn load(p: &Path) -> Result<Profile, String> {
+    let profile = Profile::load(p)?;
+    for m in &profile.missing {
+        eprintln!("memsight heap: no symbols from {m}: its frames show as addresses");
+    }
+    Ok(profile)
+}
+
+fn print_json(v: &impl serde::Serialize) -> Result<(), String> {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).map_err(|e| e.to_string())?
+    );
+    Ok(())
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Runs the verb: exit 0, or 2 with one line on bad input.
+pub fn run(a: Args) -> ExitCode {
+    match run_inner(a.what) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
+fn run_inner(what: What) -> Result<(), String> {
+    match what {
+        What::Top {
+            profile,
+            count,
+            json,
+        } => {
+            let p = load(&profile)?;
+            let sites = p.top_sites(count);
+            if json {
+                print_json(&sites)?;
+            } else {
+                println!(
+                    "{} live in sampled stacks (one sample per {} allocated)",
+                    fmt_bytes(p.total_bytes().round() as u64),
+                    fmt_bytes(p.sample_bytes)
+                );
+                for s in sites {
+                    println!(
+                        "{:>10}  {:>5.1}%  {}",
+                        fmt_bytes(s.bytes),
+                        s.share * 100.0,
+                        s.label()
+                    );
+                }
+            }
+        }
+        What::Diff {
+            before,
+            after,
+            count,
+            json,
+            flamegraph,
+        } => {
+            let (a, b) = (load(&before)?, load(&after)?);
+            let sites = growth(&a, &b, count);
+            if let Some(svg) = flamegraph {
+                let folded = memsight::heapprof::profile::growth_folded(&a, &b);
+                write(&svg, &flame::svg("heap growth", &folded)?)?;
+            }
+            if json {
+                print_json(&sites)?;
+            } else {
+                println!(
+                    "live heap in sampled stacks: {} → {}",
+                    fmt_bytes(a.total_bytes().round() as u64),
+                    fmt_bytes(b.total_bytes().round() as u64)
+                );
+                if sites.is_empty() {
+                    println!("no site grew");
+                }
+                for s in sites {
+                    println!(
+                        "{:>11}  {}",
+                        format!("+{}", fmt_bytes(s.grew_bytes.max(0) as u64)),
+                        s.label()
+                    );
+                }
+            }
+        }
+        What::Flamegraph { profile, output } => {
+            let p = load(&profile)?;
+            write(
+                &output,
+                &flame::svg(&profile.display().to_string(), &p.folded())?,
+            )?;
+            println!("{}", output.display());
+        }
+        What::Pprof { profile, output } => {
+            let p = load(&profile)?;
+            let when = std::fs::metadata(&profile)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_millis() as u64);
+            write(&output, &pprof::encode(&p, when))?;
+            println!("{}", output.display());
+        }
+        What::Dump { pid, wait } => {
+            let ring = memsight::wire::ring_of(pid)?;
+            let mut reader = RingReader::open(&ring).map_err(|e| e.to_string())?;
+            let n = request_heap(&ring, HeapRequest::Dump).map_err(|e| e.to_string())?;
+            let want = format!("request-{n}.heap");
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(wait) {
+                for r in reader.poll() {
+                    if let Record::HeapProfile(d) = r {
+                        if d.path.ends_with(&want) {
+                            println!("{}", d.path);
+                            return Ok(());
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            return Err(format!(
+                "process {pid} wrote no heap profile within {wait} s: it needs a memsight session \
+                 with heap profiling ({})",
+                memsight::heapprof::control::HOW_TO_ENABLE
+            ));
+        }
+        What::Sampling { state, pid } => {
+            let ring = memsight::wire::ring_of(pid)?;
+            request_heap(&ring, HeapRequest::Sampling(state == "on")).map_err(|e| e.to_string())?;
+            println!("asked process {pid} to switch heap sampling {state}");
+        }
+    }
+    Ok(())
+}
