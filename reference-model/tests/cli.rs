@@ -70,19 +70,19 @@ fn train_report_checkpoint_generate_analyze() {
     let ours: Vec<_> = peak
         .top_sites
         .iter()
-        .filter(|s| s.function.starts_with("memsight_gpt::"))
+        .filter(|s| s.at.function.starts_with("memsight_gpt::"))
         .collect();
     let share: f64 = ours.iter().map(|s| s.share).sum();
     eprintln!("{}", heap.render());
     assert!(
-        ours.iter().any(|s| s.function.contains("forward")),
+        ours.iter().any(|s| s.at.function.contains("forward")),
         "{}",
         heap.render()
     );
     assert!(share > 0.1, "{}", heap.render());
     assert!(ours
         .iter()
-        .all(|s| s.file.as_deref().is_some_and(|f| f.ends_with(".rs"))));
+        .all(|s| s.at.file.as_deref().is_some_and(|f| f.ends_with(".rs"))));
 
     let (code, out, err) = gpt(&[
         "generate",

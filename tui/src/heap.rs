@@ -134,7 +134,7 @@ fn run_inner(what: What) -> Result<(), String> {
                         "{:>10}  {:>5.1}%  {}",
                         fmt_bytes(s.bytes),
                         s.share * 100.0,
-                        s.label()
+                        s.at.label()
                     );
                 }
             }
@@ -167,7 +167,7 @@ fn run_inner(what: What) -> Result<(), String> {
                     println!(
                         "{:>11}  {}",
                         format!("+{}", fmt_bytes(s.grew_bytes.max(0) as u64)),
-                        s.label()
+                        s.at.label()
                     );
                 }
             }

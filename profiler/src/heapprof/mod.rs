@@ -17,7 +17,7 @@ pub mod summary;
 pub mod symbolize;
 
 pub use control::{enabled, sample_bytes, sampling, set_sampling};
-pub use profile::{growth, Profile, Site, SiteGrowth};
+pub use profile::{growth, Profile, Site, SiteGrowth, SourceSite};
 pub(crate) use recorder::{finish, on_sample, on_step, start};
 pub use recorder::{DumpKind, DumpRecord};
 pub use summary::{summarize, Growth, HeapProfile, ProfileView};

@@ -63,9 +63,9 @@ pub struct Profile {
     pub missing: Vec<String>,
 }
 
-/// A call site and the bytes it holds.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Site {
+/// Where allocations were made: the function and the line of the allocating call.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SourceSite {
     /// Function (demangled).
     pub function: String,
     /// Source file.
@@ -74,6 +74,14 @@ pub struct Site {
     /// Source line of the allocating call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line: Option<u32>,
+}
+
+/// A call site and the bytes it holds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Site {
+    /// Where.
+    #[serde(flatten)]
+    pub at: SourceSite,
     /// Estimated live bytes held by allocations made here.
     pub bytes: u64,
     /// Share of the profile's live bytes (0–1).
@@ -83,14 +91,9 @@ pub struct Site {
 /// A site whose live bytes grew between two profiles.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SiteGrowth {
-    /// Function (demangled).
-    pub function: String,
-    /// Source file.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file: Option<String>,
-    /// Source line of the allocating call.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub line: Option<u32>,
+    /// Where.
+    #[serde(flatten)]
+    pub at: SourceSite,
     /// Live bytes in the earlier profile.
     pub from_bytes: u64,
     /// Live bytes in the later profile.
@@ -99,41 +102,22 @@ pub struct SiteGrowth {
     pub grew_bytes: i64,
 }
 
-impl Site {
-    /// `function (file:line)`, the file shortened to its last two components.
-    pub fn label(&self) -> String {
-        site_label(&self.function, self.file.as_deref(), self.line)
-    }
-}
-
-impl SiteGrowth {
-    /// `function (file:line)`.
-    pub fn label(&self) -> String {
-        site_label(&self.function, self.file.as_deref(), self.line)
-    }
-}
-
 /// Longest function name a label shows (C++ template instantiations run to kilobytes).
 const LABEL_FUNCTION_CHARS: usize = 100;
 
-fn site_label(function: &str, file: Option<&str>, line: Option<u32>) -> String {
-    let short;
-    let function = if function.chars().count() > LABEL_FUNCTION_CHARS {
-        short = format!(
-            "{}…",
-            function
-                .chars()
-                .take(LABEL_FUNCTION_CHARS)
-                .collect::<String>()
-        );
-        short.as_str()
-    } else {
-        function
-    };
-    match (file, line) {
-        (Some(file), Some(line)) => format!("{function} ({}:{line})", short_path(file)),
-        (Some(file), None) => format!("{function} ({})", short_path(file)),
-        _ => function.to_string(),
+impl SourceSite {
+    /// `function (file:line)`, the file shortened to its last two components and the function to
+    /// 100 characters.
+    pub fn label(&self) -> String {
+        let mut function: String = self.function.chars().take(LABEL_FUNCTION_CHARS).collect();
+        if function.len() < self.function.len() {
+            function.push('…');
+        }
+        match (&self.file, self.line) {
+            (Some(file), Some(line)) => format!("{function} ({}:{line})", short_path(file)),
+            (Some(file), None) => format!("{function} ({})", short_path(file)),
+            _ => function,
+        }
     }
 }
 
@@ -142,8 +126,6 @@ pub fn short_path(file: &str) -> String {
     let parts: Vec<&str> = file.rsplit('/').take(2).collect();
     parts.into_iter().rev().collect::<Vec<_>>().join("/")
 }
-
-type SiteKey = (String, Option<String>, Option<u32>);
 
 impl Profile {
     /// Reads, parses and symbolizes a heap dump.
@@ -186,11 +168,16 @@ impl Profile {
         self.stacks.iter().map(|s| s.bytes).sum()
     }
 
-    fn bytes_by_site(&self) -> HashMap<SiteKey, f64> {
-        let mut by: HashMap<SiteKey, f64> = HashMap::new();
+    fn bytes_by_site(&self) -> HashMap<SourceSite, f64> {
+        let mut by: HashMap<SourceSite, f64> = HashMap::new();
         for s in &self.stacks {
             if let Some(f) = s.site() {
-                *by.entry((f.function, f.file, f.line)).or_default() += s.bytes;
+                let at = SourceSite {
+                    function: f.function,
+                    file: f.file,
+                    line: f.line,
+                };
+                *by.entry(at).or_default() += s.bytes;
             }
         }
         by
@@ -202,15 +189,13 @@ impl Profile {
         let mut sites: Vec<Site> = self
             .bytes_by_site()
             .into_iter()
-            .map(|((function, file, line), bytes)| Site {
-                function,
-                file,
-                line,
+            .map(|(at, bytes)| Site {
+                at,
                 bytes: bytes.round() as u64,
                 share: bytes / total,
             })
             .collect();
-        sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.function.cmp(&b.function)));
+        sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.at.cmp(&b.at)));
         sites.truncate(n);
         sites
     }
@@ -227,13 +212,10 @@ pub fn growth(a: &Profile, b: &Profile, n: usize) -> Vec<SiteGrowth> {
     let mut out: Vec<SiteGrowth> = b
         .bytes_by_site()
         .into_iter()
-        .map(|(key, to)| {
-            let from = before.get(&key).copied().unwrap_or(0.0);
-            let (function, file, line) = key;
+        .map(|(at, to)| {
+            let from = before.get(&at).copied().unwrap_or(0.0);
             SiteGrowth {
-                function,
-                file,
-                line,
+                at,
                 from_bytes: from.round() as u64,
                 to_bytes: to.round() as u64,
                 grew_bytes: (to - from).round() as i64,
@@ -241,11 +223,7 @@ pub fn growth(a: &Profile, b: &Profile, n: usize) -> Vec<SiteGrowth> {
         })
         .filter(|g| g.grew_bytes > 0)
         .collect();
-    out.sort_by(|x, y| {
-        y.grew_bytes
-            .cmp(&x.grew_bytes)
-            .then(x.function.cmp(&y.function))
-    });
+    out.sort_by(|x, y| y.grew_bytes.cmp(&x.grew_bytes).then(x.at.cmp(&y.at)));
     out.truncate(n);
     out
 }
@@ -466,13 +444,16 @@ mod tests {
             missing: vec![],
         };
         let top = b.top_sites(2);
-        assert_eq!(top[0].function, "app::hold");
+        assert_eq!(top[0].at.function, "app::hold");
         assert!((top[0].share - 100.0 / 165.0).abs() < 1e-9);
-        assert_eq!(top[0].label(), "app::hold (src/main.rs:10)");
+        assert_eq!(top[0].at.label(), "app::hold (src/main.rs:10)");
         let g = growth(&a, &b, 5);
         assert_eq!(g.len(), 2);
-        assert_eq!((g[0].function.as_str(), g[0].grew_bytes), ("app::leak", 50));
-        assert_eq!(g[1].function, "app::new");
+        assert_eq!(
+            (g[0].at.function.as_str(), g[0].grew_bytes),
+            ("app::leak", 50)
+        );
+        assert_eq!(g[1].at.function, "app::new");
         assert_eq!(
             growth_folded(&a, &b),
             vec![("app::leak".to_string(), 50), ("app::new".to_string(), 5)]

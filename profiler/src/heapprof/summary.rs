@@ -91,7 +91,7 @@ impl HeapProfile {
                     "  {:>10}  {:>5.1}%  {}\n",
                     fmt_bytes(s.bytes),
                     s.share * 100.0,
-                    s.label()
+                    s.at.label()
                 ));
             }
         }
@@ -104,7 +104,7 @@ impl HeapProfile {
                 out.push_str(&format!(
                     "  {:>10}  {}\n",
                     format!("+{}", fmt_bytes(s.grew_bytes.max(0) as u64)),
-                    s.label()
+                    s.at.label()
                 ));
             }
         }

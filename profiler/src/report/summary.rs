@@ -165,7 +165,7 @@ pub fn markdown(r: &Report) -> String {
                     "| {} | {:.1}% | `{}` |",
                     fmt_bytes(site.bytes),
                     site.share * 100.0,
-                    site.label()
+                    site.at.label()
                 );
             }
             if let Some(svg) = &p.flamegraph_file {
@@ -183,7 +183,7 @@ pub fn markdown(r: &Report) -> String {
                     s,
                     "| +{} | `{}` |",
                     fmt_bytes(site.grew_bytes.max(0) as u64),
-                    site.label()
+                    site.at.label()
                 );
             }
         }

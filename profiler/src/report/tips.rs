@@ -51,7 +51,7 @@ fn top_site_sentence(r: &Report) -> String {
         .map(|s| {
             format!(
                 " The site holding the most at the profiled peak is {} ({}, {:.0}% of sampled bytes).",
-                s.label(),
+                s.at.label(),
                 fmt_bytes(s.bytes),
                 s.share * 100.0
             )
@@ -70,7 +70,7 @@ fn growth_site_sentence(r: &Report) -> String {
                 " The site that grew most from step {} to {} is {} (+{}).",
                 g.from_step,
                 g.to_step,
-                s.label(),
+                s.at.label(),
                 fmt_bytes(s.grew_bytes.max(0) as u64)
             )
         })

@@ -49,7 +49,7 @@ fn render_sites(f: &mut Frame, area: Rect, s: &ViewerState) {
                 Row::new(vec![
                     fmt_bytes(site.bytes),
                     format!("{:.1}%", site.share * 100.0),
-                    site.label(),
+                    site.at.label(),
                 ])
             }));
             format!(
@@ -73,7 +73,7 @@ fn render_sites(f: &mut Frame, area: Rect, s: &ViewerState) {
             Row::new(vec![
                 format!("+{}", fmt_bytes(site.grew_bytes.max(0) as u64)),
                 String::new(),
-                site.label(),
+                site.at.label(),
             ])
             .style(Style::default().fg(Color::Yellow))
         }));
