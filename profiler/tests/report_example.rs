@@ -54,3 +54,60 @@ fn example_report_matches_the_type_and_the_docs() {
     let budgets = Budgets::load(&docs("budget.example.toml")).unwrap();
     assert_eq!(budgets.check(&report), Vec::<String>::new());
 }
+
+#[test]
+fn every_heap_profile_field_is_documented() {
+    use memsight::heapprof::{
+        DumpKind, DumpRecord, Growth, HeapProfile, ProfileView, Site, SiteGrowth, SourceSite,
+    };
+    let at = SourceSite {
+        function: "app::f".into(),
+        file: Some("src/main.rs".into()),
+        line: Some(1),
+    };
+    let hp = HeapProfile {
+        sample_bytes: 1,
+        at_peak: Some(ProfileView {
+            kind: DumpKind::Peak,
+            t_ms: 1,
+            step: 1,
+            heap_bytes: 1,
+            profiled_bytes: 1,
+            top_sites: vec![Site {
+                at: at.clone(),
+                bytes: 1,
+                share: 1.0,
+            }],
+            heap_file: "x".into(),
+            pprof_file: Some("x".into()),
+            flamegraph_file: Some("x".into()),
+        }),
+        growth: Some(Growth {
+            from_step: 1,
+            to_step: 2,
+            sites: vec![SiteGrowth {
+                at,
+                from_bytes: 1,
+                to_bytes: 2,
+                grew_bytes: 1,
+            }],
+            flamegraph_file: Some("x".into()),
+        }),
+        dumps: vec![DumpRecord {
+            kind: DumpKind::Step,
+            path: "x".into(),
+            t_ms: 1,
+            step: 1,
+            heap_bytes: 1,
+        }],
+        notes: vec!["x".into()],
+    };
+    let mut all = Vec::new();
+    keys(&serde_json::to_value(&hp).unwrap(), &mut all);
+    let md = std::fs::read_to_string(docs("report.md")).unwrap();
+    let undocumented: Vec<_> = all
+        .iter()
+        .filter(|k| !md.contains(&format!("`{k}`")))
+        .collect();
+    assert!(undocumented.is_empty(), "{undocumented:?}");
+}

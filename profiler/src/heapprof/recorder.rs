@@ -140,6 +140,8 @@ impl Recorder {
         if let Some(r) = self.ring {
             r.append(&Record::HeapProfile(record.clone()));
         }
+        // A new peak profile replaces the file of the last one.
+        self.records.retain(|d| d.path != record.path);
         self.records.push(record);
         Some(path)
     }

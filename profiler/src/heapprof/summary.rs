@@ -115,11 +115,13 @@ impl HeapProfile {
 /// Builds the section from the job's profiles, writing pprof and flamegraph files beside them.
 /// Paths in the section are relative to `report_dir` when they lie under it.
 pub fn summarize(dumps: &[DumpRecord], report_dir: &Path) -> Option<HeapProfile> {
-    let dumps: Vec<DumpRecord> = dumps
-        .iter()
-        .filter(|d| Path::new(&d.path).is_file())
-        .cloned()
-        .collect();
+    // The latest record per file (a new peak profile overwrites the last one), files still there.
+    let mut latest: Vec<DumpRecord> = Vec::new();
+    for d in dumps.iter().filter(|d| Path::new(&d.path).is_file()) {
+        latest.retain(|l| l.path != d.path);
+        latest.push(d.clone());
+    }
+    let dumps = latest;
     let mut notes = Vec::new();
     let peak = dumps
         .iter()
