@@ -1,6 +1,7 @@
 //! `memsight heap top|diff|flamegraph|pprof|dump|sampling`: read the jemalloc heap profiles a job
 //! wrote (top sites, growth between two, flamegraph, pprof) and ask a running job for one.
 
+use memsight::heapprof::symbolize::Symbolizer;
 use memsight::heapprof::{flame, growth, pprof, Profile};
 use memsight::units::fmt_bytes;
 use memsight::wire::ring::{request_heap, HeapRequest, RingReader};
@@ -84,12 +85,18 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn load(p: &Path) -> Result<Profile, String> {
-    let profile = Profile::load(p)?;
-    for m in &profile.missing {
+/// Loads the profiles with one symbolizer; says which files gave no symbols.
+fn load<const N: usize>(paths: [&Path; N]) -> Result<[Profile; N], String> {
+    let mut sym = Symbolizer::new();
+    let mut out = Vec::with_capacity(N);
+    for p in paths {
+        out.push(Profile::load(p, &mut sym)?);
+    }
+    for m in &sym.missing {
         eprintln!("memsight heap: no symbols from {m}: its frames show as addresses");
     }
-    Ok(profile)
+    out.try_into()
+        .map_err(|_| "internal: profile count".to_string())
 }
 
 fn print_json(v: &impl serde::Serialize) -> Result<(), String> {
@@ -119,7 +126,7 @@ fn run_inner(what: What) -> Result<(), String> {
             count,
             json,
         } => {
-            let p = load(&profile)?;
+            let [p] = load([&profile])?;
             let sites = p.top_sites(count);
             if json {
                 print_json(&sites)?;
@@ -130,12 +137,7 @@ fn run_inner(what: What) -> Result<(), String> {
                     fmt_bytes(p.sample_bytes)
                 );
                 for s in sites {
-                    println!(
-                        "{:>10}  {:>5.1}%  {}",
-                        fmt_bytes(s.bytes),
-                        s.share * 100.0,
-                        s.at.label()
-                    );
+                    println!("{}", s.row());
                 }
             }
         }
@@ -146,7 +148,7 @@ fn run_inner(what: What) -> Result<(), String> {
             json,
             flamegraph,
         } => {
-            let (a, b) = (load(&before)?, load(&after)?);
+            let [a, b] = load([&before, &after])?;
             let sites = growth(&a, &b, count);
             if let Some(svg) = flamegraph {
                 let folded = memsight::heapprof::profile::growth_folded(&a, &b);
@@ -164,16 +166,12 @@ fn run_inner(what: What) -> Result<(), String> {
                     println!("no site grew");
                 }
                 for s in sites {
-                    println!(
-                        "{:>11}  {}",
-                        format!("+{}", fmt_bytes(s.grew_bytes.max(0) as u64)),
-                        s.at.label()
-                    );
+                    println!("{}", s.row());
                 }
             }
         }
         What::Flamegraph { profile, output } => {
-            let p = load(&profile)?;
+            let [p] = load([&profile])?;
             write(
                 &output,
                 &flame::svg(&profile.display().to_string(), &p.folded())?,
@@ -181,7 +179,7 @@ fn run_inner(what: What) -> Result<(), String> {
             println!("{}", output.display());
         }
         What::Pprof { profile, output } => {
-            let p = load(&profile)?;
+            let [p] = load([&profile])?;
             let when = std::fs::metadata(&profile)
                 .and_then(|m| m.modified())
                 .ok()

@@ -4,6 +4,7 @@
 
 use super::dump::HeapDump;
 use super::symbolize::{Frame, Symbolizer};
+use crate::units::fmt_bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
@@ -59,8 +60,6 @@ pub struct Profile {
     pub sample_bytes: u64,
     /// Every stack with live sampled bytes.
     pub stacks: Vec<Stack>,
-    /// Mapped files that could not be read for symbols.
-    pub missing: Vec<String>,
 }
 
 /// Where allocations were made: the function and the line of the allocating call.
@@ -102,6 +101,29 @@ pub struct SiteGrowth {
     pub grew_bytes: i64,
 }
 
+impl Site {
+    /// One text row: bytes, share, label.
+    pub fn row(&self) -> String {
+        format!(
+            "{:>10}  {:>5.1}%  {}",
+            fmt_bytes(self.bytes),
+            self.share * 100.0,
+            self.at.label()
+        )
+    }
+}
+
+impl SiteGrowth {
+    /// One text row: growth, label.
+    pub fn row(&self) -> String {
+        format!(
+            "{:>11}  {}",
+            format!("+{}", fmt_bytes(self.grew_bytes.max(0) as u64)),
+            self.at.label()
+        )
+    }
+}
+
 /// Longest function name a label shows (C++ template instantiations run to kilobytes).
 const LABEL_FUNCTION_CHARS: usize = 100;
 
@@ -128,14 +150,14 @@ pub fn short_path(file: &str) -> String {
 }
 
 impl Profile {
-    /// Reads, parses and symbolizes a heap dump.
-    pub fn load(path: &Path) -> Result<Profile, String> {
-        Ok(Profile::symbolize(&HeapDump::read(path)?))
+    /// Reads, parses and symbolizes a heap dump with `sym` (share one across the profiles of a
+    /// run: modules and addresses are resolved once).
+    pub fn load(path: &Path, sym: &mut Symbolizer) -> Result<Profile, String> {
+        Ok(Profile::symbolize(&HeapDump::read(path)?, sym))
     }
 
-    /// Symbolizes a parsed dump.
-    pub fn symbolize(dump: &HeapDump) -> Profile {
-        let mut sym = Symbolizer::new();
+    /// Symbolizes a parsed dump (`sym.missing` then names the files it could not read).
+    pub fn symbolize(dump: &HeapDump, sym: &mut Symbolizer) -> Profile {
         let stacks = dump
             .stacks
             .iter()
@@ -145,7 +167,7 @@ impl Profile {
                     .iter()
                     .map(|&addr| Location {
                         addr,
-                        frames: sym.frames(dump, addr).to_vec(),
+                        frames: sym.frames(dump, addr),
                     })
                     .collect();
                 strip_allocator(&mut locations);
@@ -159,7 +181,6 @@ impl Profile {
         Profile {
             sample_bytes: dump.sample_bytes,
             stacks,
-            missing: sym.missing,
         }
     }
 
@@ -432,7 +453,6 @@ mod tests {
                 stack(&[("app::hold", true)], 100.0),
                 stack(&[("app::leak", true)], 10.0),
             ],
-            missing: vec![],
         };
         let b = Profile {
             sample_bytes: 1,
@@ -441,7 +461,6 @@ mod tests {
                 stack(&[("app::leak", true)], 60.0),
                 stack(&[("app::new", true)], 5.0),
             ],
-            missing: vec![],
         };
         let top = b.top_sites(2);
         assert_eq!(top[0].at.function, "app::hold");

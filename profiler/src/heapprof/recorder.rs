@@ -59,8 +59,8 @@ struct Recorder {
     peak_dumped_bytes: u64,
     last_peak: Option<Instant>,
     last_step: Option<Instant>,
-    first_step_file: Option<PathBuf>,
-    latest_step_file: Option<PathBuf>,
+    /// Profiles written through [`request`] (numbers their files).
+    api_dumps: u64,
     requests_seen: u64,
     sampling_seen: u64,
     records: Vec<DumpRecord>,
@@ -99,8 +99,7 @@ pub(crate) fn start(
         peak_dumped_bytes: 0,
         last_peak: None,
         last_step: None,
-        first_step_file: None,
-        latest_step_file: None,
+        api_dumps: 0,
         requests_seen: ring.map_or(0, RingWriter::heap_dump_requests),
         sampling_seen: ring.map_or(0, RingWriter::heap_sampling_request),
         records: Vec::new(),
@@ -200,15 +199,21 @@ pub(crate) fn on_step(n: u64) {
     }
     r.last_step = Some(Instant::now());
     let heap = heap_bytes_now();
-    let Some(path) = r.write(DumpKind::Step, &format!("step-{n}.heap"), n, heap) else {
+    if r.write(DumpKind::Step, &format!("step-{n}.heap"), n, heap)
+        .is_none()
+    {
         return;
-    };
-    if r.first_step_file.is_none() {
-        r.first_step_file = Some(path);
-    } else if let Some(old) = r.latest_step_file.replace(path) {
-        let _ = std::fs::remove_file(&old);
-        let old = old.display().to_string();
-        r.records.retain(|d| d.path != old);
+    }
+    // Keep the first step profile (the growth view's baseline) and the latest.
+    let steps: Vec<String> = r
+        .records
+        .iter()
+        .filter(|d| d.kind == DumpKind::Step)
+        .map(|d| d.path.clone())
+        .collect();
+    if let [_, previous, _] = steps.as_slice() {
+        let _ = std::fs::remove_file(previous);
+        r.records.retain(|d| &d.path != previous);
     }
 }
 
@@ -229,7 +234,8 @@ pub(crate) fn request(step: u64) -> Result<PathBuf, String> {
     let mut guard = lock(&RECORDER);
     match guard.as_mut() {
         Some(r) => {
-            let n = r.records.len() + 1;
+            r.api_dumps += 1;
+            let n = r.api_dumps;
             r.write(
                 DumpKind::Request,
                 &format!("api-{n}.heap"),

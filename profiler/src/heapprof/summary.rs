@@ -6,6 +6,7 @@ use super::flame;
 use super::pprof;
 use super::profile::{growth, growth_folded, Profile, Site, SiteGrowth};
 use super::recorder::{DumpKind, DumpRecord};
+use super::symbolize::Symbolizer;
 use crate::units::fmt_bytes;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -87,12 +88,7 @@ impl HeapProfile {
                 fmt_bytes(p.profiled_bytes)
             ));
             for s in &p.top_sites {
-                out.push_str(&format!(
-                    "  {:>10}  {:>5.1}%  {}\n",
-                    fmt_bytes(s.bytes),
-                    s.share * 100.0,
-                    s.at.label()
-                ));
+                out.push_str(&format!("  {}\n", s.row()));
             }
         }
         if let Some(g) = &self.growth {
@@ -101,38 +97,34 @@ impl HeapProfile {
                 g.from_step, g.to_step
             ));
             for s in &g.sites {
-                out.push_str(&format!(
-                    "  {:>10}  {}\n",
-                    format!("+{}", fmt_bytes(s.grew_bytes.max(0) as u64)),
-                    s.at.label()
-                ));
+                out.push_str(&format!("  {}\n", s.row()));
             }
         }
         out
     }
 }
 
-/// Builds the section from the job's profiles, writing pprof and flamegraph files beside them.
+/// Builds the section from the job's profiles (one record per file: the recorder and the sidecar
+/// keep the latest), writing pprof and flamegraph files beside them.
 /// Paths in the section are relative to `report_dir` when they lie under it.
 pub fn summarize(dumps: &[DumpRecord], report_dir: &Path) -> Option<HeapProfile> {
-    // The latest record per file (a new peak profile overwrites the last one), files still there.
-    let mut latest: Vec<DumpRecord> = Vec::new();
-    for d in dumps.iter().filter(|d| Path::new(&d.path).is_file()) {
-        latest.retain(|l| l.path != d.path);
-        latest.push(d.clone());
-    }
-    let dumps = latest;
+    // The collectors keep one record per file; a file may be gone since.
+    let dumps: Vec<DumpRecord> = dumps
+        .iter()
+        .filter(|d| Path::new(&d.path).is_file())
+        .cloned()
+        .collect();
     let mut notes = Vec::new();
     let peak = dumps
         .iter()
         .filter(|d| d.kind != DumpKind::Step)
         .max_by_key(|d| (d.heap_bytes, d.t_ms))
         .or_else(|| dumps.iter().max_by_key(|d| d.heap_bytes))?;
+    let mut sym = Symbolizer::new();
     let mut sample_bytes = 0;
-    let at_peak = match Profile::load(Path::new(&peak.path)) {
+    let at_peak = match Profile::load(Path::new(&peak.path), &mut sym) {
         Ok(profile) => {
             sample_bytes = profile.sample_bytes;
-            note_missing(&profile, &mut notes);
             Some(view(peak, &profile, report_dir, &mut notes))
         }
         Err(e) => {
@@ -145,8 +137,8 @@ pub fn summarize(dumps: &[DumpRecord], report_dir: &Path) -> Option<HeapProfile>
     let growth = match (steps.first(), steps.last()) {
         (Some(a), Some(b)) if a.step < b.step => {
             match (
-                Profile::load(Path::new(&a.path)),
-                Profile::load(Path::new(&b.path)),
+                Profile::load(Path::new(&a.path), &mut sym),
+                Profile::load(Path::new(&b.path), &mut sym),
             ) {
                 (Ok(pa), Ok(pb)) => {
                     sample_bytes = sample_bytes.max(pb.sample_bytes);
@@ -160,6 +152,11 @@ pub fn summarize(dumps: &[DumpRecord], report_dir: &Path) -> Option<HeapProfile>
         }
         _ => None,
     };
+    notes.extend(
+        sym.missing
+            .iter()
+            .map(|m| format!("no symbols from {m}: its frames show as addresses")),
+    );
     Some(HeapProfile {
         sample_bytes,
         at_peak,
@@ -173,15 +170,6 @@ pub fn summarize(dumps: &[DumpRecord], report_dir: &Path) -> Option<HeapProfile>
             .collect(),
         notes,
     })
-}
-
-fn note_missing(profile: &Profile, notes: &mut Vec<String>) {
-    for m in &profile.missing {
-        let n = format!("no symbols from {m}: its frames show as addresses");
-        if !notes.contains(&n) {
-            notes.push(n);
-        }
-    }
 }
 
 fn view(d: &DumpRecord, p: &Profile, report_dir: &Path, notes: &mut Vec<String>) -> ProfileView {

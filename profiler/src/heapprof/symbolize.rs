@@ -32,11 +32,15 @@ struct Module {
     name: String,
 }
 
-/// Resolves addresses of one dumped process; caches modules and addresses.
+/// A mapped file as one dump saw it: its path and inode (a rebuilt file is another module).
+type ModuleKey = (PathBuf, u64);
+
+/// Resolves addresses of dumped processes; caches opened modules and resolved (module, offset)
+/// pairs, so one symbolizer serves every profile of a run (or of two runs, for a diff).
 #[derive(Default)]
 pub struct Symbolizer {
-    modules: HashMap<PathBuf, Option<Module>>,
-    cache: HashMap<u64, Vec<Frame>>,
+    modules: HashMap<ModuleKey, Option<Module>>,
+    cache: HashMap<(ModuleKey, u64), Vec<Frame>>,
     /// Files that could not be opened (named once in the report).
     pub missing: Vec<String>,
 }
@@ -48,38 +52,36 @@ impl Symbolizer {
     }
 
     /// The frames at return address `addr` in `dump`'s process, innermost (inlined) first.
-    pub fn frames(&mut self, dump: &HeapDump, addr: u64) -> &[Frame] {
-        if !self.cache.contains_key(&addr) {
-            let frames = self.resolve(dump.mapping_of(addr), addr);
-            self.cache.insert(addr, frames);
-        }
-        self.cache.get(&addr).map(Vec::as_slice).unwrap_or(&[])
-    }
-
-    fn resolve(&mut self, mapping: Option<&Mapping>, addr: u64) -> Vec<Frame> {
-        let Some(m) = mapping else {
+    pub fn frames(&mut self, dump: &HeapDump, addr: u64) -> Vec<Frame> {
+        let Some(m) = dump.mapping_of(addr) else {
             return vec![unknown(format!("0x{addr:x}"), String::new())];
         };
-        if !self.modules.contains_key(&m.path) {
-            let module = match Module::open(&m.path, m.inode) {
-                Ok(module) => Some(module),
-                Err(why) => {
-                    self.missing.push(format!("{} ({why})", m.path.display()));
-                    None
-                }
-            };
-            self.modules.insert(m.path.clone(), module);
+        let key = ((m.path.clone(), m.inode), addr - m.start + m.file_offset);
+        if let Some(frames) = self.cache.get(&key) {
+            return frames.clone();
         }
+        let frames = self.resolve(m, key.1);
+        self.cache.insert(key, frames.clone());
+        frames
+    }
+
+    fn resolve(&mut self, m: &Mapping, offset: u64) -> Vec<Frame> {
+        let module_key = (m.path.clone(), m.inode);
+        let missing = &mut self.missing;
+        let module = self.modules.entry(module_key).or_insert_with(|| {
+            Module::open(&m.path, m.inode)
+                .map_err(|why| missing.push(format!("{} ({why})", m.path.display())))
+                .ok()
+        });
         let name = file_name(&m.path);
-        let offset = addr - m.start + m.file_offset;
-        let Some(Some(module)) = self.modules.get(&m.path) else {
-            return vec![unknown(format!("{name}+0x{offset:x}"), name)];
-        };
         // A return address points after the call; look up the call itself.
-        let Some(probe) = module.vaddr(offset).map(|a| a.saturating_sub(1)) else {
-            return vec![unknown(format!("{name}+0x{offset:x}"), name)];
-        };
-        let frames = module.lookup(probe);
+        let frames = module
+            .as_ref()
+            .and_then(|module| {
+                let probe = module.vaddr(offset)?.saturating_sub(1);
+                Some(module.lookup(probe))
+            })
+            .unwrap_or_default();
         if frames.is_empty() {
             vec![unknown(format!("{name}+0x{offset:x}"), name)]
         } else {

@@ -113,7 +113,7 @@ pub(crate) struct Watch {
     pub phases: Vec<crate::PhaseStats>,
     /// Device OOMs the job's observer recorded.
     pub device_ooms: Vec<crate::devices::DeviceOom>,
-    /// Heap profiles the job announced.
+    /// Heap profiles the job announced, one per file still on disk.
     pub heap_dumps: Vec<crate::heapprof::DumpRecord>,
 }
 
@@ -178,7 +178,13 @@ impl Watch {
                 h @ Record::Hello { .. } => self.hello = Some(h),
                 Record::Phases { phases } => self.phases = phases,
                 Record::DeviceOom(o) => self.device_ooms.push(*o),
-                Record::HeapProfile(d) => self.heap_dumps.push(d),
+                Record::HeapProfile(d) => {
+                    // One record per file still on disk (rotated step profiles are deleted), so a
+                    // long job's list stays short.
+                    self.heap_dumps
+                        .retain(|o| o.path != d.path && std::path::Path::new(&o.path).exists());
+                    self.heap_dumps.push(d);
+                }
                 _ => {}
             }
         }

@@ -63,8 +63,10 @@ pub struct ViewerState {
     pub device_ooms: Vec<memsight::devices::DeviceOom>,
     /// The heap-profile section (reports).
     pub heap_profile: Option<memsight::heapprof::HeapProfile>,
-    /// Heap profiles the job announced while running.
-    pub heap_dumps: Vec<memsight::heapprof::DumpRecord>,
+    /// How many heap profiles the job announced while running.
+    pub heap_dumps: u64,
+    /// The latest heap profile the job announced.
+    pub last_heap_dump: Option<memsight::heapprof::DumpRecord>,
 }
 
 impl ViewerState {
@@ -89,7 +91,8 @@ impl ViewerState {
             interval_ms: None,
             device_ooms: Vec::new(),
             heap_profile: None,
-            heap_dumps: Vec::new(),
+            heap_dumps: 0,
+            last_heap_dump: None,
         }
     }
 
@@ -152,7 +155,10 @@ impl ViewerState {
             }
             Record::Phases { phases } => self.phases = phases,
             Record::DeviceOom(o) => self.device_ooms.push(*o),
-            Record::HeapProfile(d) => self.heap_dumps.push(d),
+            Record::HeapProfile(d) => {
+                self.heap_dumps += 1;
+                self.last_heap_dump = Some(d);
+            }
             Record::Finished { .. } | Record::Unknown => {}
         }
     }

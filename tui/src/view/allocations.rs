@@ -18,11 +18,11 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
 
 fn render_sites(f: &mut Frame, area: Rect, s: &ViewerState) {
     let Some(hp) = &s.heap_profile else {
-        let text = match s.heap_dumps.last() {
+        let text = match &s.last_heap_dump {
             Some(d) => format!(
                 "{} heap profiles written so far (latest {:?} at step {}: {}). Sites come with \
                  the report; now: memsight heap top {}",
-                s.heap_dumps.len(),
+                s.heap_dumps,
                 d.kind,
                 d.step,
                 fmt_bytes(d.heap_bytes),
