@@ -41,6 +41,7 @@ bench: setup
 	$(CARGO) build --release -p memsight --examples
 	./target/release/sampler-bench
 	./target/release/alloc-bench
+	./target/release/alloc-ab
 	./target/release/frame-bench
 	./target/release/sidecar-bench
 

@@ -1,11 +1,15 @@
 //! The global allocator: a counting wrapper around jemalloc (or any other `GlobalAlloc`).
 //!
-//! Counting lives in [`counters`]; this module only forwards to the inner allocator and records
-//! what succeeded. The path never allocates, locks, blocks or panics, and is reentrancy-safe: the
-//! inner call completes before (alloc) or after (dealloc) the counters are touched, so an inner
-//! allocator that itself allocates through the global allocator nests cleanly.
+//! Counting lives in [`counters`] (thread-local blocks) and `registry` (the threads' blocks for
+//! readers); this module forwards to the inner allocator. A call the counters' fast path accepts is
+//! counted before it is forwarded (an allocation the inner allocator then refuses is taken back);
+//! any other call is forwarded first and counted after, out of line. The path never allocates,
+//! locks, blocks or panics, and is reentrancy-safe: each counter update completes before the inner
+//! call starts or after it returns, so an inner allocator that itself allocates through the global
+//! allocator nests cleanly.
 
 pub(crate) mod counters;
+mod registry;
 
 use std::alloc::{GlobalAlloc, Layout};
 
@@ -68,30 +72,37 @@ impl<A> Allocator<A> {
 unsafe impl<A: GlobalAlloc> GlobalAlloc for Allocator<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = self.inner.alloc(layout);
-        if !p.is_null() {
-            counters::on_alloc(layout.size());
+        if counters::alloc_fast(layout.size()) {
+            let p = self.inner.alloc(layout);
+            if p.is_null() {
+                counted_but_failed(layout.size());
+            }
+            p
         } else {
-            failed(layout.size());
+            self.alloc_slow(layout)
         }
-        p
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = self.inner.alloc_zeroed(layout);
-        if !p.is_null() {
-            counters::on_alloc(layout.size());
+        if counters::alloc_fast(layout.size()) {
+            let p = self.inner.alloc_zeroed(layout);
+            if p.is_null() {
+                counted_but_failed(layout.size());
+            }
+            p
         } else {
-            failed(layout.size());
+            self.alloc_zeroed_slow(layout)
         }
-        p
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        self.inner.dealloc(ptr, layout);
-        counters::on_dealloc(layout.size());
+        if counters::dealloc_fast(layout.size()) {
+            self.inner.dealloc(ptr, layout)
+        } else {
+            self.dealloc_slow(ptr, layout)
+        }
     }
 
     #[inline]
@@ -104,6 +115,53 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Allocator<A> {
         }
         p
     }
+}
+
+impl<A: GlobalAlloc> Allocator<A> {
+    /// An allocation the counters' fast path did not count: allocate, then count what succeeded.
+    #[cold]
+    #[inline(never)]
+    unsafe fn alloc_slow(&self, layout: Layout) -> *mut u8 {
+        let p = self.inner.alloc(layout);
+        count_after(p, layout.size());
+        p
+    }
+
+    /// As [`Self::alloc_slow`], zeroed.
+    #[cold]
+    #[inline(never)]
+    unsafe fn alloc_zeroed_slow(&self, layout: Layout) -> *mut u8 {
+        let p = self.inner.alloc_zeroed(layout);
+        count_after(p, layout.size());
+        p
+    }
+
+    /// A deallocation that the counters' fast path left to finish; kept out of line so that
+    /// `dealloc` saves no register and ends in a tail call.
+    #[cold]
+    #[inline(never)]
+    unsafe fn dealloc_slow(&self, ptr: *mut u8, layout: Layout) {
+        self.inner.dealloc(ptr, layout);
+        counters::on_dealloc(layout.size());
+    }
+}
+
+/// Counts an allocation that has happened (or records its failure).
+#[inline(always)]
+fn count_after(p: *mut u8, size: usize) {
+    if p.is_null() {
+        failed(size);
+    } else {
+        counters::on_alloc(size);
+    }
+}
+
+/// An allocation counted in advance that the inner allocator refused: taken back, then recorded.
+#[cold]
+#[inline(never)]
+fn counted_but_failed(size: usize) {
+    counters::alloc_failed_after_count(size);
+    failed(size);
 }
 
 /// A failed allocation: the process is usually about to abort, so it goes straight to the flight
