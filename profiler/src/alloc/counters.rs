@@ -76,7 +76,7 @@ impl Counts {
     }
 
     /// Adds these counts to `into` atomically (folding a retiring thread into the shared block).
-    pub(crate) fn fold_into(&self, into: &Counts) {
+    fn fold_into(&self, into: &Counts) {
         let pairs = [
             (&self.bytes_allocated, &into.bytes_allocated),
             (&self.bytes_freed, &into.bytes_freed),
@@ -132,13 +132,13 @@ impl Local {
     }
 
     /// Sends every later call of this thread to the slow path (registration failed, or retiring).
-    pub(crate) fn close_fast_path(&self) {
+    fn close_fast_path(&self) {
         self.alloc_mark.store(0, Relaxed);
         self.free_mark.store(0, Relaxed);
     }
 
     /// Live bytes counted here and not yet added to `LIVE`; marks them published.
-    pub(crate) fn take_unpublished(&self) -> i64 {
+    fn take_unpublished(&self) -> i64 {
         let live = self.live();
         live - self.flushed.swap(live, Relaxed)
     }
@@ -363,9 +363,11 @@ fn count(counts: &Counts, delta: i64, call: Call, add: impl Fn(&AtomicU64, u64))
 /// Publishes this thread's unpublished live delta when it reached half of `FLUSH_BYTES`, and sets
 /// the marks where the delta would reach ±`FLUSH_BYTES` by allocations or frees alone.
 fn settle(l: &Local) {
-    let mut d = l.live() - l.flushed.load(Relaxed);
+    let live = l.live();
+    let mut d = live - l.flushed.load(Relaxed);
     if d.abs() >= FLUSH_BYTES / 2 {
-        publish(l.take_unpublished());
+        l.flushed.store(live, Relaxed);
+        publish(d);
         d = 0;
     }
     let allocated = l.counts.bytes_allocated.load(Relaxed);
