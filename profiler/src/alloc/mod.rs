@@ -10,6 +10,8 @@
 
 pub(crate) mod counters;
 mod registry;
+#[cfg(feature = "heap-profile")]
+mod sampled_jemalloc;
 
 use std::alloc::{GlobalAlloc, Layout};
 
@@ -31,8 +33,14 @@ pub struct Allocator<A = DefaultInner> {
 }
 
 /// The inner allocator of [`Allocator::new`]: jemalloc when the `jemalloc` feature is on.
-#[cfg(feature = "jemalloc")]
+#[cfg(all(feature = "jemalloc", not(feature = "heap-profile")))]
 pub type DefaultInner = tikv_jemallocator::Jemalloc;
+/// The inner allocator of [`Allocator::new`] with `heap-profile`: prof-built jemalloc, with the
+/// sized free of page-aligned pointers (possibly sampled ones) sent through `free`.
+#[cfg(feature = "heap-profile")]
+pub type DefaultInner = sampled_jemalloc::SampledJemalloc;
+#[cfg(feature = "heap-profile")]
+pub use sampled_jemalloc::SampledJemalloc;
 /// The inner allocator of [`Allocator::new`]: the system allocator without the `jemalloc` feature.
 #[cfg(not(feature = "jemalloc"))]
 pub type DefaultInner = std::alloc::System;
@@ -40,10 +48,16 @@ pub type DefaultInner = std::alloc::System;
 impl Allocator<DefaultInner> {
     /// A tracking allocator over jemalloc (over the system allocator without the `jemalloc` feature).
     pub const fn new() -> Self {
-        #[cfg(feature = "jemalloc")]
+        #[cfg(all(feature = "jemalloc", not(feature = "heap-profile")))]
         {
             Allocator {
                 inner: tikv_jemallocator::Jemalloc,
+            }
+        }
+        #[cfg(feature = "heap-profile")]
+        {
+            Allocator {
+                inner: SampledJemalloc,
             }
         }
         #[cfg(not(feature = "jemalloc"))]

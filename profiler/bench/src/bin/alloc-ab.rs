@@ -6,6 +6,12 @@
 //!
 //! `alloc-ab [PAIRS]` (default 400 chunk pairs per cell) prints, per workload and thread count, the
 //! median ns per alloc+free of each side, the median and interquartile range of the pair ratios.
+//!
+//! Built with `memsight/heap-profile` (`make bench` does, as `alloc-ab-prof`), both sides run on
+//! jemalloc built for heap profiling, with sampling as `MALLOC_CONF` says (memsight's default: one
+//! sample per 512 KiB): that compares memsight's profiling build with the bare profiling jemalloc.
+//! With sampling on it then prints what sampling itself costs: memsight with sampling switched off
+//! and on between alternating chunks.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;
@@ -94,10 +100,12 @@ fn chunk<S: Side>(workload: &str, ops: usize, seed: &mut u64) -> f64 {
     t.elapsed().as_nanos() as f64
 }
 
+/// Operations (alloc+free pairs) per chunk.
+const OPS: usize = 50_000;
+
 /// One cell: `pairs` chunk pairs on `threads` threads (all threads run the same side at the same
 /// time); returns (bare ns/op, tracked ns/op, ratio median, ratio p25, ratio p75).
 fn cell(workload: &'static str, threads: usize, pairs: usize) -> [f64; 5] {
-    const OPS: usize = 50_000;
     let barrier = Arc::new(Barrier::new(threads));
     let handles: Vec<_> = (0..threads)
         .map(|t| {
@@ -130,6 +138,11 @@ fn cell(workload: &'static str, threads: usize, pairs: usize) -> [f64; 5] {
         .into_iter()
         .flat_map(|h| h.join().unwrap_or_default())
         .collect();
+    summarize(&all)
+}
+
+/// (A ns/op, B ns/op, ratio median, ratio p25, ratio p75) of chunk pairs (A ns, B ns).
+fn summarize(all: &[(f64, f64)]) -> [f64; 5] {
     let q = |mut v: Vec<f64>, f: f64| {
         v.sort_by(f64::total_cmp);
         v.get(((v.len() as f64 - 1.0) * f).round() as usize)
@@ -146,6 +159,47 @@ fn cell(workload: &'static str, threads: usize, pairs: usize) -> [f64; 5] {
     ]
 }
 
+/// memsight with jemalloc's sampling off (A) and on (B), switched between alternating chunks on
+/// one thread: what sampling itself costs.
+fn sampling_cell(workload: &'static str, pairs: usize) -> [f64; 5] {
+    use memsight::heapprof::control::set_sampling;
+    let mut seed = 0x2545F4914F6CDD1D;
+    chunk::<Tracked>(workload, OPS, &mut seed);
+    let side = |on: bool, seed: &mut u64| {
+        let _ = set_sampling(on);
+        chunk::<Tracked>(workload, OPS, seed)
+    };
+    let all: Vec<(f64, f64)> = (0..pairs)
+        .map(|i| {
+            if i % 2 == 0 {
+                let off = side(false, &mut seed);
+                (off, side(true, &mut seed))
+            } else {
+                let on = side(true, &mut seed);
+                (side(false, &mut seed), on)
+            }
+        })
+        .collect();
+    let _ = set_sampling(true);
+    summarize(&all)
+}
+
+/// Which jemalloc both sides run on.
+fn jemalloc_build() -> String {
+    use memsight::heapprof::control;
+    match (
+        control::enabled(),
+        control::sampling(),
+        control::sample_bytes(),
+    ) {
+        (false, ..) => "jemalloc: not profiling (plain build, or prof:false)".into(),
+        (true, Some(true), Some(b)) => {
+            format!("jemalloc: built for heap profiling, one sample per {b} bytes")
+        }
+        (true, ..) => "jemalloc: built for heap profiling, sampling off".into(),
+    }
+}
+
 fn main() {
     let pairs: usize = match std::env::args().nth(1).map(|a| a.parse()) {
         None => 400,
@@ -155,6 +209,7 @@ fn main() {
             std::process::exit(2);
         }
     };
+    println!("{}", jemalloc_build());
     println!(
         "| workload | threads | jemalloc ns | memsight ns | ratio (median of pairs) | p25–p75 |"
     );
@@ -163,6 +218,18 @@ fn main() {
         for workload in ["box32", "mixed"] {
             let [b, t, r, lo, hi] = cell(workload, threads, pairs);
             println!("| {workload} | {threads} | {b:.2} | {t:.2} | {r:.3}× | {lo:.3}–{hi:.3} |");
+        }
+    }
+    if memsight::heapprof::control::sampling() == Some(true) {
+        println!();
+        println!(
+            "What sampling costs: memsight, sampling off and on in alternating chunks, 1 thread"
+        );
+        println!("| workload | off ns | on ns | ratio (median of pairs) | p25–p75 |");
+        println!("|---|---|---|---|---|");
+        for workload in ["box32", "mixed"] {
+            let [off, on, r, lo, hi] = sampling_cell(workload, pairs);
+            println!("| {workload} | {off:.2} | {on:.2} | {r:.3}× | {lo:.3}–{hi:.3} |");
         }
     }
 }
