@@ -48,23 +48,9 @@ pub type DefaultInner = std::alloc::System;
 impl Allocator<DefaultInner> {
     /// A tracking allocator over jemalloc (over the system allocator without the `jemalloc` feature).
     pub const fn new() -> Self {
-        #[cfg(all(feature = "jemalloc", not(feature = "heap-profile")))]
-        {
-            Allocator {
-                inner: tikv_jemallocator::Jemalloc,
-            }
-        }
-        #[cfg(feature = "heap-profile")]
-        {
-            Allocator {
-                inner: SampledJemalloc,
-            }
-        }
-        #[cfg(not(feature = "jemalloc"))]
-        {
-            Allocator {
-                inner: std::alloc::System,
-            }
+        // Every inner allocator `DefaultInner` stands for is a unit struct.
+        Allocator {
+            inner: DefaultInner {},
         }
     }
 }
