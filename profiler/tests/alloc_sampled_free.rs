@@ -23,6 +23,11 @@ fn sampled_page_aligned_objects_are_freed_and_unaccounted() {
     // Every allocation sampled (one sample per byte on average).
     std::env::set_var("MEMSIGHT_HEAP_SAMPLE", "1");
     assert_eq!(control::configure_from_env().unwrap(), Some(1));
+    // The thread's next sample was drawn at the old rate (mean 512 KiB away): allocate past it, so
+    // that every allocation below is sampled.
+    for _ in 0..256 {
+        drop(black_box(vec![0u8; 64 * 1024]));
+    }
 
     let live_before = memsight::stats().live_bytes;
     let profiled_before = profiled("before.heap");
