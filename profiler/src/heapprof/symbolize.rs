@@ -151,12 +151,9 @@ impl Module {
         // Line-tables-only DWARF names functions without their path (`forward`); the symbol table
         // has the physical (outermost) function's full name (`app::model::Block::forward`).
         if let (Some(last), Some(sym)) = (out.last_mut(), loader.find_symbol(probe)) {
-            if !last.function.contains("::") {
-                let full = addr2line::demangle_auto(sym.into(), None);
-                let full = strip_hash(&full);
-                if full.ends_with(last.function.as_str()) {
-                    last.function = full.to_string();
-                }
+            let full = addr2line::demangle_auto(sym.into(), None);
+            if let Some(q) = qualify(&last.function, strip_hash(&full)) {
+                last.function = q;
             }
         }
         if out.is_empty() {
@@ -213,6 +210,45 @@ fn is_rust_symbol(sym: &str) -> bool {
             .all(|b| b.is_ascii_hexdigit())
 }
 
+/// The path-qualified name of a line-table function name (`forward`, `held_by<Vec<u8>>`) from the
+/// symbol table's name of the same function (`app::model::forward`, or with v0 mangling
+/// `app::model::held_by::<Vec<u8>>`), keeping the line table's type arguments; `None` when the
+/// name already has a path or the symbol is another function.
+fn qualify(short: &str, symbol: &str) -> Option<String> {
+    let (base, args) = split_type_args(short);
+    if base.is_empty() || base.contains("::") {
+        return None;
+    }
+    let (sym_base, _) = split_type_args(symbol);
+    let sym_base = sym_base.strip_suffix("::").unwrap_or(sym_base);
+    let path = sym_base.strip_suffix(base)?;
+    if !(path.is_empty() || path.ends_with("::")) {
+        return None;
+    }
+    Some(format!("{sym_base}{args}"))
+}
+
+/// Splits a trailing `<…>` (balanced) off a name: `f<Vec<u8>>` → (`f`, `<Vec<u8>>`).
+fn split_type_args(name: &str) -> (&str, &str) {
+    if !name.ends_with('>') {
+        return (name, "");
+    }
+    let mut depth = 0usize;
+    for (i, c) in name.char_indices().rev() {
+        match c {
+            '>' => depth += 1,
+            '<' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return name.split_at(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    (name, "")
+}
+
 /// Drops a `::h0123456789abcdef` suffix.
 fn strip_hash(name: &str) -> &str {
     match name.rsplit_once("::h") {
@@ -239,6 +275,32 @@ mod tests {
         assert_eq!(strip_hash("a::hello"), "a::hello");
     }
 
+    #[test]
+    fn qualifies_line_table_names_from_symbols() {
+        let q = |a, b| qualify(a, b);
+        assert_eq!(
+            q("forward", "app::Block::forward").as_deref(),
+            Some("app::Block::forward")
+        );
+        assert_eq!(
+            q("held_by<alloc::vec::Vec<u8>>", "app::held_by").as_deref(),
+            Some("app::held_by<alloc::vec::Vec<u8>>")
+        );
+        assert_eq!(
+            q("held_by<u8>", "app::held_by::<u8>").as_deref(),
+            Some("app::held_by<u8>")
+        );
+        assert_eq!(q("forward", "app::Block::preforward"), None);
+        assert_eq!(q("forward", "forward").as_deref(), Some("forward"));
+        assert_eq!(q("app::forward", "app::forward"), None);
+        assert_eq!(
+            q("drop", "<app::Foo as core::ops::drop::Drop>::drop").as_deref(),
+            Some("<app::Foo as core::ops::drop::Drop>::drop")
+        );
+        assert_eq!(split_type_args("a<b<c>>"), ("a", "<b<c>>"));
+        assert_eq!(split_type_args("<a as b>"), ("", "<a as b>"));
+    }
+
     /// Symbolizes an address of this very test binary through its own memory map.
     #[test]
     #[inline(never)]
@@ -254,5 +316,27 @@ mod tests {
                 .any(|f| f.function.ends_with("resolves_an_address_of_this_binary") && f.rust),
             "{frames:?}"
         );
+    }
+
+    /// A generic function's line-table name (`held_by<alloc::vec::Vec<u8>>`) gets its path from
+    /// the symbol table, keeping its type arguments.
+    #[inline(never)]
+    fn held_by<T: Default>() -> u64 {
+        std::hint::black_box(T::default());
+        held_by::<T> as *const () as u64
+    }
+
+    #[test]
+    fn a_generic_function_gets_its_path() {
+        let here = held_by::<Vec<u8>>();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let dump = HeapDump::parse(&format!("heap_v2/524288\nMAPPED_LIBRARIES:\n{maps}")).unwrap();
+        let frames = Symbolizer::new().frames(&dump, here + 1);
+        let last = frames.last().expect("a frame");
+        assert!(
+            last.function.contains("symbolize::tests::held_by"),
+            "{frames:?}"
+        );
+        assert!(last.function.contains("Vec<u8"), "{frames:?}");
     }
 }
