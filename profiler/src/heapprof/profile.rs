@@ -51,6 +51,12 @@ impl Stack {
         }
         Some(site)
     }
+
+    /// Whether memsight's own bookkeeping made these allocations (its sampler's timeline, its
+    /// recorders): memsight frames and none of the user's.
+    pub fn is_memsight_own(&self) -> bool {
+        !self.frames().any(is_user_code) && self.frames().any(is_memsight)
+    }
 }
 
 /// A symbolized profile.
@@ -189,9 +195,23 @@ impl Profile {
         self.stacks.iter().map(|s| s.bytes).sum()
     }
 
+    /// Estimated live bytes of memsight's own bookkeeping (left out of sites and growth).
+    pub fn own_bytes(&self) -> f64 {
+        self.own_stacks().map(|s| s.bytes).sum()
+    }
+
+    fn own_stacks(&self) -> impl Iterator<Item = &Stack> {
+        self.stacks.iter().filter(|s| s.is_memsight_own())
+    }
+
+    /// The stacks of the program's allocations: all but memsight's own.
+    fn program_stacks(&self) -> impl Iterator<Item = &Stack> {
+        self.stacks.iter().filter(|s| !s.is_memsight_own())
+    }
+
     fn bytes_by_site(&self) -> HashMap<SourceSite, f64> {
         let mut by: HashMap<SourceSite, f64> = HashMap::new();
-        for s in &self.stacks {
+        for s in self.program_stacks() {
             if let Some(f) = s.site() {
                 let at = SourceSite {
                     function: f.function,
@@ -204,7 +224,7 @@ impl Profile {
         by
     }
 
-    /// The `n` sites holding the most bytes, largest first.
+    /// The `n` sites holding the most bytes, largest first; shares are of all profiled bytes.
     pub fn top_sites(&self, n: usize) -> Vec<Site> {
         let total = self.total_bytes().max(1.0);
         let mut sites: Vec<Site> = self
@@ -227,7 +247,8 @@ impl Profile {
     }
 }
 
-/// The `n` sites that grew most from `a` to `b`, largest growth first (only sites that grew).
+/// The `n` sites that grew most from `a` to `b`, largest growth first (only sites that grew;
+/// memsight's own bookkeeping left out).
 pub fn growth(a: &Profile, b: &Profile, n: usize) -> Vec<SiteGrowth> {
     let before = a.bytes_by_site();
     let mut out: Vec<SiteGrowth> = b
@@ -249,10 +270,12 @@ pub fn growth(a: &Profile, b: &Profile, n: usize) -> Vec<SiteGrowth> {
     out
 }
 
-/// Folded stacks of what grew from `a` to `b` (stacks matched by their frames).
+/// Folded stacks of what grew from `a` to `b` (stacks matched by their frames; memsight's own
+/// bookkeeping left out).
 pub fn growth_folded(a: &Profile, b: &Profile) -> Vec<(String, u64)> {
-    let before: HashMap<String, u64> = a.folded().into_iter().collect();
-    b.folded()
+    let program = |p: &Profile| fold(p.program_stacks().map(|s| (s, s.bytes)));
+    let before: HashMap<String, u64> = program(a).into_iter().collect();
+    program(b)
         .into_iter()
         .filter_map(|(stack, to)| {
             let grew = to.saturating_sub(before.get(&stack).copied().unwrap_or(0));
@@ -325,6 +348,19 @@ fn is_allocator(f: &Frame) -> bool {
     EXACT.contains(&f.function.as_str()) || PREFIX.iter().any(|p| name.starts_with(p))
 }
 
+/// memsight's own sources: a frame there is memsight's whatever its (possibly short, inlined) name.
+const OWN_SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/");
+
+/// Whether a frame is memsight's own code (the library, not the program it profiles).
+fn is_memsight(f: &Frame) -> bool {
+    let name = unwrap_impl(&f.function);
+    name.starts_with("memsight::")
+        || name.starts_with("memsight_integrations::")
+        || f.file
+            .as_deref()
+            .is_some_and(|file| file.starts_with(OWN_SOURCES))
+}
+
 /// Whether a frame is in the user's own code: Rust, and not in the standard library, memsight,
 /// or the libraries between a training loop and its allocations.
 fn is_user_code(f: &Frame) -> bool {
@@ -351,7 +387,7 @@ fn is_user_code(f: &Frame) -> bool {
             || file.contains("/.cargo/registry/")
             || file.contains("/.cargo/git/")
     });
-    f.rust && !library_file && {
+    f.rust && !library_file && !is_memsight(f) && {
         let name = unwrap_impl(&f.function);
         !LIBRARY.iter().any(|p| name.starts_with(p))
     }
@@ -477,5 +513,45 @@ mod tests {
             growth_folded(&a, &b),
             vec![("app::leak".to_string(), 50), ("app::new".to_string(), 5)]
         );
+    }
+
+    #[test]
+    fn memsights_own_bookkeeping_is_left_out_of_sites_and_growth() {
+        // The sampler's timeline: an inlined frame with a short name in memsight's sources, then
+        // memsight's thread entry; no frame of the program.
+        let own = |bytes| {
+            let mut s = stack(
+                &[
+                    ("alloc::raw_vec::finish_grow", true),
+                    ("run", true),
+                    ("memsight::session::Session::start::{closure#0}", true),
+                    ("start_thread", false),
+                ],
+                bytes,
+            );
+            s.locations[1].frames[0].file = Some(format!("{OWN_SOURCES}session.rs"));
+            s
+        };
+        let a = Profile {
+            sample_bytes: 1,
+            stacks: vec![own(10.0), stack(&[("app::leak", true)], 10.0)],
+        };
+        let b = Profile {
+            sample_bytes: 1,
+            stacks: vec![own(500.0), stack(&[("app::leak", true)], 20.0)],
+        };
+        assert!(b.stacks[0].is_memsight_own());
+        assert!(!b.stacks[1].is_memsight_own());
+        assert_eq!(b.own_bytes(), 500.0);
+        let top = b.top_sites(5);
+        assert_eq!(top.len(), 1);
+        assert_eq!(top[0].at.function, "app::leak");
+        let g = growth(&a, &b, 5);
+        assert_eq!((g.len(), g[0].at.function.as_str()), (1, "app::leak"));
+        assert_eq!(growth_folded(&a, &b), vec![("app::leak".to_string(), 10)]);
+        // A program's call into memsight (a phase guard's name) stays the program's.
+        let call = stack(&[("memsight::phase", true), ("app::train", true)], 1.0);
+        assert!(!call.is_memsight_own());
+        assert_eq!(call.site().unwrap().function, "app::train");
     }
 }

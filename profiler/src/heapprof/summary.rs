@@ -194,6 +194,14 @@ fn view(d: &DumpRecord, p: &Profile, report_dir: &Path, notes: &mut Vec<String>)
         report_dir,
         notes,
     );
+    let own = p.own_bytes();
+    if own >= 1.0 {
+        notes.push(format!(
+            "memsight's own bookkeeping held about {} at step {} (in the flamegraph, not among the sites)",
+            fmt_bytes(own.round() as u64),
+            d.step
+        ));
+    }
     ProfileView {
         kind: d.kind,
         t_ms: d.t_ms,
@@ -223,6 +231,15 @@ fn growth_view(
     } else {
         write_svg(&svg, &title, &folded, report_dir, notes)
     };
+    let own_growth = pb.own_bytes() - pa.own_bytes();
+    if own_growth >= 1.0 {
+        notes.push(format!(
+            "memsight's own bookkeeping (its bounded timeline, among others) grew about {} from step {} to step {}; left out of the growth",
+            fmt_bytes(own_growth.round() as u64),
+            a.step,
+            b.step
+        ));
+    }
     Growth {
         from_step: a.step,
         to_step: b.step,
