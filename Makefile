@@ -41,7 +41,7 @@ bench: setup
 	$(CARGO) build --release -p memsight-tui
 	$(CARGO) build --release -p memsight --examples
 	./target/release/sampler-bench
-	./target/release/alloc-bench
+	./target/release/alloc-bench 21
 	./target/release/alloc-ab
 	MALLOC_CONF=prof_active:false ./target/release/alloc-ab-prof
 	./target/release/alloc-ab-prof

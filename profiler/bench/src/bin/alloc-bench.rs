@@ -4,8 +4,8 @@
 //! `alloc-bench [ROUNDS]` (default 7). Needs the sibling binaries `churn-*` (make bench builds them)
 //! and `heaptrack` on PATH (skipped with a note when missing). The `-prof` binaries are built with
 //! memsight's `heap-profile` feature (jemalloc `--enable-prof`): `jemalloc prof-built` and
-//! `memsight prof-built` with sampling off, `memsight sampling` with one sample per 512 KiB (what a
-//! `heap-profile` job runs with by default).
+//! `memsight prof-built` with profiling on and sampling off, `jemalloc sampling` and `memsight
+//! sampling` with one sample per 512 KiB (what a `heap-profile` job runs with by default).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -50,7 +50,9 @@ fn run(dir: &Path, v: &Variant, workload: &str, threads: usize) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// Median of the finite values (NaN when there are none).
 fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
     v.sort_by(f64::total_cmp);
     if v.is_empty() {
         f64::NAN
@@ -59,11 +61,21 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// Median over rounds of the ratio `a / b` within each round: runs of one round are seconds apart,
+/// so this cancels the machine's slow drift that a ratio of medians keeps.
+fn round_ratio(a: &[f64], b: &[f64]) -> f64 {
+    median(a.iter().zip(b).map(|(x, y)| x / y).collect())
+}
+
 fn main() {
-    let rounds: usize = std::env::args()
-        .nth(1)
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(7);
+    let rounds: usize = match std::env::args().nth(1).map(|a| a.parse()) {
+        None => 7,
+        Some(Ok(n)) if n > 0 => n,
+        Some(_) => {
+            eprintln!("usage: alloc-bench [ROUNDS]   (ROUNDS: a positive number of rounds)");
+            std::process::exit(2);
+        }
+    };
     let dir: PathBuf = std::env::current_exe()
         .ok()
         .and_then(|e| e.parent().map(Path::to_path_buf))
@@ -89,7 +101,15 @@ fn main() {
             bin: "churn-jemalloc-prof",
             heaptrack: false,
             ops: 2_000_000,
-            malloc_conf: Some("prof_active:false"),
+            // What memsight's compiled-in `malloc_conf` sets, with sampling off.
+            malloc_conf: Some("prof:true,prof_active:false,lg_prof_sample:19"),
+        },
+        Variant {
+            name: "jemalloc sampling",
+            bin: "churn-jemalloc-prof",
+            heaptrack: false,
+            ops: 2_000_000,
+            malloc_conf: Some("prof:true,prof_active:true,lg_prof_sample:19"),
         },
         Variant {
             name: "memsight prof-built",
@@ -150,19 +170,18 @@ fn main() {
         eprintln!("round {}/{rounds}", round + 1);
         for (ci, (w, t)) in cases.iter().enumerate() {
             for (vi, v) in variants.iter().enumerate() {
-                if let Some(ns) = run(&dir, v, w, *t) {
-                    samples[ci][vi].push(ns);
-                }
+                // A failed run stays as NaN, so every variant keeps one entry per round.
+                samples[ci][vi].push(run(&dir, v, w, *t).unwrap_or(f64::NAN));
             }
         }
     }
     let idx = |n: &str| variants.iter().position(|v| v.name == n);
-    println!("\nns per alloc+free (median of {rounds} interleaved rounds; ratio vs the allocator underneath)\n");
+    println!("\nns per alloc+free (median of {rounds} interleaved rounds; in parentheses the median over rounds of the ratio to the allocator underneath, from the same round)\n");
     print!("| workload | threads |");
     for v in &variants {
         print!(" {} |", v.name);
     }
-    println!(" heaptrack ÷ memsight overhead | dhat ÷ memsight overhead |");
+    println!(" heaptrack ÷ memsight overhead (relative; ns added) | dhat ÷ memsight overhead (relative; ns added) |");
     println!("|---|---|{}---|---|", "---|".repeat(variants.len()));
     for (ci, (w, t)) in cases.iter().enumerate() {
         let m: Vec<f64> = samples[ci].iter().map(|s| median(s.clone())).collect();
@@ -170,29 +189,37 @@ fn main() {
         let gl = m[idx("glibc").unwrap_or(0)];
         print!("| {w} | {t} |");
         for (vi, v) in variants.iter().enumerate() {
+            // The allocator underneath each variant.
             let base = match v.name {
                 "memsight"
                 | "memsight prof-built"
                 | "memsight sampling"
-                | "jemalloc prof-built" => je,
-                "heaptrack" | "dhat-rs" => gl,
-                "glibc" => je,
-                _ => f64::NAN,
+                | "jemalloc prof-built"
+                | "jemalloc sampling"
+                | "glibc" => idx("jemalloc"),
+                "heaptrack" | "dhat-rs" => idx("glibc"),
+                _ => None,
             };
-            if base.is_nan() {
-                print!(" {:.1} |", m[vi]);
-            } else {
-                print!(" {:.1} ({:.2}×) |", m[vi], m[vi] / base);
+            match base {
+                Some(b) => {
+                    let r = round_ratio(&samples[ci][vi], &samples[ci][b]);
+                    print!(" {:.1} ({:.2}×) |", m[vi], r);
+                }
+                None => print!(" {:.1} |", m[vi]),
             }
         }
-        let ms_over = m[idx("memsight").unwrap_or(0)] / je - 1.0;
+        // Overhead two ways: relative to each tool's own allocator underneath (heaptrack and dhat
+        // run over glibc, memsight over jemalloc), and as nanoseconds added per alloc+free.
+        let ms = m[idx("memsight").unwrap_or(0)];
+        let ms_over = ms / je - 1.0;
+        let ms_added = ms - je;
         let ratio = |name: &str| match idx(name) {
             Some(i) => {
-                let over = m[i] / gl - 1.0;
-                if ms_over <= 0.005 {
+                let (over, added) = (m[i] / gl - 1.0, m[i] - gl);
+                if ms_over <= 0.005 || ms_added <= 0.05 {
                     format!("> {:.0}× (memsight within noise)", over / 0.005)
                 } else {
-                    format!("{:.0}×", over / ms_over)
+                    format!("{:.0}×; {:.0}×", over / ms_over, added / ms_added)
                 }
             }
             None => "n/a".into(),
