@@ -111,3 +111,29 @@ fn every_heap_profile_field_is_documented() {
         .collect();
     assert!(undocumented.is_empty(), "{undocumented:?}");
 }
+
+#[test]
+fn a_heap_peak_outside_every_step_says_so() {
+    // The demo's heap peaks while the model is set up, before its first step.
+    let text = std::fs::read(docs("report.example.json")).unwrap();
+    let mut report = Report::from_slice(&text).unwrap();
+    assert_eq!(report.peaks.heap_peak_step, None);
+    let over = Budgets::parse("version = 1\nmax_host_peak = \"1MiB\"\n").unwrap();
+    let lines = over.check(&report);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].ends_with("(peaked outside every step and phase)"),
+        "{lines:?}"
+    );
+    let md = memsight::report::summary::markdown(&report);
+    assert!(
+        md.contains("| peak live heap | 2.48 MiB | outside every step and phase |"),
+        "{md}"
+    );
+
+    report.peaks.heap_peak_step = Some(7);
+    report.peaks.heap_peak_phase = Some("train/forward".into());
+    assert!(over.check(&report)[0].ends_with("(peaked at step 7, phase train/forward)"));
+    assert!(memsight::report::summary::markdown(&report)
+        .contains("| 2.48 MiB | step 7, phase `train/forward` |"));
+}

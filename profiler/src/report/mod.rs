@@ -178,6 +178,27 @@ pub struct HistogramBucket {
 }
 
 impl Report {
+    /// Where the heap peaked, in words: "step 12, phase `train/backward`"; "outside every step and
+    /// phase" when the job had steps or phases and the peak fell in none of them (set-up, say);
+    /// `None` when the job marked neither.
+    pub fn heap_peak_place(&self) -> Option<String> {
+        let p = &self.peaks;
+        let mut w = Vec::new();
+        if let Some(st) = p.heap_peak_step {
+            w.push(format!("step {st}"));
+        }
+        if let Some(ph) = &p.heap_peak_phase {
+            w.push(format!("phase `{ph}`"));
+        }
+        if !w.is_empty() {
+            Some(w.join(", "))
+        } else if !self.steps.is_empty() || !self.phases.is_empty() {
+            Some("outside every step and phase".into())
+        } else {
+            None
+        }
+    }
+
     /// Sets the heap-profile section and derives the tips again (they name its top sites).
     pub fn set_heap_profile(&mut self, heap_profile: Option<crate::heapprof::HeapProfile>) {
         self.heap_profile = heap_profile;

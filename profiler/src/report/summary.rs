@@ -30,7 +30,7 @@ pub fn markdown(r: &Report) -> String {
         s,
         "| peak live heap | {} | {} |",
         fmt_bytes(p.heap_peak_bytes),
-        at(p.heap_peak_step, p.heap_peak_phase.as_deref())
+        r.heap_peak_place().unwrap_or_default()
     );
     if let Some(rss) = p.rss_peak_bytes {
         let w = p
