@@ -197,11 +197,11 @@ impl Profile {
 
     /// Estimated live bytes of memsight's own bookkeeping (left out of sites and growth).
     pub fn own_bytes(&self) -> f64 {
-        self.own_stacks().map(|s| s.bytes).sum()
-    }
-
-    fn own_stacks(&self) -> impl Iterator<Item = &Stack> {
-        self.stacks.iter().filter(|s| s.is_memsight_own())
+        self.stacks
+            .iter()
+            .filter(|s| s.is_memsight_own())
+            .map(|s| s.bytes)
+            .sum()
     }
 
     /// The stacks of the program's allocations: all but memsight's own.

@@ -277,24 +277,23 @@ mod tests {
 
     #[test]
     fn qualifies_line_table_names_from_symbols() {
-        let q = |a, b| qualify(a, b);
         assert_eq!(
-            q("forward", "app::Block::forward").as_deref(),
+            qualify("forward", "app::Block::forward").as_deref(),
             Some("app::Block::forward")
         );
         assert_eq!(
-            q("held_by<alloc::vec::Vec<u8>>", "app::held_by").as_deref(),
+            qualify("held_by<alloc::vec::Vec<u8>>", "app::held_by").as_deref(),
             Some("app::held_by<alloc::vec::Vec<u8>>")
         );
         assert_eq!(
-            q("held_by<u8>", "app::held_by::<u8>").as_deref(),
+            qualify("held_by<u8>", "app::held_by::<u8>").as_deref(),
             Some("app::held_by<u8>")
         );
-        assert_eq!(q("forward", "app::Block::preforward"), None);
-        assert_eq!(q("forward", "forward").as_deref(), Some("forward"));
-        assert_eq!(q("app::forward", "app::forward"), None);
+        assert_eq!(qualify("forward", "app::Block::preforward"), None);
+        assert_eq!(qualify("forward", "forward").as_deref(), Some("forward"));
+        assert_eq!(qualify("app::forward", "app::forward"), None);
         assert_eq!(
-            q("drop", "<app::Foo as core::ops::drop::Drop>::drop").as_deref(),
+            qualify("drop", "<app::Foo as core::ops::drop::Drop>::drop").as_deref(),
             Some("<app::Foo as core::ops::drop::Drop>::drop")
         );
         assert_eq!(split_type_args("a<b<c>>"), ("a", "<b<c>>"));

@@ -142,9 +142,10 @@ impl Budgets {
                     "host peak {} exceeds budget {}{}",
                     fmt_bytes(p.heap_peak_bytes),
                     fmt_bytes(max),
-                    match (p.heap_peak_step, &p.heap_peak_phase, r.heap_peak_place()) {
-                        (None, None, Some(outside)) => format!(" (peaked {outside})"),
-                        (step, phase, _) => location(step, phase.as_deref()),
+                    if r.heap_peaked_outside_marks() {
+                        format!(" (peaked {})", super::OUTSIDE_MARKS)
+                    } else {
+                        location(p.heap_peak_step, p.heap_peak_phase.as_deref())
                     }
                 ));
             }

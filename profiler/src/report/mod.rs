@@ -14,6 +14,9 @@ pub mod summary;
 pub mod tips;
 
 pub use error::ReportError;
+
+/// How `check` and `summary` say where a peak was when [`Report::heap_peaked_outside_marks`].
+pub const OUTSIDE_MARKS: &str = "outside every step and phase";
 pub use postmortem::{PostMortem, PostMortemFinding};
 
 use crate::collect::SourceStatus;
@@ -178,25 +181,12 @@ pub struct HistogramBucket {
 }
 
 impl Report {
-    /// Where the heap peaked, in words: "step 12, phase `train/backward`"; "outside every step and
-    /// phase" when the job had steps or phases and the peak fell in none of them (set-up, say);
-    /// `None` when the job marked neither.
-    pub fn heap_peak_place(&self) -> Option<String> {
-        let p = &self.peaks;
-        let mut w = Vec::new();
-        if let Some(st) = p.heap_peak_step {
-            w.push(format!("step {st}"));
-        }
-        if let Some(ph) = &p.heap_peak_phase {
-            w.push(format!("phase `{ph}`"));
-        }
-        if !w.is_empty() {
-            Some(w.join(", "))
-        } else if !self.steps.is_empty() || !self.phases.is_empty() {
-            Some("outside every step and phase".into())
-        } else {
-            None
-        }
+    /// Whether the heap peaked outside every step and phase of a job that marked some (set-up,
+    /// say): `heap_peak_step` and `heap_peak_phase` are then absent for that reason.
+    pub fn heap_peaked_outside_marks(&self) -> bool {
+        self.peaks.heap_peak_step.is_none()
+            && self.peaks.heap_peak_phase.is_none()
+            && !(self.steps.is_empty() && self.phases.is_empty())
     }
 
     /// Sets the heap-profile section and derives the tips again (they name its top sites).

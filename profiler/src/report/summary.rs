@@ -30,7 +30,11 @@ pub fn markdown(r: &Report) -> String {
         s,
         "| peak live heap | {} | {} |",
         fmt_bytes(p.heap_peak_bytes),
-        r.heap_peak_place().unwrap_or_default()
+        if r.heap_peaked_outside_marks() {
+            super::OUTSIDE_MARKS.to_string()
+        } else {
+            at(p.heap_peak_step, p.heap_peak_phase.as_deref())
+        }
     );
     if let Some(rss) = p.rss_peak_bytes {
         let w = p
