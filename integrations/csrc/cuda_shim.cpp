@@ -16,10 +16,9 @@ using c10::CachingDeviceAllocator::TraceEntry;
 
 namespace {
 
-constexpr int kMaxDevices = 64;
-// Set by the trace tracker (which runs under the allocator's lock: atomics only).
-std::atomic<uint64_t> last_oom_request[kMaxDevices];
+// Counted by the trace tracker (which runs under the allocator's lock: atomics only).
 std::atomic<uint64_t> trace_events[16];
+std::atomic<bool> attached{false};
 
 thread_local std::string last_error_b;
 
@@ -29,8 +28,7 @@ extern "C" {
 
 struct ms_oom_info {
   int64_t device;
-  uint64_t requested_bytes;
-  uint64_t allocated_bytes;  // as the observer reports it
+  uint64_t requested_bytes;  // the observer's `alloc` argument: the rounded request
   uint64_t total_bytes;
   uint64_t free_bytes;
   uint64_t reserved_bytes;
@@ -69,25 +67,26 @@ static int summarize(int64_t device, ms_segment_summary* out) {
   return 0;
 }
 
-// Attaches the trace tracker (counts events, remembers each device's last OOM request) and the
-// OOM observer, which calls `cb` outside the allocator's lock with everything known at that moment.
+// Attaches the trace tracker (counts events) and the OOM observer, which calls `cb` outside the
+// allocator's lock with everything known at that moment. Both live in the per-device allocators,
+// which exist only once CUDA is initialised: attaching earlier attaches to nothing (seen on an H100),
+// so the caller attaches after the first successful statistics read. Once; later calls return 0.
 int ms_cuda_attach(OomCallback cb) {
+  if (attached.exchange(true)) return 0;
   try {
     cca::attachAllocatorTraceTracker([](const TraceEntry& t) {
       auto a = static_cast<size_t>(t.action_);
       if (a < 16) trace_events[a].fetch_add(1, std::memory_order_relaxed);
-      if (t.action_ == TraceEntry::OOM && t.device_ >= 0 && t.device_ < kMaxDevices)
-        last_oom_request[t.device_].store(t.size_, std::memory_order_relaxed);
     });
-    cca::attachOutOfMemoryObserver([cb](int64_t device, size_t allocated, size_t total,
+    // The observer's arguments are (device, the rounded request, the device's total or the
+    // allowed maximum under a memory fraction, the driver's free bytes).
+    cca::attachOutOfMemoryObserver([cb](int64_t device, size_t request, size_t total,
                                         size_t device_free) {
       ms_oom_info info{};
       info.device = device;
-      info.allocated_bytes = allocated;
+      info.requested_bytes = request;
       info.total_bytes = total;
       info.free_bytes = device_free;
-      if (device >= 0 && device < kMaxDevices)
-        info.requested_bytes = last_oom_request[device].load(std::memory_order_relaxed);
       try {
         auto s = at::accelerator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
         auto agg = [](const c10::CachingAllocator::StatArray& a) {
@@ -110,9 +109,11 @@ int ms_cuda_attach(OomCallback cb) {
     });
     return 0;
   } catch (const std::exception& e) {
+    attached.store(false);
     last_error_b = e.what();
     return -1;
   } catch (...) {
+    attached.store(false);
     return -1;
   }
 }

@@ -47,7 +47,6 @@ struct AutocastState {
 struct OomInfo {
     device: i64,
     requested_bytes: u64,
-    allocated_bytes: u64,
     total_bytes: u64,
     free_bytes: u64,
     reserved_bytes: u64,
@@ -201,10 +200,30 @@ pub fn device_stats(index: usize) -> Option<DeviceSample> {
     })
 }
 
-/// Initialises CUDA on `device` so its statistics can be read (creates the CUDA context).
+/// Initialises CUDA on `device` so its statistics can be read (creates the CUDA context), and
+/// attaches the OOM observer, which can only attach once CUDA is initialised.
 pub fn init_device(index: usize) -> Result<(), TorchError> {
     // SAFETY: no pointers.
-    check(unsafe { ms_accel_init(index as i8) })
+    check(unsafe { ms_accel_init(index as i8) })?;
+    attach_oom_observer();
+    Ok(())
+}
+
+/// Attaches the CUDA OOM observer once the caching allocator exists (after CUDA's lazy
+/// initialisation: its per-device allocators hold the observers, and before they exist an
+/// attached observer is dropped). Called by `init_device` and by the sampler at its first read of
+/// device statistics; attaches once.
+fn attach_oom_observer() {
+    #[cfg(memsight_cuda)]
+    {
+        static ATTACHED: std::sync::Once = std::sync::Once::new();
+        ATTACHED.call_once(|| {
+            // SAFETY: the callback lives for the whole program and never unwinds.
+            if let Err(e) = check(unsafe { ms_cuda_attach(on_cuda_oom) }) {
+                eprintln!("memsight: CUDA OOM observer not attached: {e}");
+            }
+        });
+    }
 }
 
 /// Restarts the allocator's peak statistics of `device` at their current values.
@@ -346,6 +365,7 @@ impl DeviceSource for CudaSource {
         // Devices whose CUDA context does not exist yet are skipped (reading would throw).
         out.extend((0..self.devices).filter_map(|i| {
             let mut s = device_stats(i)?;
+            attach_oom_observer();
             if with_segments {
                 s.segments = segment_map(i);
             }
@@ -366,11 +386,7 @@ extern "C" fn on_cuda_oom(info: *const OomInfo) {
         requested_bytes: i.requested_bytes,
         total_bytes: i.total_bytes,
         free_bytes: i.free_bytes,
-        allocated_bytes: Some(if i.has_stats != 0 {
-            i.stats_allocated_bytes
-        } else {
-            i.allocated_bytes
-        }),
+        allocated_bytes: (i.has_stats != 0).then_some(i.stats_allocated_bytes),
         reserved_bytes: (i.has_stats != 0).then_some(i.reserved_bytes),
         inactive_split_bytes: (i.has_stats != 0).then_some(i.inactive_split_bytes),
         largest_free_block_bytes: (i.has_snapshot != 0).then_some(i.largest_free_block_bytes),
@@ -423,7 +439,7 @@ fn install_once() -> Vec<SourceStatus> {
             let note = format!(
                 "{n} CUDA device(s); {conf}; OOM observer {}",
                 if CUDA_COMPILED {
-                    "attached"
+                    "attached once CUDA starts"
                 } else {
                     "compiled out (no CUDA headers at build time)"
                 }
@@ -433,13 +449,6 @@ fn install_once() -> Vec<SourceStatus> {
                 note: note.clone(),
                 ticks: 0,
             }));
-            #[cfg(memsight_cuda)]
-            {
-                // SAFETY: the callback lives for the whole program and never unwinds.
-                if let Err(e) = check(unsafe { ms_cuda_attach(on_cuda_oom) }) {
-                    eprintln!("memsight: CUDA OOM observer not attached: {e}");
-                }
-            }
             out.push(SourceStatus {
                 name: "libtorch-cuda".into(),
                 available: true,

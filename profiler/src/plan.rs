@@ -90,32 +90,64 @@ impl std::fmt::Display for PlanError {
 
 impl std::error::Error for PlanError {}
 
-/// The device memory a job needs, from its worst device, and how it was derived.
+/// The device memory a job needs, from its worst device, and how it was derived: the larger of
+/// what the driver counted for the job itself (NVML per process, CUDA context included) and its
+/// allocator's reservation. NVML's device-wide figure counts every process on the device, so it
+/// is used only when nothing describes the job alone (measured on an H100: two jobs' device-wide
+/// peak was 25.1 GiB while one of them held 17.8 GiB, docs/gpu.md).
 pub fn job_need(devices: &[DevicePeak]) -> Option<(u64, String)> {
-    devices
+    let own = devices
         .iter()
         .filter_map(|d| {
-            if let Some(r) = d.peak_reserved_bytes {
+            let allocator = if let Some(r) = d.peak_reserved_bytes {
                 Some((
                     r,
                     format!("cuda:{} peak reserved (includes fragmentation)", d.index),
                 ))
-            } else if let Some(a) = d.peak_allocated_bytes {
-                let frag = d.peak_fragmentation.unwrap_or(0.0).clamp(0.0, 0.99);
-                let need = (a as f64 / (1.0 - frag)).ceil() as u64;
-                Some((
-                    need,
+            } else {
+                d.peak_allocated_bytes.map(|a| {
+                    let frag = d.peak_fragmentation.unwrap_or(0.0).clamp(0.0, 0.99);
+                    let need = (a as f64 / (1.0 - frag)).ceil() as u64;
+                    (
+                        need,
+                        format!(
+                            "cuda:{} peak allocated / (1 − fragmentation {frag:.2})",
+                            d.index
+                        ),
+                    )
+                })
+            };
+            let driver = d.peak_job_used_bytes.map(|u| {
+                (
+                    u,
                     format!(
-                        "cuda:{} peak allocated / (1 − fragmentation {frag:.2})",
+                        "cuda:{} peak used by the job (NVML: with its CUDA context)",
                         d.index
                     ),
-                ))
-            } else {
-                d.peak_used_bytes
-                    .map(|u| (u, format!("cuda:{} peak used (NVML)", d.index)))
-            }
+                )
+            });
+            [allocator, driver]
+                .into_iter()
+                .flatten()
+                .max_by_key(|(n, _)| *n)
         })
-        .max_by_key(|(n, _)| *n)
+        .max_by_key(|(n, _)| *n);
+    own.or_else(|| {
+        devices
+            .iter()
+            .filter_map(|d| {
+                d.peak_used_bytes.map(|u| {
+                    (
+                        u,
+                        format!(
+                            "cuda:{} peak used by every process (NVML; the job's own share is unknown)",
+                            d.index
+                        ),
+                    )
+                })
+            })
+            .max_by_key(|(n, _)| *n)
+    })
 }
 
 /// A job from its report.
@@ -282,5 +314,38 @@ mod tests {
         // 75 allocated at 25% fragmentation: 100 reserved.
         assert_eq!(job_need(&[d(None, Some(75), Some(0.25))]).unwrap().0, 100);
         assert_eq!(job_need(&[]), None);
+    }
+
+    #[test]
+    fn nvml_s_device_wide_figure_never_stands_for_the_job_when_its_own_is_known() {
+        // Job a of the H100 run: its allocator reserved 17.08 GiB, NVML counted 17.80 GiB for
+        // the process, and 25.14 GiB on the device with job b beside it.
+        let mib = 1 << 20;
+        let devices = [
+            DevicePeak {
+                backend: "nvml".into(),
+                peak_used_bytes: Some(25_746 * mib),
+                peak_others_bytes: 7_504 * mib,
+                peak_job_used_bytes: Some(18_228 * mib),
+                ..Default::default()
+            },
+            DevicePeak {
+                backend: "libtorch-cuda".into(),
+                peak_reserved_bytes: Some(17_486 * mib),
+                peak_allocated_bytes: Some(17_020 * mib),
+                ..Default::default()
+            },
+        ];
+        let (need, basis) = job_need(&devices).unwrap();
+        assert_eq!(need, 18_228 * mib);
+        assert!(basis.contains("used by the job"), "{basis}");
+        // Only the device-wide figure: used, and said to be device-wide.
+        let only = [DevicePeak {
+            peak_used_bytes: Some(25_746 * mib),
+            ..Default::default()
+        }];
+        let (need, basis) = job_need(&only).unwrap();
+        assert_eq!(need, 25_746 * mib);
+        assert!(basis.contains("every process"), "{basis}");
     }
 }

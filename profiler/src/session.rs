@@ -257,11 +257,36 @@ struct Shared {
     wake: Condvar,
 }
 
+/// Writes a sample to the flight recorder. A sample whose device segment maps make it larger than
+/// a ring slot (48 segments of an H100 training job: 10 KB against 4 KiB slots, docs/gpu.md) keeps
+/// only its largest segments, halving until it fits, so the sample itself is never lost; the
+/// job's own report keeps the full maps.
+fn append_snapshot(ring: &RingWriter, s: &Snapshot) {
+    let mut rec = Record::Snapshot(Box::new(s.clone()));
+    while !ring.append(&rec) {
+        let Record::Snapshot(t) = &mut rec else {
+            return;
+        };
+        let longest = t
+            .devices
+            .iter()
+            .map(|d| d.segments.len())
+            .max()
+            .unwrap_or(0);
+        if longest == 0 {
+            return;
+        }
+        for d in &mut t.devices {
+            d.segments.truncate(longest / 2);
+        }
+    }
+}
+
 impl Shared {
     /// Keeps a snapshot in the timeline and, when a sidecar watches, in the flight recorder.
     fn record(&self, s: Snapshot) {
         if let Some(r) = &self.ring {
-            r.append(&Record::Snapshot(Box::new(s.clone())));
+            append_snapshot(r, &s);
         }
         lock(&self.timeline).push(s);
     }
@@ -361,7 +386,7 @@ impl Session {
             eprint!("{}", last.render_block("session end"));
         }
         if let Some(r) = &self.shared.ring {
-            r.append(&Record::Snapshot(Box::new(last.clone())));
+            append_snapshot(r, &last);
         }
         self.shared.record_phases();
         let dumps = heapprof::finish(phases::current_step());
@@ -488,4 +513,49 @@ fn own_snapshot(t_ms: u64, host: HostSample) -> Snapshot {
 /// to stderr.
 pub fn print_snapshot(title: &str) {
     eprint!("{}", snapshot().render_block(title));
+}
+
+#[cfg(test)]
+mod ring_sample_tests {
+    use super::*;
+    use crate::devices::{DeviceSample, SegmentMap};
+    use crate::wire::ring::RingReader;
+
+    #[test]
+    fn a_sample_with_an_h100_sized_segment_map_still_reaches_the_ring() {
+        let dir = std::env::temp_dir().join(format!("memsight-seg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ring.bin");
+        let _ = std::fs::remove_file(&path);
+        let ring = RingWriter::create(&path, 1, 0, 100).unwrap();
+        // 48 segments, largest first, with uneven cells: about 10 KB of JSON.
+        let segments: Vec<SegmentMap> = (0..48u64)
+            .map(|i| SegmentMap {
+                bytes: (48 - i) << 21,
+                allocated_bytes: (47 - i) << 20,
+                cells: (0..32).map(|c| ((c * 37 + i * 11) % 256) as u8).collect(),
+            })
+            .collect();
+        let s = Snapshot {
+            devices: vec![DeviceSample {
+                backend: "libtorch-cuda".into(),
+                segments: segments.clone(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        append_snapshot(&ring, &s);
+        let got = RingReader::open(&path).unwrap().poll_final();
+        let _ = std::fs::remove_dir_all(&dir);
+        let Some(Record::Snapshot(back)) = got.first() else {
+            panic!("the sample was lost: {got:?}");
+        };
+        let kept = &back.devices[0].segments;
+        assert!(!kept.is_empty() && kept.len() < 48, "{}", kept.len());
+        assert_eq!(
+            kept[..],
+            segments[..kept.len()],
+            "the largest segments are kept"
+        );
+    }
 }

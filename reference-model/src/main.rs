@@ -218,6 +218,10 @@ struct AblateArgs {
     /// rounds and print it as JSON; the committed tables are left alone.
     #[arg(long, value_name = "N")]
     overhead_only: Option<usize>,
+    /// `train` flags for every run, before each variant's (e.g. `-- --block-size 2048
+    /// --seq-len 2048 --batch-size 8`).
+    #[arg(last = true, value_name = "TRAIN FLAGS")]
+    base: Vec<String>,
 }
 
 fn run_ablate(a: AblateArgs) -> Result<(), String> {
@@ -238,6 +242,7 @@ fn run_ablate(a: AblateArgs) -> Result<(), String> {
         device: a.device,
         out: a.out,
         peer_python,
+        base_args: a.base,
     };
     if let Some(rounds) = a.overhead_only {
         std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
@@ -341,6 +346,10 @@ fn main() -> ExitCode {
         // tch's message is a Debug string: its newlines are escaped ("\\n").
         let first = msg.split("\\n").next().unwrap_or(msg);
         let first = first.lines().next().unwrap_or(first);
+        // tch unwraps its `TchError::Torch(msg)`: keep libtorch's own words.
+        let first = first
+            .split_once("Torch(\"")
+            .map_or(first, |(_, m)| m.trim_end_matches("\")"));
         Err(format!("libtorch error: {first}"))
     });
     match r {

@@ -1,7 +1,7 @@
 //! `memsight diagnose [FILE|-]`: every OOM message in a log, with its facts, a verdict and ranked
 //! remedies. Exit 0 when at least one OOM was diagnosed, 1 when none was found, 2 on bad input.
 
-use memsight::diagnose::{diagnose, render, Context};
+use memsight::diagnose::{diagnose, judge, render, Context, Diagnosis};
 use memsight::Report;
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -10,7 +10,8 @@ use std::process::ExitCode;
 /// Reads a log (or `-` for standard input) and diagnoses each OOM message in it.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The log or error text (`-` or nothing: standard input).
+    /// The log or error text (`-`, or nothing without --report: standard input). With --report
+    /// and no log, the device OOMs that the job's report caught are diagnosed.
     file: Option<PathBuf>,
     /// Print `{"findings": [...]}` as JSON instead of text.
     #[arg(long)]
@@ -30,7 +31,39 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
 
 /// Runs the diagnosis.
 pub fn run(a: Args) -> ExitCode {
-    let (name, bytes) = match a.file.as_deref() {
+    let mut ctx = Context::from_env();
+    if a.alloc_conf.is_some() {
+        ctx.alloc_conf = a.alloc_conf.clone();
+    }
+    let report = match a.report.as_deref().map(Report::load).transpose() {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    if let Some(r) = &report {
+        ctx.leak = r.leak.clone();
+    }
+    let found = match (&a.file, &report, a.report.as_deref()) {
+        (None, Some(r), Some(path)) => (
+            format!("the report {} (the device OOMs it caught)", path.display()),
+            r.device_ooms
+                .iter()
+                .map(|o| judge(memsight::diagnose::device_oom::finding(o), &ctx))
+                .collect(),
+        ),
+        _ => match read_log(a.file.as_deref(), &ctx) {
+            Ok(found) => found,
+            Err(e) => return fail(e),
+        },
+    };
+    print(found, a.json)
+}
+
+/// Reads the log (`-` or nothing: standard input) and diagnoses it; (its name, the findings).
+fn read_log(
+    file: Option<&std::path::Path>,
+    ctx: &Context,
+) -> Result<(String, Vec<Diagnosis>), String> {
+    let (name, bytes) = match file {
         None => ("standard input".to_string(), read_stdin()),
         Some(p) if p.as_os_str() == "-" => ("standard input".to_string(), read_stdin()),
         Some(p) => (
@@ -38,24 +71,14 @@ pub fn run(a: Args) -> ExitCode {
             std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display())),
         ),
     };
-    let bytes = match bytes {
-        Ok(b) => b,
-        Err(e) => return fail(e),
-    };
     // Logs may hold stray bytes (progress bars, binary dumps); keep everything readable.
-    let text = String::from_utf8_lossy(&bytes);
-    let mut ctx = Context::from_env();
-    if a.alloc_conf.is_some() {
-        ctx.alloc_conf = a.alloc_conf;
-    }
-    if let Some(path) = &a.report {
-        match Report::load(path) {
-            Ok(r) => ctx.leak = r.leak,
-            Err(e) => return fail(e),
-        }
-    }
-    let found = diagnose(&text, &ctx);
-    let out = if a.json {
+    let text = String::from_utf8_lossy(&bytes?).into_owned();
+    Ok((name, diagnose(&text, ctx)))
+}
+
+/// Prints the findings; exit 0 when there is one, 1 when none, 2 when the JSON cannot be written.
+fn print((name, found): (String, Vec<Diagnosis>), json: bool) -> ExitCode {
+    let out = if json {
         match serde_json::to_string_pretty(&serde_json::json!({ "findings": found })) {
             Ok(s) => s + "\n",
             Err(e) => return fail(format!("cannot write JSON: {e}")),

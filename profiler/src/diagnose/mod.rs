@@ -4,6 +4,7 @@
 //! [`find_ooms`] only parses (it never panics, whatever the input); [`diagnose`] adds the verdict.
 
 mod accel;
+pub mod device_oom;
 mod facts;
 mod host;
 mod remedy;

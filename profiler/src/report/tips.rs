@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 #[serde(deny_unknown_fields)]
 pub struct Tip {
     /// Stable identifier: `fragmentation`, `peak-in-backward`, `leak-suspect`, `rss-beyond-heap`,
-    /// `near-cgroup-limit`.
+    /// `near-cgroup-limit`, `device-cache-overhead`, `device-shared`.
     pub id: String,
     /// `info` or `warning`.
     pub severity: String,
@@ -236,5 +236,155 @@ pub fn derive(r: &Report) -> Vec<Tip> {
             ));
         }
     }
+    device_tips(r, &mut tips);
     tips
+}
+
+const GIB: u64 = 1 << 30;
+
+/// Tips from the devices' peaks: a caching allocator that reserved far more than its tensors ever
+/// needed at once, and a device shared with other processes.
+fn device_tips(r: &Report, tips: &mut Vec<Tip>) {
+    for d in &r.devices {
+        let who = format!("GPU {} ({})", d.index, d.backend);
+        if let (Some(res), Some(alloc)) = (d.peak_reserved_bytes, d.peak_allocated_bytes) {
+            let over = res.saturating_sub(alloc);
+            if over >= GIB && over as f64 >= 0.2 * res as f64 {
+                tips.push(tip(
+                    "device-cache-overhead",
+                    "warning",
+                    format!(
+                        "{who} reserved {} at its peak, {} more than its tensors ever held at once ({})",
+                        fmt_bytes(res),
+                        fmt_bytes(over),
+                        fmt_bytes(alloc)
+                    ),
+                    "The caching allocator keeps freed blocks for reuse and splits them; tensors \
+                     whose sizes change from step to step (varying batch or sequence length) leave \
+                     blocks too small to reuse, so it reserves more. \
+                     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True grows segments in place \
+                     instead of adding new ones; max_split_size_mb:N stops large blocks from being \
+                     split; bucketing batch shapes makes blocks reusable. empty_cache() returns the \
+                     cache to the driver but does not prevent it."
+                        .into(),
+                    &[
+                        ("device", d.index.into()),
+                        ("peak_reserved_bytes", res.into()),
+                        ("peak_allocated_bytes", alloc.into()),
+                        ("alloc_retries", d.alloc_retries.map(Into::into).unwrap_or(serde_json::Value::Null)),
+                    ],
+                ));
+            }
+        }
+        let floor = d.total_bytes.map_or(GIB, |t| GIB.max(t / 20));
+        if d.peak_others_bytes >= floor {
+            // The job's own share: NVML's per-process figure, else its allocator's reservation
+            // on the same device (NVML's `used` counts every process).
+            let own = d.peak_job_used_bytes.or_else(|| {
+                r.devices
+                    .iter()
+                    .filter(|o| o.index == d.index)
+                    .filter_map(|o| o.peak_reserved_bytes)
+                    .max()
+            });
+            tips.push(tip(
+                "device-shared",
+                "warning",
+                format!(
+                    "{who} is shared: other processes held up to {} while this job ran",
+                    fmt_bytes(d.peak_others_bytes)
+                ),
+                format!(
+                    "Memory free when this job started can be taken by the others at any time, so \
+                     an OOM here may be contention rather than this job's own size (this job held \
+                     {} at its peak{}). Give each job its own GPU (CUDA_VISIBLE_DEVICES), or place \
+                     jobs with `memsight plan` from their measured device peaks and cap each one \
+                     (torch.cuda.set_per_process_memory_fraction).",
+                    own.map(fmt_bytes)
+                        .unwrap_or_else(|| "an unknown amount".into()),
+                    d.total_bytes
+                        .map(|t| format!(" of {}", fmt_bytes(t)))
+                        .unwrap_or_default()
+                ),
+                &[
+                    ("device", d.index.into()),
+                    ("peak_others_bytes", d.peak_others_bytes.into()),
+                    (
+                        "job_peak_bytes",
+                        own.map(Into::into).unwrap_or(serde_json::Value::Null),
+                    ),
+                    (
+                        "total_bytes",
+                        d.total_bytes
+                            .map(Into::into)
+                            .unwrap_or(serde_json::Value::Null),
+                    ),
+                ],
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::devices::DevicePeak;
+
+    fn report_with(device: DevicePeak) -> Report {
+        let mut r: Report =
+            serde_json::from_str(include_str!("../../../docs/report.example.json")).unwrap();
+        r.devices = vec![device];
+        r
+    }
+
+    fn ids(r: &Report) -> Vec<String> {
+        derive(r).into_iter().map(|t| t.id).collect()
+    }
+
+    #[test]
+    fn a_device_that_reserved_far_beyond_its_tensors_gets_the_cache_overhead_tip() {
+        let gpu = |reserved: u64, allocated: u64| DevicePeak {
+            index: 0,
+            backend: "libtorch-cuda".into(),
+            total_bytes: Some(80 * GIB),
+            peak_reserved_bytes: Some(reserved),
+            peak_allocated_bytes: Some(allocated),
+            ..Default::default()
+        };
+        let r = report_with(gpu(30 * GIB, 20 * GIB));
+        let tip = derive(&r)
+            .into_iter()
+            .find(|t| t.id == "device-cache-overhead")
+            .expect("10 GiB over 20 GiB of tensors");
+        assert!(tip.title.contains("10.00 GiB more"), "{}", tip.title);
+        assert!(tip.advice.contains("expandable_segments:True"));
+        // 1.5 GiB over 28.5 GiB is within the allocator's normal rounding and caching.
+        assert!(!ids(&report_with(gpu(30 * GIB, 28 * GIB + GIB / 2)))
+            .contains(&"device-cache-overhead".to_string()));
+    }
+
+    #[test]
+    fn other_processes_on_the_device_give_the_shared_tip() {
+        let gpu = |others: u64| DevicePeak {
+            index: 1,
+            backend: "nvml".into(),
+            total_bytes: Some(80 * GIB),
+            peak_used_bytes: Some(50 * GIB),
+            peak_others_bytes: others,
+            ..Default::default()
+        };
+        let r = report_with(gpu(12 * GIB));
+        let tip = derive(&r)
+            .into_iter()
+            .find(|t| t.id == "device-shared")
+            .unwrap();
+        assert!(
+            tip.title.contains("GPU 1") && tip.title.contains("12.00 GiB"),
+            "{}",
+            tip.title
+        );
+        assert!(tip.advice.contains("memsight plan"));
+        // Under 5% of an 80 GiB device: a monitoring process, not contention.
+        assert!(!ids(&report_with(gpu(3 * GIB))).contains(&"device-shared".to_string()));
+    }
 }

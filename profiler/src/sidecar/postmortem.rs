@@ -243,6 +243,34 @@ pub(crate) fn final_report(e: Ending) -> Report {
                 fmt_bytes(failed_bytes)
             ),
         )
+    } else if let Some(o) = report.device_ooms.last().cloned() {
+        let d = crate::diagnose::device_oom::finding(&o);
+        finding(d.kind, d.facts);
+        let how = match (signal, status.and_then(|s| s.code())) {
+            (Some(s), _) => format!("it was killed by {}", signal_name(s)),
+            (None, Some(c)) => format!("it exited with code {c}"),
+            (None, None) => "it ended".to_string(),
+        };
+        let earlier = match report.device_ooms.len() {
+            1 => String::new(),
+            n => format!(" (the last of {n} device OOMs)"),
+        };
+        let when = o
+            .phase
+            .as_deref()
+            .map_or(format!(" at step {}", o.step), |p| {
+                format!(" at step {} in {p}", o.step)
+            });
+        (
+            "out_of_memory",
+            format!(
+                "the job ran out of device memory: a {} request on cuda:{} failed with {} of {} free{when}{earlier}; {how}",
+                fmt_bytes(o.requested_bytes),
+                o.device,
+                fmt_bytes(o.free_bytes),
+                fmt_bytes(o.total_bytes)
+            ),
+        )
     } else if oom_killed {
         let mut f = Facts::default();
         f.int("pid", e.pid);
