@@ -1,6 +1,7 @@
 //! memsight's eyes on tensors and GPUs. Each backend is a cargo feature — `tch` (libtorch CPU
 //! tensor hook, CUDA caching-allocator stats and OOM observer, autocast, backward, empty cache),
-//! `nvml` (per-device and per-process GPU memory) and `cudarc` (tracked device allocations) — and
+//! `nvml` (per-device and per-process GPU memory), `cudarc` (tracked device allocations) and
+//! `cupti` (every driver allocation of the process, whatever library made it) — and
 //! feeds memsight through [`memsight::devices`] only, so the sampler, reports, sidecar and viewer
 //! need no backend knowledge. A backend that cannot work here (no libtorch CUDA build, no driver,
 //! no device, or not compiled in) registers itself as absent with its reason instead of failing.
@@ -16,6 +17,8 @@
 
 #[cfg(feature = "cudarc")]
 pub mod cudarc_track;
+#[cfg(feature = "cupti")]
+pub mod cupti;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 #[cfg(feature = "tch")]
@@ -73,6 +76,13 @@ pub fn install() -> Installed {
     statuses.push(absent(
         "cudarc",
         "not compiled in (build memsight-integrations with feature `cudarc`)",
+    ));
+    #[cfg(feature = "cupti")]
+    statuses.push(cupti::install());
+    #[cfg(not(feature = "cupti"))]
+    statuses.push(absent(
+        "cupti",
+        "not compiled in (build memsight-integrations with feature `cupti`)",
     ));
     Installed { statuses }
 }

@@ -11,19 +11,55 @@ use tch::{Device, Kind, Tensor};
 #[global_allocator]
 static ALLOC: memsight::Allocator = memsight::Allocator::new();
 
-/// Sizes (bytes) allocated in order, then the second is freed: multiples of 512, so the caching
-/// allocator's rounding leaves them as they are.
-const PATTERN: [i64; 3] = [64 << 20, 3 << 20, 200 << 20];
+/// The allocation pattern run here (tch) and in PyTorch, as (op, bytes) steps on cuda:0:
+/// `a` allocates a uint8 tensor of that many bytes (kept in order), `f` frees the i-th kept tensor.
+/// Two 256 KiB tensors share one 2 MiB small-pool segment, and freeing the first leaves split
+/// blocks behind (inactive split); 3 MiB takes a 20 MiB large-pool segment, split again.
+const PATTERN: &[(char, i64)] = &[
+    ('a', 256 << 10),
+    ('a', 256 << 10),
+    ('a', 64 << 20),
+    ('a', 3 << 20),
+    ('a', 200 << 20),
+    ('f', 0),
+    ('f', 3),
+];
 
+/// The allocator statistics compared with `torch.cuda.memory_stats()` after the pattern.
+const COMPARED: [&str; 7] = [
+    "allocated_bytes.all.current",
+    "allocated_bytes.all.peak",
+    "reserved_bytes.all.current",
+    "active_bytes.all.current",
+    "inactive_split_bytes.all.current",
+    "requested_bytes.all.current",
+    "reserved_bytes.all.peak",
+];
+
+/// PyTorch's side: the same pattern from a fresh process, then a forced retry (a request the
+/// driver can only serve once the cache is released) and a forced OOM; prints the statistics
+/// after the pattern and the retry/OOM counters at the end as JSON.
 const PYTHON_PATTERN: &str = r#"
-import json, torch
-sizes = [64 << 20, 3 << 20, 200 << 20]
-ts = [torch.empty(s, dtype=torch.uint8, device="cuda") for s in sizes]
-del ts[1]
+import json, sys, torch
+pattern = json.loads(sys.argv[1]); keys = json.loads(sys.argv[2])
+kept = []
+for op, n in pattern:
+    if op == "a": kept.append(torch.empty(n, dtype=torch.uint8, device="cuda"))
+    else: kept[n] = None
 torch.cuda.synchronize()
 s = torch.cuda.memory_stats()
-print(json.dumps({k: s[k] for k in ["allocated_bytes.all.current", "allocated_bytes.all.peak",
-                                     "reserved_bytes.all.current", "active_bytes.all.current"]}))
+after = {k: s[k] for k in keys}
+kept = None
+free, total = torch.cuda.mem_get_info()
+x = (int(free * 0.6) >> 21) << 21
+big = torch.empty(x, dtype=torch.uint8, device="cuda"); del big
+big = torch.empty(x + (2 << 20), dtype=torch.uint8, device="cuda"); del big
+try:
+    torch.empty(2 * total, dtype=torch.uint8, device="cuda")
+except torch.OutOfMemoryError:
+    pass
+s = torch.cuda.memory_stats()
+print(json.dumps({"after": after, "num_alloc_retries": s["num_alloc_retries"], "num_ooms": s["num_ooms"]}))
 "#;
 
 fn python() -> Option<String> {
@@ -62,27 +98,71 @@ fn gpu_checks_or_skip_with_reason() {
     torch::init_device(0).unwrap();
     torch::reset_peak(0).unwrap();
     let base = torch::device_stats(0).expect("stats after init");
-    let base_alloc = base.allocated_bytes.unwrap();
 
     // 1. The same allocation pattern here and in PyTorch gives the same allocator numbers.
-    let mut ts: Vec<Tensor> = PATTERN
-        .iter()
-        .map(|&n| Tensor::empty([n], (Kind::Uint8, Device::Cuda(0))))
-        .collect();
-    drop(ts.remove(1));
+    let mut kept: Vec<Option<Tensor>> = Vec::new();
+    for &(op, n) in PATTERN {
+        match op {
+            'a' => kept.push(Some(Tensor::empty([n], (Kind::Uint8, Device::Cuda(0))))),
+            _ => kept[n as usize] = None,
+        }
+    }
     tch::Cuda::synchronize(0);
     let s = torch::device_stats(0).unwrap();
-    let ours = (
-        s.allocated_bytes.unwrap() - base_alloc,
-        s.peak_allocated_bytes.unwrap() - base_alloc,
+    let delta = |v: Option<u64>, b: Option<u64>| v.unwrap() - b.unwrap();
+    let ours = [
+        delta(s.allocated_bytes, base.allocated_bytes),
+        delta(s.peak_allocated_bytes, base.allocated_bytes),
+        delta(s.reserved_bytes, base.reserved_bytes),
+        delta(s.active_bytes, base.active_bytes),
+        delta(s.inactive_split_bytes, base.inactive_split_bytes),
+        delta(s.requested_bytes, base.requested_bytes),
+        delta(s.peak_reserved_bytes, base.reserved_bytes),
+    ];
+    println!(
+        "memsight after the pattern: {:?}",
+        COMPARED.iter().zip(ours).collect::<Vec<_>>()
     );
-    assert_eq!(ours.0, (64 + 200) << 20);
-    assert_eq!(ours.1, (64 + 3 + 200) << 20);
+    assert_eq!(ours[0], (256 << 10) + (64 << 20) + (200 << 20));
+    assert_eq!(ours[1], (512 << 10) + (267 << 20));
+    assert!(
+        ours[4] > 0,
+        "freeing inside a split segment leaves inactive split bytes"
+    );
+    drop(kept);
+
+    // 2. A forced retry: a request larger than the cached block that the driver can serve only
+    //    once the allocator has released its cache.
+    let free = torch::device_stats(0).unwrap().free_bytes.unwrap();
+    let x = ((free as f64 * 0.6) as i64 >> 21) << 21;
+    drop(Tensor::empty([x], (Kind::Uint8, Device::Cuda(0))));
+    drop(Tensor::empty(
+        [x + (2 << 20)],
+        (Kind::Uint8, Device::Cuda(0)),
+    ));
+
+    // 3. A forced OOM: the observer records the request, free/total, reserved vs allocated.
+    let total = s.total_bytes.unwrap();
+    let ask = (total as i64 / 512 + 1) * 512 * 2;
+    let r = Tensor::f_empty([ask], (Kind::Uint8, Device::Cuda(0)));
+    assert!(r.is_err(), "allocating twice the device's memory must fail");
+    let end = torch::device_stats(0).unwrap();
+    let counters = (
+        delta(end.alloc_retries, base.alloc_retries),
+        delta(end.ooms, base.ooms),
+    );
+    println!("memsight retries, OOMs: {counters:?}");
+    // The OOM's request also goes through one release-and-retry before it fails.
+    assert!(counters.0 >= 1 && counters.1 == 1, "{counters:?}");
     match python() {
         Some(py) => {
+            let pattern: Vec<(String, i64)> =
+                PATTERN.iter().map(|&(o, n)| (o.to_string(), n)).collect();
             let out = Command::new(&py)
                 .arg("-c")
                 .arg(PYTHON_PATTERN)
+                .arg(serde_json::to_string(&pattern).unwrap())
+                .arg(serde_json::to_string(&COMPARED).unwrap())
                 .output()
                 .unwrap();
             assert!(
@@ -92,26 +172,14 @@ fn gpu_checks_or_skip_with_reason() {
             );
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
             println!("torch.cuda.memory_stats: {v}");
-            println!(
-                "memsight: allocated {} peak {} reserved {} active {}",
-                ours.0,
-                ours.1,
-                s.reserved_bytes.unwrap(),
-                s.active_bytes.unwrap()
-            );
-            assert_eq!(v["allocated_bytes.all.current"].as_u64(), Some(ours.0));
-            assert_eq!(v["allocated_bytes.all.peak"].as_u64(), Some(ours.1));
-            assert_eq!(v["reserved_bytes.all.current"].as_u64(), s.reserved_bytes);
+            for (k, ours) in COMPARED.iter().zip(ours) {
+                assert_eq!(v["after"][k].as_u64(), Some(ours), "{k}");
+            }
+            assert_eq!(v["num_alloc_retries"].as_u64(), Some(counters.0));
+            assert_eq!(v["num_ooms"].as_u64(), Some(counters.1));
         }
         None => println!("SKIP the PyTorch comparison: no python with torch found"),
     }
-    drop(ts);
-
-    // 2. A forced OOM: the observer records the request, free/total, reserved vs allocated.
-    let total = s.total_bytes.unwrap();
-    let ask = (total as i64 / 512 + 1) * 512 * 2;
-    let r = Tensor::f_empty([ask], (Kind::Uint8, Device::Cuda(0)));
-    assert!(r.is_err(), "allocating twice the device's memory must fail");
     let ooms = memsight::devices::ooms();
     if torch::CUDA_COMPILED {
         let o = ooms.last().expect("an OOM event");
@@ -157,6 +225,29 @@ fn gpu_checks_or_skip_with_reason() {
         assert!(free0 - free1 >= 256 << 20 && free0 - free1 < (256 + 64) << 20);
         drop(buf);
         assert_eq!(tracked(0).0, 0);
+    }
+
+    // 5. CUPTI: a plain cudarc allocation (no memsight wrapper) is counted from the driver's calls,
+    //    and so are libtorch's own segments.
+    #[cfg(all(feature = "cudarc", feature = "cupti"))]
+    {
+        use memsight_integrations::cupti;
+        println!(
+            "CUPTI so far (libtorch's segments among them): {:?}",
+            cupti::counted(0)
+        );
+        let before = cupti::counted(0).expect("CUPTI subscribed").0;
+        let ctx = cudarc::driver::CudaContext::new(0).unwrap();
+        let stream = ctx.default_stream();
+        let buf = stream.alloc_zeros::<u8>(96 << 20).unwrap();
+        stream.synchronize().unwrap();
+        let during = cupti::counted(0).unwrap();
+        println!("CUPTI with a 96 MiB cudarc buffer: {during:?} (before: {before})");
+        assert_eq!(during.0 - before, 96 << 20, "{during:?}");
+        drop(buf);
+        stream.synchronize().unwrap();
+        assert_eq!(cupti::counted(0).unwrap().0, before);
+        assert_eq!(cupti::untracked(), 0);
     }
 
     let report = session.finish().unwrap();
