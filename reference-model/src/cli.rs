@@ -20,9 +20,13 @@ pub struct TrainArgs {
     /// Sequences per forward/backward: gradient accumulation when below --batch-size.
     #[arg(long)]
     pub micro_batch: Option<i64>,
-    /// Training sequence length (≤ the preset's block size).
+    /// Training sequence length (≤ the block size).
     #[arg(long)]
     pub seq_len: Option<i64>,
+    /// Longest sequence the model takes (its position table), instead of the preset's; the
+    /// sequence length follows it unless --seq-len is given.
+    #[arg(long)]
+    pub block_size: Option<i64>,
     /// Attention: naive (B·H·S² scores), efficient (streaming over key blocks), sdpa (fused).
     #[arg(long, value_enum)]
     pub attention: Option<Attention>,
@@ -91,6 +95,10 @@ impl TrainArgs {
     pub fn config(&self) -> Config {
         let a = self;
         let mut c = Config::preset(a.preset);
+        if let Some(n) = a.block_size {
+            c.shape.block_size = n;
+            c.seq_len = n;
+        }
         macro_rules! set {
         ($($f:ident),*) => { $(if let Some(v) = a.$f.clone() { c.$f = v; })* };
     }

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Runs every CUDA path of memsight on a machine with an NVIDIA GPU and PyTorch (docs/gpu.md).
+# Built elsewhere, carried there: `scripts/gpu-check.sh BIN OUT [PART…]` where BIN holds
+# `memsight`, `memsight-gpt`, `gpu-test` (integrations/tests/gpu.rs built with --no-run),
+# `varying_batch` (integrations/examples) and optionally debs/ (tmux for the viewer capture).
+# PARTs (default: all): env stats ablation oom segments shared viewer cupti.
+# libtorch comes from the machine's PyTorch (same version as the build's, 2.11.0).
+set -uo pipefail
+bin="$(cd "$1" && pwd)"; out="$2"; shift 2
+parts="${*:-env stats ablation oom segments shared viewer cupti}"
+mkdir -p "$out"; out="$(cd "$out" && pwd)"
+py="${PYTHON:-$(command -v python3)}"
+torchlib="$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
+export LD_LIBRARY_PATH="$torchlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export VIRTUAL_ENV="$(dirname "$(dirname "$py")")"
+export MEMSIGHT_QUIET=1
+say() { echo "== $* ($(date -u +%T))"; }
+has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
+gpt=("$bin/memsight-gpt" train --quiet --device cuda --preset gpt2 --block-size 2048 --eval-every 0)
+
+if has env; then
+    say env
+    { date -u; nvidia-smi; "$py" -c 'import torch; print("torch", torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))'; } \
+        >"$out/env.txt" 2>&1
+    head -20 "$out/env.txt"
+fi
+
+if has stats; then
+    # memsight's allocator numbers vs torch.cuda.memory_stats(), OOM event, NVML, cudarc.
+    say "stats: integrations/tests/gpu.rs"
+    timeout 180 "$bin/gpu-test" --nocapture --test-threads 1 >"$out/gpu-test.log" 2>&1
+    echo "gpu-test exit $?"; grep -E "memsight|torch.cuda|OOM event|NVML|cudarc|test result|SKIP|panicked" "$out/gpu-test.log" | cut -c1-600
+fi
+
+if has ablation; then
+    # Device-memory ablation at S=2048 (GPT-2 124M's widths, byte vocabulary), 10 steps a row.
+    say "ablation: gpt2 shape, S=2048, batch 8"
+    timeout "${ABLATE_TIMEOUT:-540}" "$bin/memsight-gpt" ablate --device cuda --preset gpt2 --steps 10 --out "$out/ablation" \
+        -- --block-size 2048 --batch-size 8 >"$out/ablation.log" 2>&1
+    echo "ablate exit $?"; tail -5 "$out/ablation.log"
+    cat "$out/ablation/ablation.md" 2>/dev/null
+fi
+
+if has oom; then
+    # A forced CUDA OOM (naive attention at batch 64, S=2048): post-mortem, then the same message
+    # through `memsight diagnose`.
+    say "oom: batch 64 under memsight run"
+    timeout 120 "$bin/memsight" run --report "$out/oom.json" -- "${gpt[@]}" --attention naive --batch-size 64 --steps 2 \
+        >"$out/oom.log" 2>&1
+    echo "run exit $?"; tail -40 "$out/oom.log" | cut -c1-400
+    "$bin/memsight" diagnose "$out/oom.log" >"$out/oom-diagnose.txt" 2>&1; echo "diagnose exit $?"
+    "$bin/memsight" diagnose --report "$out/oom.json" >"$out/oom-diagnose-report.txt" 2>&1; echo "diagnose --report exit $?"
+    head -30 "$out/oom-diagnose.txt"; echo "-- from the report:"; head -30 "$out/oom-diagnose-report.txt"
+fi
+
+if has segments; then
+    # Varying batch sizes, default allocator vs expandable segments.
+    for conf in default expandable_segments:True; do
+        say "segments: $conf"
+        if [ "$conf" = default ]; then unset PYTORCH_CUDA_ALLOC_CONF; else export PYTORCH_CUDA_ALLOC_CONF="$conf"; fi
+        timeout 120 "$bin/memsight" run --report "$out/segments-${conf%%:*}.json" -- "$bin/varying_batch" 300 "$out/segments-${conf%%:*}.job.json" \
+            >"$out/segments-${conf%%:*}.log" 2>&1
+        echo "exit $?"; grep '^{' "$out/segments-${conf%%:*}.log"
+        "$bin/memsight" check "$out/segments-${conf%%:*}.json" --max-device-fragmentation 0.2 2>&1 | head -5
+    done
+    unset PYTORCH_CUDA_ALLOC_CONF
+fi
+
+if has shared; then
+    # Two jobs on one GPU: NVML per-process memory, the device-shared tip, then `memsight plan`.
+    say "shared: two jobs on one GPU"
+    "$bin/memsight" run --report "$out/shared-a.json" -- "${gpt[@]}" --attention naive --batch-size 4 --steps 40 >"$out/shared-a.log" 2>&1 &
+    a=$!
+    "$bin/memsight" run --report "$out/shared-b.json" -- "${gpt[@]}" --attention efficient --batch-size 4 --steps 40 >"$out/shared-b.log" 2>&1 &
+    b=$!
+    sleep 8; nvidia-smi --query-compute-apps=pid,used_memory --format=csv >"$out/shared-nvidia-smi.txt" 2>&1
+    wait $a; echo "job a exit $?"; wait $b; echo "job b exit $?"
+    cat "$out/shared-nvidia-smi.txt"
+    for r in a b; do
+        "$bin/memsight" summary --format markdown "$out/shared-$r.json" >"$out/shared-$r.md" 2>&1
+        grep -iE "device|GPU|shared" "$out/shared-$r.md" | head -12
+    done
+    "$bin/memsight" plan --gpus 1 --gpu-memory 80GiB "$out/shared-a.json" "$out/shared-b.json" 2>&1 | tee "$out/plan.txt"
+    "$bin/memsight" plan --gpus 1 --gpu-memory 80GiB "$out/shared-a.json" "$out/shared-a.json" "$out/shared-a.json" "$out/shared-b.json" 2>&1 | tee -a "$out/plan.txt"
+    "$bin/memsight" plan --gpus 1 --gpu-memory 80GiB "$out/shared-a.json" "$out/shared-a.json" "$out/shared-a.json" "$out/shared-a.json" "$out/shared-b.json" 2>&1 | tee -a "$out/plan.txt"
+fi
+
+if has viewer; then
+    # The live viewer's Devices screen during a CUDA run, captured with tmux.
+    say viewer
+    if [ -d "$bin/debs" ] && ! command -v tmux >/dev/null; then
+        for d in "$bin"/debs/*.deb; do dpkg -x "$d" /tmp/tmuxroot; done
+        export PATH="/tmp/tmuxroot/usr/bin:$PATH" LD_LIBRARY_PATH="/tmp/tmuxroot/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH"
+    fi
+    if command -v tmux >/dev/null; then
+        export TERM=xterm-256color
+        tmux new-session -d -s v -x 160 -y 45 "env LD_LIBRARY_PATH=$LD_LIBRARY_PATH $bin/memsight run --live --report $out/viewer.json -- ${gpt[*]} --attention naive --batch-size 4 --steps 200"
+        sleep 9; tmux send-keys -t v 4; sleep 3
+        tmux capture-pane -p -t v >"$out/viewer-devices.txt"
+        tmux send-keys -t v 1; sleep 2; tmux capture-pane -p -t v >"$out/viewer-overview.txt"
+        tmux kill-server 2>/dev/null
+        cat "$out/viewer-devices.txt"
+    else
+        echo "SKIP viewer capture: no tmux"
+    fi
+fi
+if has cupti; then
+    # CUPTI's count of the driver allocations vs libtorch's own reserved bytes in one training run.
+    say "cupti: driver-level vs caching-allocator figures"
+    "$bin/memsight" run --report "$out/cupti.json" -- "${gpt[@]}" --attention sdpa --batch-size 8 --steps 10 \
+        >"$out/cupti.log" 2>&1; echo "exit $?"
+    "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); [print(d["backend"], {k: v for k, v in d.items() if k.endswith("bytes")}) for d in r["devices"]]' "$out/cupti.json"
+fi
+say done
