@@ -174,12 +174,15 @@ impl SessionBuilder {
         let ring_path = match &cfg.ring {
             RingChoice::Off => None,
             RingChoice::At(p) => Some(p.clone()),
-            // A file left by a dead process that had our pid is stale.
+            // A file left by a dead process that had our pid is stale, unless someone holds it
+            // (a job with our pid in another PID namespace sharing the directory).
             RingChoice::Default => wire::default_ring_path(std::process::id())
                 .ok()
                 .inspect(|p| {
                     wire::remove_stale_rings();
-                    let _ = std::fs::remove_file(p);
+                    if wire::ring::is_unused(p) {
+                        let _ = std::fs::remove_file(p);
+                    }
                 }),
         };
         let ring = ring_path.as_deref().and_then(|p| {
