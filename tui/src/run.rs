@@ -17,8 +17,8 @@ pub struct Watching {
     /// own for a process without memsight under `attach`.
     #[arg(long, default_value = "100ms", value_parser = parse_interval)]
     interval: Duration,
-    /// Serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464; port 0 picks one).
-    #[arg(long, value_name = "ADDR")]
+    /// Serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464 or localhost:9464; port 0 picks one).
+    #[arg(long, value_name = "ADDR", value_parser = memsight::sidecar::metrics::parse_addr)]
     metrics: Option<std::net::SocketAddr>,
 }
 
