@@ -229,21 +229,21 @@ impl Report {
         })
     }
 
-    /// Writes the report as pretty JSON, atomically (temporary file + rename).
-    pub fn save(&self, path: &Path) -> Result<(), ReportError> {
-        let io = |e| ReportError::Io {
-            path: path.to_path_buf(),
-            source: e,
-        };
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = std::path::PathBuf::from(tmp);
-        let json = serde_json::to_vec_pretty(self).map_err(|e| ReportError::Invalid {
+    /// The report as pretty JSON.
+    pub fn to_json(&self) -> Result<Vec<u8>, ReportError> {
+        serde_json::to_vec_pretty(self).map_err(|e| ReportError::Invalid {
             path: None,
             why: e.to_string(),
-        })?;
-        std::fs::write(&tmp, json).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        })
+    }
+
+    /// Writes the report as pretty JSON through [`crate::safe_file`]: complete or not at all, and
+    /// only over a regular file.
+    pub fn save(&self, path: &Path) -> Result<(), ReportError> {
+        crate::safe_file::write(path, &self.to_json()?).map_err(|e| ReportError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })
     }
 }
 
