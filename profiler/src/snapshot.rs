@@ -11,7 +11,6 @@ use serde::{Deserialize, Serialize};
 
 /// Everything known about the job's memory at one instant.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Snapshot {
     /// Milliseconds since the session started.
     pub t_ms: u64,
