@@ -40,6 +40,10 @@ pub struct Report {
     pub job: Job,
     /// Sampling interval in milliseconds.
     pub interval_ms: u64,
+    /// Sampling intervals with no sample: the sampler ran late (a starved or stopped process).
+    /// The timeline's gaps are that many intervals long in all.
+    #[serde(default)]
+    pub missed_intervals: u64,
     /// Peak values and where they happened.
     pub peaks: Peaks,
     /// Host heap fragmentation at the moment of peak jemalloc resident memory.

@@ -112,8 +112,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
             next += opts.interval;
             oom.refresh();
             if let Some(r) = reader.as_mut() {
-                let records = r.poll();
-                watch.take(records, &outputs);
+                watch.poll(r, &outputs);
             } else if let Some(h) = host.as_mut() {
                 let mut s = Snapshot::new(
                     started.elapsed().as_millis() as u64,

@@ -145,6 +145,8 @@ pub(crate) struct Watch {
     pub finished_report: Option<PathBuf>,
     pub ring_start_unix_ms: Option<u64>,
     pub dropped: u64,
+    /// Ring drops already told to viewers.
+    dropped_told: u64,
     pub alloc_failures: (u64, u64),
     pub ring_error: Option<String>,
     /// Sources the sidecar read itself (uninstrumented `attach`).
@@ -165,6 +167,7 @@ impl Watch {
             finished_report: None,
             ring_start_unix_ms: None,
             dropped: 0,
+            dropped_told: 0,
             alloc_failures: (0, 0),
             ring_error: None,
             sources: Vec::new(),
@@ -194,6 +197,22 @@ impl Watch {
         self.timeline.last()
     }
 
+    /// Reads the records written since the last poll; records lost from the ring meanwhile are
+    /// told to viewers as a `dropped` notice (their count of missed records includes them).
+    pub(crate) fn poll(&mut self, r: &mut RingReader, out: &Outputs) {
+        let records = r.poll();
+        self.take(records, out);
+        self.tell_drops(r, out);
+    }
+
+    fn tell_drops(&mut self, r: &RingReader, out: &Outputs) {
+        let lost = r.dropped().saturating_sub(self.dropped_told);
+        if lost > 0 {
+            out.emit(&Record::Dropped { count: lost });
+            self.dropped_told = r.dropped();
+        }
+    }
+
     /// Reads what the writer left once watching stops: every remaining record (`writer_gone`:
     /// one it died writing counts as dropped), the drop count and the failed allocations.
     fn drain(&mut self, r: &mut RingReader, writer_gone: bool, out: &Outputs) {
@@ -203,6 +222,7 @@ impl Watch {
             r.poll()
         };
         self.take(records, out);
+        self.tell_drops(r, out);
         self.dropped = r.dropped();
         self.alloc_failures = r.alloc_failures();
     }
@@ -399,8 +419,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     let (status, died_unix_ms) = loop {
         watch.open_ring(&mut reader, &ring_path);
         if let Some(r) = reader.as_mut() {
-            let records = r.poll();
-            watch.take(records, &outputs);
+            watch.poll(r, &outputs);
         }
         oom.refresh();
         match rx.recv_timeout(poll) {
@@ -454,3 +473,6 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         report_error,
     })
 }
+
+#[cfg(test)]
+mod tests;

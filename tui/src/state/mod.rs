@@ -42,7 +42,8 @@ pub struct ViewerState {
     pub command: Vec<String>,
     /// Snapshots, oldest first.
     pub timeline: Vec<Snapshot>,
-    /// Samples this viewer missed (the sidecar's `dropped` notices).
+    /// Records this viewer missed: it read too slowly, or the sidecar lost them from the job's ring
+    /// (the sidecar's `dropped` notices).
     pub dropped: u64,
     /// Per-phase statistics (reports only: live streams carry snapshots).
     pub phases: Vec<PhaseStats>,
