@@ -274,13 +274,13 @@ impl RingWriter {
         let n = self.map.atomic(OFF_NEXT).fetch_add(1, Ordering::AcqRel);
         let slot = HEADER_SIZE + (n as usize % self.slots) * self.slot_size;
         let seq = self.map.atomic(slot);
-        seq.store(2 * n + 1, Ordering::Relaxed);
+        seq.store(n.wrapping_mul(2).wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
         self.map
             .write(slot + 8, &(payload.len() as u32).to_le_bytes());
         self.map.write(slot + 12, &KIND_JSON.to_le_bytes());
         self.map.write(slot + SLOT_HEADER, &payload);
-        seq.store(2 * n + 2, Ordering::Release);
+        seq.store(n.wrapping_mul(2).wrapping_add(2), Ordering::Release);
         true
     }
 
@@ -490,7 +490,7 @@ impl RingReader {
         };
         let oldest = written.saturating_sub(self.info.slots as u64);
         if self.next < oldest {
-            self.dropped += oldest - self.next;
+            self.dropped = self.dropped.saturating_add(oldest - self.next);
             self.next = oldest;
         }
         let mut out = Vec::new();
@@ -503,12 +503,8 @@ impl RingReader {
                 }
                 // Claimed but not yet complete: look again next time.
                 Slot::InProgress if !writer_gone => break,
-                Slot::InProgress => {
-                    self.dropped += 1;
-                    self.next += 1;
-                }
-                Slot::Lost => {
-                    self.dropped += 1;
+                Slot::InProgress | Slot::Lost => {
+                    self.dropped = self.dropped.saturating_add(1);
                     self.next += 1;
                 }
                 // The file was cut short under us: nothing more can be read.
@@ -529,10 +525,16 @@ impl RingReader {
             u64::from_le_bytes(b)
         };
         let before = word(0, 8);
-        if before <= 2 * n + 1 {
+        // The writer's sequence words for record `n` (wrapping, as a corrupt header may claim any
+        // record count).
+        let (writing, done) = (
+            n.wrapping_mul(2).wrapping_add(1),
+            n.wrapping_mul(2).wrapping_add(2),
+        );
+        if before <= writing {
             return Slot::InProgress;
         }
-        if before != 2 * n + 2 {
+        if before != done {
             return Slot::Lost;
         }
         let len = word(8, 4) as usize;
