@@ -56,7 +56,11 @@ impl Symbolizer {
         let Some(m) = dump.mapping_of(addr) else {
             return vec![unknown(format!("0x{addr:x}"), String::new())];
         };
-        let key = ((m.path.clone(), m.inode), addr - m.start + m.file_offset);
+        // Wrapping: a corrupt mapping may claim any file offset; its lookups then just fail.
+        let key = (
+            (m.path.clone(), m.inode),
+            (addr - m.start).wrapping_add(m.file_offset),
+        );
         if let Some(frames) = self.cache.get(&key) {
             return frames.clone();
         }
@@ -129,8 +133,8 @@ impl Module {
     fn vaddr(&self, offset: u64) -> Option<u64> {
         self.segments
             .iter()
-            .find(|(off, size, _)| *off <= offset && offset < off + size)
-            .map(|(off, _, vaddr)| offset - off + vaddr)
+            .find(|(off, size, _)| *off <= offset && offset < off.saturating_add(*size))
+            .map(|(off, _, vaddr)| (offset - off).wrapping_add(*vaddr))
     }
 
     fn lookup(&self, probe: u64) -> Vec<Frame> {
