@@ -1,5 +1,5 @@
 # The two commands of the README: `make demo` and `make test`. Everything else is optional.
-.PHONY: demo test setup build lint bench clean
+.PHONY: demo test setup build lint bench fuzz clean
 
 CARGO ?= cargo
 OUT ?= out
@@ -47,6 +47,12 @@ bench: setup
 	./target/release/alloc-ab-prof
 	./target/release/frame-bench
 	./target/release/sidecar-bench
+
+# A million executions of each fuzz target (report, budget, ring, socket stream, heap profile),
+# with overflow checks and debug assertions; `make test` runs a short run of each. docs/reliability.md.
+fuzz:
+	$(CARGO) build --profile fuzz -p memsight-fuzz --bin fuzz-parsers
+	./target/fuzz/fuzz-parsers all 1000000
 
 clean:
 	$(CARGO) clean

@@ -38,6 +38,7 @@ pub mod heapprof;
 mod phases;
 pub mod plan;
 pub mod report;
+pub mod safe_file;
 mod session;
 pub mod sidecar;
 pub mod snapshot;

@@ -21,7 +21,6 @@ const MAX_STEPS: usize = 4096;
 
 /// Aggregated statistics of one phase path.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct PhaseStats {
     /// Nested path, outermost first: `train/forward`.
     pub path: String,
@@ -44,7 +43,6 @@ pub struct PhaseStats {
 
 /// One training step's memory.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct StepStats {
     /// The step number given to `memsight::step`.
     pub step: u64,

@@ -22,7 +22,7 @@ use crate::wire::ring::RingWriter;
 use crate::wire::{self, Record};
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -174,12 +174,15 @@ impl SessionBuilder {
         let ring_path = match &cfg.ring {
             RingChoice::Off => None,
             RingChoice::At(p) => Some(p.clone()),
-            // A file left by a dead process that had our pid is stale.
+            // A file left by a dead process that had our pid is stale, unless someone holds it
+            // (a job with our pid in another PID namespace sharing the directory).
             RingChoice::Default => wire::default_ring_path(std::process::id())
                 .ok()
                 .inspect(|p| {
                     wire::remove_stale_rings();
-                    let _ = std::fs::remove_file(p);
+                    if wire::ring::is_unused(p) {
+                        let _ = std::fs::remove_file(p);
+                    }
                 }),
         };
         let ring = ring_path.as_deref().and_then(|p| {
@@ -220,6 +223,7 @@ impl SessionBuilder {
             collector: Mutex::new(HostCollector::for_self()),
             stop: Mutex::new(false),
             wake: Condvar::new(),
+            missed: AtomicU64::new(0),
         });
         let first = shared.sample();
         if !cfg.quiet {
@@ -255,6 +259,8 @@ struct Shared {
     collector: Mutex<HostCollector>,
     stop: Mutex<bool>,
     wake: Condvar,
+    /// Sampling intervals that passed without a sample (the sampler ran late).
+    missed: AtomicU64,
 }
 
 /// Writes a sample to the flight recorder. A sample whose device segment maps make it larger than
@@ -302,7 +308,9 @@ impl Shared {
 
     fn sample(&self) -> Snapshot {
         let host = lock(&self.collector).sample();
-        own_snapshot(self.started.elapsed().as_millis() as u64, host)
+        let mut s = own_snapshot(self.started.elapsed().as_millis() as u64, host);
+        s.missed_intervals = self.missed.load(Ordering::Relaxed);
+        s
     }
 
     fn run(&self, interval: Duration) {
@@ -335,10 +343,14 @@ impl Shared {
             if ticks.is_multiple_of(phase_every) {
                 self.record_phases();
             }
-            // Fixed-rate schedule; after a stall, resume from now instead of bursting.
+            // Fixed-rate schedule; after a stall, resume from now instead of bursting, and count
+            // the intervals that got no sample.
             next += interval;
             let now = Instant::now();
             if next < now {
+                let late = (now - next).as_nanos().div_ceil(interval.as_nanos().max(1));
+                self.missed
+                    .fetch_add(u64::try_from(late).unwrap_or(u64::MAX), Ordering::Relaxed);
                 next = now + interval;
             }
         }

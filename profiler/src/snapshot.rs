@@ -11,7 +11,6 @@ use serde::{Deserialize, Serialize};
 
 /// Everything known about the job's memory at one instant.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Snapshot {
     /// Milliseconds since the session started.
     pub t_ms: u64,
@@ -43,6 +42,14 @@ pub struct Snapshot {
     /// Accelerator memory, one entry per device and backend.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<DeviceSample>,
+    /// Sampling intervals missed since the session started (the sampler ran late: a starved,
+    /// stopped or swapping process); absent while none were (wire 1.3).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub missed_intervals: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Snapshot {
@@ -66,6 +73,7 @@ impl Snapshot {
             tree: None,
             tensors: None,
             devices: Vec::new(),
+            missed_intervals: 0,
         }
     }
 

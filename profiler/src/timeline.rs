@@ -13,7 +13,6 @@ pub const DEFAULT_CAPACITY: usize = 3000;
 
 /// Where and when a series reached its maximum.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct PeakAt {
     /// The maximum value, in bytes.
     pub bytes: u64,

@@ -1,5 +1,5 @@
-//! The documented example report stays in sync with the report type: it parses (unknown fields
-//! are rejected), re-serializes to the same JSON, every key in it is documented in docs/report.md,
+//! The documented example report stays in sync with the report type: it parses, re-serializes to
+//! the same JSON (so it holds no field the type does not know), every key in it is documented in docs/report.md,
 //! and the example budget file parses and passes on it.
 
 use memsight::report::budget::Budgets;

@@ -58,3 +58,59 @@ pub fn run_memsight<S: AsRef<std::ffi::OsStr>>(args: &[S], stdin: Option<&str>) 
         err: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// A small tmpfs mounted for one test (needs root); unmounted when dropped.
+pub struct Tmpfs {
+    /// The mount point.
+    pub dir: PathBuf,
+}
+
+impl Tmpfs {
+    /// Mounts a `size`-byte tmpfs at a fresh directory, or says why it cannot (the test then
+    /// prints the reason and skips).
+    pub fn mount(name: &str, size: u64) -> Result<Tmpfs, String> {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("not root: cannot mount a tmpfs".into());
+        }
+        let dir = scratch(name);
+        let out = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
+            .arg(&dir)
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "mount failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(Tmpfs { dir })
+    }
+
+    /// Fills the filesystem to the last byte.
+    pub fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.dir.join("filler")).expect("filler");
+        let block = vec![0xAAu8; 64 << 10];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.write_all(&[0u8; 1]);
+        let _ = f.flush();
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.dir)
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

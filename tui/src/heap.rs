@@ -108,7 +108,8 @@ fn print_json(v: &impl serde::Serialize) -> Result<(), String> {
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    memsight::safe_file::write(path, bytes)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// Runs the verb: exit 0, or 2 with one line on bad input.

@@ -10,15 +10,16 @@ use std::time::Duration;
 /// What `run` and `attach` share: where the report goes, how often to sample, metrics.
 #[derive(clap::Args)]
 pub struct Watching {
-    /// Where to write the report.
+    /// Where to write the report (`-`: standard output). Checked before the job starts: it must be
+    /// a regular file or absent, in a directory memsight can write.
     #[arg(long, default_value = "memsight-report.json")]
     report: PathBuf,
     /// Sampling interval (`100ms`, `1s`, or milliseconds): the job's under `run`; the sidecar's
     /// own for a process without memsight under `attach`.
     #[arg(long, default_value = "100ms", value_parser = parse_interval)]
     interval: Duration,
-    /// Serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464; port 0 picks one).
-    #[arg(long, value_name = "ADDR")]
+    /// Serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464 or localhost:9464; port 0 picks one).
+    #[arg(long, value_name = "ADDR", value_parser = memsight::sidecar::metrics::parse_addr)]
     metrics: Option<std::net::SocketAddr>,
 }
 
@@ -75,7 +76,8 @@ pub fn attach(a: AttachArgs) -> ExitCode {
     }
 }
 
-/// Prints the post-mortem and the report path; the job's exit code.
+/// Prints the post-mortem and where the report went (or why it did not); the job's exit code
+/// either way.
 fn finish(outcome: &memsight::sidecar::RunOutcome, report: &std::path::Path) -> ExitCode {
     if let Some(pm) = &outcome.report.post_mortem {
         eprintln!("memsight · {}", pm.description);
@@ -86,7 +88,11 @@ fn finish(outcome: &memsight::sidecar::RunOutcome, report: &std::path::Path) -> 
             }
         }
     }
-    eprintln!("memsight · report written to {}", report.display());
+    match &outcome.report_error {
+        Some(e) => eprintln!("memsight: the report was not written: {e}"),
+        None if memsight::sidecar::to_stdout(report) => {}
+        None => eprintln!("memsight · report written to {}", report.display()),
+    }
     ExitCode::from(outcome.exit_code.clamp(0, 255) as u8)
 }
 
@@ -129,7 +135,13 @@ pub fn run(a: Args) -> ExitCode {
     }
     let (tx, rx) = std::sync::mpsc::channel();
     let w = a.watching;
-    let log = live.then(|| w.report.with_extension("log"));
+    let log = live.then(|| {
+        if memsight::sidecar::to_stdout(&w.report) {
+            PathBuf::from("memsight-report.log")
+        } else {
+            w.report.with_extension("log")
+        }
+    });
     let opts = RunOptions {
         command: a.command,
         report: w.report,

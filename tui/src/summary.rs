@@ -48,7 +48,7 @@ pub fn run(a: Args) -> ExitCode {
     };
     match &a.output {
         Some(p) => {
-            if let Err(e) = std::fs::write(p, text) {
+            if let Err(e) = memsight::safe_file::write(p, text.as_bytes()) {
                 eprintln!("memsight summary: {}: {e}", p.display());
                 return ExitCode::from(2);
             }

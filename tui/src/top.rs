@@ -1,11 +1,13 @@
 //! `memsight top [PID|SOCKET]` and `memsight view REPORT.json`: the terminal viewer. One main loop
 //! owns the state; a reader thread turns the sidecar's stream into records (reconnecting with
-//! backoff); keys become intents; frames are drawn at 10 Hz.
+//! backoff); keys become intents; frames are drawn at 10 Hz. SIGTERM, SIGHUP and SIGINT end the
+//! loop like `q`, so the terminal is always restored.
 
 use memsight::wire::stream::StreamReader;
 use memsight::wire::Record;
 use memsight::Report;
 use memsight_tui::state::backoff::Backoff;
+use memsight_tui::state::connection::{self, Down};
 use memsight_tui::state::ViewerState;
 use memsight_tui::view::{intent, render, Ui};
 use ratatui::crossterm::event::{self, Event, KeyEventKind};
@@ -13,7 +15,9 @@ use std::io::BufReader;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, TryRecvError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Attaches to a sidecar.
@@ -35,7 +39,7 @@ pub struct ViewArgs {
 enum Feed {
     Up,
     Record(Record),
-    Down(String),
+    Down(Down),
 }
 
 /// The jobs with a live sidecar socket in the runtime directory: (pid, command line).
@@ -76,14 +80,14 @@ fn reader(socket: PathBuf) -> Receiver<Feed> {
     std::thread::spawn(move || {
         let mut backoff = Backoff::default();
         loop {
-            match UnixStream::connect(&socket) {
+            let down = match UnixStream::connect(&socket) {
                 Ok(s) => {
                     backoff.reset();
                     if tx.send(Feed::Up).is_err() {
                         return;
                     }
                     let mut r = StreamReader::new(BufReader::new(s));
-                    let why = loop {
+                    loop {
                         match r.next_record() {
                             Ok(Some(rec)) => {
                                 let ended = matches!(rec, Record::Ended { .. });
@@ -94,22 +98,21 @@ fn reader(socket: PathBuf) -> Receiver<Feed> {
                                     return;
                                 }
                             }
-                            Ok(None) => break "the sidecar closed the connection".to_string(),
-                            Err(e) => break e.to_string(),
+                            Ok(None) => {
+                                break Down {
+                                    why: "the sidecar closed the connection".into(),
+                                    retry: true,
+                                }
+                            }
+                            Err(e) => break connection::stream_failed(&e),
                         }
-                    };
-                    if tx.send(Feed::Down(why)).is_err() {
-                        return;
                     }
                 }
-                Err(e) => {
-                    if tx
-                        .send(Feed::Down(format!("{}: {e}", socket.display())))
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
+                Err(e) => connection::connect_failed(&socket, &e),
+            };
+            let retry = down.retry;
+            if tx.send(Feed::Down(down)).is_err() || !retry {
+                return;
             }
             std::thread::sleep(backoff.next_delay());
         }
@@ -117,8 +120,28 @@ fn reader(socket: PathBuf) -> Receiver<Feed> {
     rx
 }
 
-/// Runs the viewer until `q`; `feed` drives a live state.
+/// Signals that end the viewer: it leaves the loop and restores the terminal instead of dying
+/// with the terminal raw and on the alternate screen.
+const STOP_SIGNALS: [i32; 3] = [
+    signal_hook::consts::SIGTERM,
+    signal_hook::consts::SIGHUP,
+    signal_hook::consts::SIGINT,
+];
+
+/// The last stop signal received (0: none), set by the handlers `signal-hook` installs.
+fn watch_stop_signals() -> Arc<AtomicUsize> {
+    let got = Arc::new(AtomicUsize::new(0));
+    for sig in STOP_SIGNALS {
+        if let Err(e) = signal_hook::flag::register_usize(sig, Arc::clone(&got), sig as usize) {
+            eprintln!("memsight: cannot watch signal {sig}: {e}");
+        }
+    }
+    got
+}
+
+/// Runs the viewer until `q` or a stop signal; `feed` drives a live state.
 fn run_ui(mut state: ViewerState, feed: Option<Receiver<Feed>>) -> ExitCode {
+    let signalled = watch_stop_signals();
     let mut term = match ratatui::try_init() {
         Ok(t) => t,
         Err(e) => {
@@ -136,9 +159,9 @@ fn run_ui(mut state: ViewerState, feed: Option<Receiver<Feed>>) -> ExitCode {
                 match rx.try_recv() {
                     Ok(Feed::Up) => state.set_connected(true),
                     Ok(Feed::Record(r)) => state.apply(r),
-                    Ok(Feed::Down(why)) => {
-                        state.set_connected(false);
-                        last_error = Some(why);
+                    Ok(Feed::Down(down)) => {
+                        last_error = Some(down.why.clone());
+                        state.set_down(down);
                     }
                     Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
                 }
@@ -165,12 +188,15 @@ fn run_ui(mut state: ViewerState, feed: Option<Receiver<Feed>>) -> ExitCode {
                 break;
             }
         }
-        if quit {
+        if quit || signalled.load(Ordering::Relaxed) != 0 {
             break Ok(());
         }
     };
     ratatui::restore();
+    let sig = signalled.load(Ordering::Relaxed);
     match result {
+        // The shell's code for death by that signal, now that the terminal is back.
+        Ok(()) if sig != 0 => ExitCode::from((128 + sig).min(255) as u8),
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!(

@@ -175,7 +175,6 @@ fn failed(size: usize) {
 /// Heap statistics of the tracking allocator, read without allocating (also the `heap` part of
 /// every [`crate::Snapshot`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct HeapStats {
     /// Bytes currently allocated through the tracking allocator (exact).
     pub live_bytes: u64,

@@ -15,7 +15,6 @@ const V1_UNLIMITED: u64 = 1 << 62;
 
 /// A memory cgroup's state, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct CgroupMemory {
     /// 1 or 2.
     pub version: u8,

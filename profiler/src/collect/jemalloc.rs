@@ -5,7 +5,6 @@ use serde::{Deserialize, Serialize};
 
 /// jemalloc's process-wide statistics in bytes, refreshed by an epoch advance at each read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct JemallocStats {
     /// Bytes handed to the application (Rust and C/C++ alike).
     pub allocated: u64,

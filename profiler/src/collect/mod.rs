@@ -17,7 +17,6 @@ use std::path::Path;
 
 /// Whether a source could be read, and why not.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct SourceStatus {
     /// `jemalloc`, `process`, `system` or `cgroup`.
     pub name: String,

@@ -8,7 +8,6 @@ use std::path::Path;
 
 /// A process's memory as the kernel reports it, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ProcessMemory {
     /// Resident set size (VmRSS).
     pub rss: u64,
@@ -129,7 +128,6 @@ pub fn parse_status(text: &str) -> io::Result<ProcessMemory> {
 
 /// The machine's memory (from /proc/meminfo), in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct SystemMemory {
     /// MemTotal.
     pub total: u64,

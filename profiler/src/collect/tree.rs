@@ -10,7 +10,6 @@ const MAX_PROCESSES: usize = 1024;
 
 /// One process of the tree.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct TreeProcess {
     /// Process id.
     pub pid: u32,
@@ -24,7 +23,6 @@ pub struct TreeProcess {
 
 /// A process and its descendants, root first.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ProcessTree {
     /// Sum of every process's RSS (shared pages count once per process, as the kernel reports).
     pub total_rss: u64,

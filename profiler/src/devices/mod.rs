@@ -12,7 +12,6 @@ use std::sync::Mutex;
 
 /// One process holding memory on a device (from NVML).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct DeviceProcess {
     /// The PID as the driver reports it (host PID namespace).
     pub host_pid: u32,
@@ -29,7 +28,6 @@ pub struct DeviceProcess {
 /// One segment (driver allocation) of a caching allocator, for the segment map: its size and its
 /// blocks folded into equal cells, each holding the allocated share of that slice (0–255).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct SegmentMap {
     /// Segment size.
     pub bytes: u64,
@@ -41,7 +39,6 @@ pub struct SegmentMap {
 
 /// One accelerator's memory at one instant, as one backend sees it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct DeviceSample {
     /// Device index (CUDA ordinal).
     pub index: u32,
@@ -117,7 +114,6 @@ impl DeviceSample {
 
 /// A device out-of-memory, caught at the moment it happened (libtorch's OOM observer).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct DeviceOom {
     /// Milliseconds since the session started (0 without a session).
     pub t_ms: u64,
@@ -235,7 +231,6 @@ pub fn ooms() -> Vec<DeviceOom> {
 
 /// One device's peaks over a whole run, as one backend saw them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct DevicePeak {
     /// Device index.
     pub index: u32,

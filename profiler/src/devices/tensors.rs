@@ -18,7 +18,6 @@ static STEP_PEAK: AtomicU64 = AtomicU64::new(0);
 
 /// Tensor memory at one instant, as reported by the tensor backend.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct TensorStats {
     /// Bytes of live tensor storage (usable size of each block).
     pub live_bytes: u64,

@@ -156,7 +156,10 @@ pub fn dump(path: &Path) -> Result<(), String> {
     if !enabled() {
         return Err(format!("heap profiling is not enabled: {HOW_TO_ENABLE}"));
     }
-    let tmp = path.with_extension("heap.tmp");
-    imp::dump(&tmp)?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("cannot move {}: {e}", tmp.display()))
+    let tmp = crate::safe_file::Pending::new(path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    imp::dump(tmp.tmp_path())?;
+    tmp.commit()
+        .map(drop)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }

@@ -44,8 +44,13 @@ pub struct HeapDump {
 impl HeapDump {
     /// Reads and parses a dump file.
     pub fn read(path: &Path) -> Result<HeapDump, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read heap profile {}: {e}", path.display()))?;
+        let err =
+            |e: &dyn std::fmt::Display| format!("cannot read heap profile {}: {e}", path.display());
+        let meta = std::fs::metadata(path).map_err(|e| err(&e))?;
+        if !meta.is_file() {
+            return Err(err(&"not a regular file"));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| err(&e))?;
         HeapDump::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 

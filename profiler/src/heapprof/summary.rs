@@ -175,13 +175,14 @@ pub fn summarize(dumps: &[DumpRecord], report_dir: &Path) -> Option<HeapProfile>
 fn view(d: &DumpRecord, p: &Profile, report_dir: &Path, notes: &mut Vec<String>) -> ProfileView {
     let heap = PathBuf::from(&d.path);
     let pprof_path = heap.with_extension("pb.gz");
-    let pprof_file = match std::fs::write(&pprof_path, pprof::encode(p, crate::sys::unix_ms())) {
-        Ok(()) => Some(relative(&pprof_path, report_dir)),
-        Err(e) => {
-            notes.push(format!("cannot write {}: {e}", pprof_path.display()));
-            None
-        }
-    };
+    let pprof_file =
+        match crate::safe_file::write(&pprof_path, &pprof::encode(p, crate::sys::unix_ms())) {
+            Ok(()) => Some(relative(&pprof_path, report_dir)),
+            Err(e) => {
+                notes.push(format!("cannot write {}: {e}", pprof_path.display()));
+                None
+            }
+        };
     let title = format!(
         "heap at step {} ({} allocated)",
         d.step,
@@ -256,7 +257,7 @@ fn write_svg(
     notes: &mut Vec<String>,
 ) -> Option<String> {
     let written = flame::svg(title, folded)
-        .and_then(|svg| std::fs::write(path, svg).map_err(|e| e.to_string()));
+        .and_then(|svg| crate::safe_file::write(path, &svg).map_err(|e| e.to_string()));
     match written {
         Ok(()) => Some(relative(path, report_dir)),
         Err(e) => {

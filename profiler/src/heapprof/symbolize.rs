@@ -56,7 +56,11 @@ impl Symbolizer {
         let Some(m) = dump.mapping_of(addr) else {
             return vec![unknown(format!("0x{addr:x}"), String::new())];
         };
-        let key = ((m.path.clone(), m.inode), addr - m.start + m.file_offset);
+        // Wrapping: a corrupt mapping may claim any file offset; its lookups then just fail.
+        let key = (
+            (m.path.clone(), m.inode),
+            (addr - m.start).wrapping_add(m.file_offset),
+        );
         if let Some(frames) = self.cache.get(&key) {
             return frames.clone();
         }
@@ -110,6 +114,11 @@ impl Module {
     fn open(path: &Path, inode: u64) -> Result<Module, &'static str> {
         use std::os::unix::fs::MetadataExt;
         let meta = std::fs::metadata(path).map_err(|_| "no longer on disk")?;
+        // A profile's mapping names any path; opening a FIFO or device there would block or read
+        // forever.
+        if !meta.is_file() {
+            return Err("not a regular file");
+        }
         if inode != 0 && meta.ino() != inode {
             return Err("replaced since the profile was written");
         }
@@ -124,8 +133,8 @@ impl Module {
     fn vaddr(&self, offset: u64) -> Option<u64> {
         self.segments
             .iter()
-            .find(|(off, size, _)| *off <= offset && offset < off + size)
-            .map(|(off, _, vaddr)| offset - off + vaddr)
+            .find(|(off, size, _)| *off <= offset && offset < off.saturating_add(*size))
+            .map(|(off, _, vaddr)| (offset - off).wrapping_add(*vaddr))
     }
 
     fn lookup(&self, probe: u64) -> Vec<Frame> {
@@ -176,12 +185,17 @@ impl Module {
 /// The loadable segments of an ELF file, from its program headers alone (a shared object can be
 /// hundreds of MiB; only its first pages are read).
 fn load_segments(path: &Path) -> Option<Vec<(u64, u64, u64)>> {
+    use std::os::unix::fs::OpenOptionsExt;
     let mut head = Vec::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(64 * 1024)
-        .read_to_end(&mut head)
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
         .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    file.take(64 * 1024).read_to_end(&mut head).ok()?;
     let data = head.as_slice();
     let header = object::elf::FileHeader64::<object::Endianness>::parse(data).ok()?;
     let endian = header.endian().ok()?;
@@ -323,6 +337,33 @@ mod tests {
     fn held_by<T: Default>() -> u64 {
         std::hint::black_box(T::default());
         held_by::<T> as *const () as u64
+    }
+
+    /// A mapping that names a FIFO (a crafted or stale profile) is skipped, not opened and waited on.
+    #[test]
+    fn a_mapping_naming_a_fifo_does_not_hang() {
+        let fifo = std::env::temp_dir().join(format!("memsight-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_file(&fifo);
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let text = format!(
+            "heap_v2/524288\nMAPPED_LIBRARIES:\n400000-401000 r-xp 00000000 00:00 0 {}\n",
+            fifo.display()
+        );
+        let dump = HeapDump::parse(&text).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut s = Symbolizer::new();
+            let frames = s.frames(&dump, 0x400010);
+            let _ = tx.send((frames, s.missing));
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+        let _ = std::fs::remove_file(&fifo);
+        let (frames, missing) = got.expect("symbolizing hung on a FIFO");
+        assert_eq!(frames.len(), 1, "{frames:?}");
+        assert!(frames[0].file.is_none(), "{frames:?}");
+        assert!(missing[0].ends_with("(not a regular file)"), "{missing:?}");
     }
 
     #[test]

@@ -77,6 +77,7 @@ pub fn build(p: Parts) -> Report {
         memsight_version: env!("CARGO_PKG_VERSION").into(),
         job: p.job,
         interval_ms: p.interval_ms,
+        missed_intervals: tl.last().map_or(0, |s| s.missed_intervals),
         peaks: Peaks {
             heap_peak_bytes: heap.peak_bytes,
             heap_peak_step,

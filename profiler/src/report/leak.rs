@@ -11,7 +11,6 @@ const MIN_POINTS: usize = 5;
 
 /// Growth of live heap bytes per step.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct LeakEstimate {
     /// Median of pairwise slopes of end-of-step live bytes, bytes per step.
     pub slope_bytes_per_step: f64,

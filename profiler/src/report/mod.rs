@@ -31,7 +31,6 @@ pub const SCHEMA_VERSION: u32 = 1;
 
 /// A finished (or dead) job's memory report.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Report {
     /// Report schema version ([`SCHEMA_VERSION`]).
     pub schema_version: u32,
@@ -41,6 +40,10 @@ pub struct Report {
     pub job: Job,
     /// Sampling interval in milliseconds.
     pub interval_ms: u64,
+    /// Sampling intervals with no sample: the sampler ran late (a starved or stopped process).
+    /// The timeline's gaps are that many intervals long in all.
+    #[serde(default)]
+    pub missed_intervals: u64,
     /// Peak values and where they happened.
     pub peaks: Peaks,
     /// Host heap fragmentation at the moment of peak jemalloc resident memory.
@@ -80,7 +83,6 @@ pub struct Report {
 
 /// The profiled process.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Job {
     /// Process id.
     pub pid: u32,
@@ -96,7 +98,6 @@ pub struct Job {
 
 /// How the job ended.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct JobExit {
     /// `finished` (session finished in-process), `exited` (with a code) or `signaled`.
     pub kind: String,
@@ -112,7 +113,6 @@ pub struct JobExit {
 
 /// Peaks and where they happened.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Peaks {
     /// Peak live heap bytes (tracking allocator; resettable by `memsight::reset_peak`).
     pub heap_peak_bytes: u64,
@@ -152,7 +152,6 @@ pub struct Peaks {
 
 /// jemalloc fragmentation at the sample with the highest resident memory.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Fragmentation {
     /// (resident − allocated) / resident: resident heap memory holding no live data.
     pub resident_ratio: f64,
@@ -170,7 +169,6 @@ pub struct Fragmentation {
 
 /// Allocation count of one size class.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct HistogramBucket {
     /// Smallest size in the class, in bytes.
     pub min_bytes: u64,
@@ -204,8 +202,11 @@ impl Report {
         Self::from_slice(&bytes).map_err(|e| e.with_path(path))
     }
 
-    /// Parses and validates a report from JSON bytes.
+    /// Parses and validates a report from JSON bytes (a leading UTF-8 byte-order mark is skipped).
+    /// Fields this version does not know are ignored, as docs/report.md promises within a schema
+    /// version; a field of the wrong type is named by its path (`peaks.heap_peak_bytes`).
     pub fn from_slice(bytes: &[u8]) -> Result<Report, ReportError> {
+        let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
         let value: serde_json::Value =
             serde_json::from_slice(bytes).map_err(ReportError::from_json)?;
         let version = value.get("schema_version").ok_or(ReportError::NotAReport {
@@ -223,27 +224,35 @@ impl Report {
                 supported: SCHEMA_VERSION,
             });
         }
-        serde_json::from_value(value).map_err(|e| ReportError::Invalid {
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            let at = e.path().to_string();
+            let inner = e.into_inner();
+            ReportError::Invalid {
+                path: None,
+                why: if at == "." {
+                    inner.to_string()
+                } else {
+                    format!("{at}: {inner}")
+                },
+            }
+        })
+    }
+
+    /// The report as pretty JSON.
+    pub fn to_json(&self) -> Result<Vec<u8>, ReportError> {
+        serde_json::to_vec_pretty(self).map_err(|e| ReportError::Invalid {
             path: None,
             why: e.to_string(),
         })
     }
 
-    /// Writes the report as pretty JSON, atomically (temporary file + rename).
+    /// Writes the report as pretty JSON through [`crate::safe_file`]: complete or not at all, and
+    /// only over a regular file.
     pub fn save(&self, path: &Path) -> Result<(), ReportError> {
-        let io = |e| ReportError::Io {
+        crate::safe_file::write(path, &self.to_json()?).map_err(|e| ReportError::Io {
             path: path.to_path_buf(),
             source: e,
-        };
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = std::path::PathBuf::from(tmp);
-        let json = serde_json::to_vec_pretty(self).map_err(|e| ReportError::Invalid {
-            path: None,
-            why: e.to_string(),
-        })?;
-        std::fs::write(&tmp, json).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        })
     }
 }
 

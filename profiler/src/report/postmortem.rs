@@ -6,7 +6,6 @@ use serde::{Deserialize, Serialize};
 
 /// How and why the job ended.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct PostMortem {
     /// `exited`, `signaled`, `oom_killed` (SIGKILL with a cgroup OOM kill) or `out_of_memory`
     /// (an OOM message in the job's output).
@@ -40,7 +39,6 @@ pub struct PostMortem {
 
 /// One OOM message from the job's output, with its verdict.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct PostMortemFinding {
     /// Message kind (`rust_alloc_failure`, `torch_cuda_oom_new`, …).
     pub kind: String,

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 
 /// A piece of advice with its evidence.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Tip {
     /// Stable identifier: `fragmentation`, `peak-in-backward`, `leak-suspect`, `rss-beyond-heap`,
     /// `near-cgroup-limit`, `device-cache-overhead`, `device-shared`.

@@ -65,6 +65,7 @@ fn start_unix_ms(ticks: u64) -> Option<u64> {
 /// report.
 pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
     let pid = opts.pid;
+    super::check_report_path(&opts.report)?;
     let ticks = start_ticks(pid).ok_or(SidecarError::NoProcess(pid))?;
     let proc_start = start_unix_ms(ticks);
     let mut command = command_line(pid);
@@ -111,8 +112,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
             next += opts.interval;
             oom.refresh();
             if let Some(r) = reader.as_mut() {
-                let records = r.poll();
-                watch.take(records, &outputs);
+                watch.poll(r, &outputs);
             } else if let Some(h) = host.as_mut() {
                 let mut s = Snapshot::new(
                     started.elapsed().as_millis() as u64,
@@ -160,9 +160,10 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
         job_report: None,
     });
     outputs.end(&report);
-    report.save(&opts.report).map_err(SidecarError::Report)?;
+    let report_error = super::deliver(&report, &opts.report).err();
     Ok(RunOutcome {
         exit_code: 0,
         report,
+        report_error,
     })
 }

@@ -31,7 +31,7 @@ use std::time::Duration;
 pub struct RunOptions {
     /// The command and its arguments.
     pub command: Vec<OsString>,
-    /// Where the final report goes.
+    /// Where the final report goes; `-` writes it to standard output.
     pub report: PathBuf,
     /// Sampling interval the job is switched on with.
     pub interval: Duration,
@@ -50,8 +50,48 @@ pub struct RunOptions {
 pub struct RunOutcome {
     /// The job's exit code, 128 + signal when it was killed.
     pub exit_code: i32,
-    /// The report written.
+    /// The report.
     pub report: Report,
+    /// Why the report did not reach its path, when it did not (the job's code still stands).
+    pub report_error: Option<SidecarError>,
+}
+
+/// Whether `report` means standard output (`--report -`).
+pub fn to_stdout(report: &std::path::Path) -> bool {
+    report.as_os_str() == "-"
+}
+
+/// Checks, before the job starts, that `report` can be written (see [`crate::safe_file`]).
+pub fn check_report_path(report: &std::path::Path) -> Result<(), SidecarError> {
+    if to_stdout(report) {
+        return Ok(());
+    }
+    crate::safe_file::check_writable(report).map_err(|e| {
+        SidecarError::Report(crate::report::ReportError::Io {
+            path: report.to_path_buf(),
+            source: e,
+        })
+    })
+}
+
+/// Writes the final report to its path, or to standard output for `-`.
+pub(crate) fn deliver(report: &Report, to: &std::path::Path) -> Result<(), SidecarError> {
+    if to_stdout(to) {
+        use std::io::Write;
+        let json = report.to_json().map_err(SidecarError::Report)?;
+        let mut out = std::io::stdout().lock();
+        return out
+            .write_all(&json)
+            .and_then(|()| out.write_all(b"\n"))
+            .and_then(|()| out.flush())
+            .map_err(|e| {
+                SidecarError::Report(crate::report::ReportError::Io {
+                    path: to.to_path_buf(),
+                    source: e,
+                })
+            });
+    }
+    report.save(to).map_err(SidecarError::Report)
 }
 
 /// Why the sidecar could not do its job.
@@ -105,6 +145,8 @@ pub(crate) struct Watch {
     pub finished_report: Option<PathBuf>,
     pub ring_start_unix_ms: Option<u64>,
     pub dropped: u64,
+    /// Ring drops already told to viewers.
+    dropped_told: u64,
     pub alloc_failures: (u64, u64),
     pub ring_error: Option<String>,
     /// Sources the sidecar read itself (uninstrumented `attach`).
@@ -125,6 +167,7 @@ impl Watch {
             finished_report: None,
             ring_start_unix_ms: None,
             dropped: 0,
+            dropped_told: 0,
             alloc_failures: (0, 0),
             ring_error: None,
             sources: Vec::new(),
@@ -154,6 +197,22 @@ impl Watch {
         self.timeline.last()
     }
 
+    /// Reads the records written since the last poll; records lost from the ring meanwhile are
+    /// told to viewers as a `dropped` notice (their count of missed records includes them).
+    pub(crate) fn poll(&mut self, r: &mut RingReader, out: &Outputs) {
+        let records = r.poll();
+        self.take(records, out);
+        self.tell_drops(r, out);
+    }
+
+    fn tell_drops(&mut self, r: &RingReader, out: &Outputs) {
+        let lost = r.dropped().saturating_sub(self.dropped_told);
+        if lost > 0 {
+            out.emit(&Record::Dropped { count: lost });
+            self.dropped_told = r.dropped();
+        }
+    }
+
     /// Reads what the writer left once watching stops: every remaining record (`writer_gone`:
     /// one it died writing counts as dropped), the drop count and the failed allocations.
     fn drain(&mut self, r: &mut RingReader, writer_gone: bool, out: &Outputs) {
@@ -163,6 +222,7 @@ impl Watch {
             r.poll()
         };
         self.take(records, out);
+        self.tell_drops(r, out);
         self.dropped = r.dropped();
         self.alloc_failures = r.alloc_failures();
     }
@@ -267,7 +327,7 @@ impl Outputs {
 }
 
 /// The environment that sets the job's heap sampling (`heap-profile` builds read it; others
-/// ignore it) and says where its profiles go.
+/// ignore it) and says where its profiles go (`memsight-report.heap/` here for `--report -`).
 fn heap_profile_env(opts: &RunOptions) -> Vec<(&'static str, OsString)> {
     let sample = match opts.heap_sample_bytes {
         Some(b) => OsString::from(b.to_string()),
@@ -277,7 +337,12 @@ fn heap_profile_env(opts: &RunOptions) -> Vec<(&'static str, OsString)> {
         ("MEMSIGHT_HEAP_SAMPLE", sample),
         (
             "MEMSIGHT_PROFILE_DIR",
-            crate::heapprof::dir_for_report(&opts.report).into_os_string(),
+            crate::heapprof::dir_for_report(if to_stdout(&opts.report) {
+                std::path::Path::new("memsight-report.json")
+            } else {
+                &opts.report
+            })
+            .into_os_string(),
         ),
     ]
 }
@@ -285,22 +350,37 @@ fn heap_profile_env(opts: &RunOptions) -> Vec<(&'static str, OsString)> {
 /// Runs `opts.command` under the sidecar and writes the report.
 pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     let (program, args) = opts.command.split_first().ok_or(SidecarError::NoCommand)?;
+    check_report_path(&opts.report)?;
     let dir = runtime_dir().map_err(|(p, e)| SidecarError::RuntimeDir(p, e))?;
     crate::wire::remove_stale_rings();
     let tag = format!("{}-{}", std::process::id(), unix_ms());
     let ring_path = dir.join(format!("ring-{tag}.bin"));
-    let job_report = dir.join(format!("job-report-{tag}.json"));
+    // The job writes its own report straight to the requested path, so it is there even if the
+    // sidecar is killed; the sidecar then replaces it with one that has the post-mortem. For
+    // standard output it goes to the runtime directory (never removed unless delivered).
+    let job_report = if to_stdout(&opts.report) {
+        dir.join(format!("job-report-{tag}.json"))
+    } else {
+        std::path::absolute(&opts.report).map_err(|e| {
+            SidecarError::Report(crate::report::ReportError::Io {
+                path: opts.report.clone(),
+                source: e,
+            })
+        })?
+    };
 
     let mut outputs = Outputs::new(opts.metrics, &opts.command)?;
     let start_unix_ms = unix_ms();
     let mut cmd = Command::new(program);
     if let Some(log) = &opts.job_output {
-        let file = std::fs::File::create(log).map_err(|e| {
-            SidecarError::Spawn(
-                format!("{} (log {})", program.to_string_lossy(), log.display()),
-                e,
-            )
-        })?;
+        let file = crate::safe_file::Pending::new(log)
+            .and_then(|p| p.commit())
+            .map_err(|e| {
+                SidecarError::Spawn(
+                    format!("{} (log {})", program.to_string_lossy(), log.display()),
+                    e,
+                )
+            })?;
         let err = file
             .try_clone()
             .map_err(|e| SidecarError::Spawn(program.to_string_lossy().into_owned(), e))?;
@@ -339,8 +419,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     let (status, died_unix_ms) = loop {
         watch.open_ring(&mut reader, &ring_path);
         if let Some(r) = reader.as_mut() {
-            let records = r.poll();
-            watch.take(records, &outputs);
+            watch.poll(r, &outputs);
         }
         oom.refresh();
         match rx.recv_timeout(poll) {
@@ -375,15 +454,25 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     });
     let mut report = report;
     if report.heap_profile.is_none() {
-        let dir = opts.report.parent().unwrap_or(std::path::Path::new(""));
+        let dir = if to_stdout(&opts.report) {
+            std::path::Path::new("")
+        } else {
+            opts.report.parent().unwrap_or(std::path::Path::new(""))
+        };
         report.set_heap_profile(crate::heapprof::summarize(&watch.heap_dumps, dir));
     }
     outputs.end(&report);
-    report.save(&opts.report).map_err(SidecarError::Report)?;
+    let report_error = deliver(&report, &opts.report).err();
     let _ = std::fs::remove_file(&ring_path);
-    let _ = std::fs::remove_file(&job_report);
+    if report_error.is_none() && to_stdout(&opts.report) {
+        let _ = std::fs::remove_file(&job_report);
+    }
     Ok(RunOutcome {
         exit_code: status.map_or(1, shell_code),
         report,
+        report_error,
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,9 @@
 //! The sidecar's Unix-socket server: `sidecar-<job pid>.sock` in the runtime directory (0700),
 //! socket mode 0600, peer uid checked with SO_PEERCRED. Each client gets the greeting and the full
 //! state, then every new record through its own bounded queue: a client that reads slowly gets
-//! `dropped` notices instead of slowing the sidecar down.
+//! `dropped` notices instead of slowing the sidecar down. A client that stops reading altogether is
+//! disconnected once a write has waited [`Limits::write_timeout`] (counted: [`Server::slow_clients`]),
+//! so it cannot pin its copy of the state; at most [`Limits::max_clients`] are served at once.
 
 use crate::snapshot::Snapshot;
 use crate::sys::lock;
@@ -17,6 +19,24 @@ use std::sync::{Arc, Mutex};
 
 /// Records queued per client before it starts missing some.
 const CLIENT_QUEUE: usize = 1024;
+
+/// How much the server gives each client.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Longest a write to a client may wait before the client is dropped as not reading.
+    pub write_timeout: std::time::Duration,
+    /// Clients served at once; more are refused with an error line.
+    pub max_clients: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            write_timeout: std::time::Duration::from_secs(10),
+            max_clients: 32,
+        }
+    }
+}
 
 struct Client {
     tx: SyncSender<Arc<str>>,
@@ -37,6 +57,8 @@ pub struct Server {
     stop: Arc<AtomicBool>,
     /// One clone per live client thread.
     writers: Arc<()>,
+    /// Clients disconnected because they stopped reading.
+    slow: Arc<AtomicU64>,
 }
 
 /// Longest wait for client threads to send their last records when the server stops.
@@ -80,8 +102,18 @@ fn peer_uid(s: &UnixStream) -> Option<u32> {
 }
 
 impl Server {
-    /// Listens at `path` (an old socket file there is replaced).
+    /// Listens at `path` (an old socket file there is replaced) with the default [`Limits`].
     pub fn start(path: &Path, job_pid: u32, command: Vec<String>) -> io::Result<Server> {
+        Self::start_with(path, job_pid, command, Limits::default())
+    }
+
+    /// Listens at `path` with `limits`.
+    pub fn start_with(
+        path: &Path,
+        job_pid: u32,
+        command: Vec<String>,
+        limits: Limits,
+    ) -> io::Result<Server> {
         let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
@@ -98,16 +130,23 @@ impl Server {
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let writers = Arc::new(());
-        let (inner2, stop2, writers2) =
-            (Arc::clone(&inner), Arc::clone(&stop), Arc::clone(&writers));
+        let slow = Arc::new(AtomicU64::new(0));
+        let shared = Shared {
+            inner: Arc::clone(&inner),
+            stop: Arc::clone(&stop),
+            writers: Arc::clone(&writers),
+            slow: Arc::clone(&slow),
+            limits,
+        };
         std::thread::Builder::new()
             .name("memsight-server".into())
-            .spawn(move || accept_loop(listener, inner2, stop2, writers2))?;
+            .spawn(move || accept_loop(listener, shared))?;
         Ok(Server {
             path: path.to_path_buf(),
             inner,
             stop,
             writers,
+            slow,
         })
     }
 
@@ -135,9 +174,14 @@ impl Server {
             });
     }
 
-    /// Clients connected now.
+    /// Clients being served now.
     pub fn clients(&self) -> usize {
-        lock(&self.inner).clients.len()
+        Arc::strong_count(&self.writers).saturating_sub(2)
+    }
+
+    /// Clients disconnected so far because they stopped reading.
+    pub fn slow_clients(&self) -> u64 {
+        self.slow.load(Ordering::Relaxed)
     }
 }
 
@@ -156,16 +200,20 @@ impl Drop for Server {
     }
 }
 
-fn accept_loop(
-    listener: UnixListener,
+/// What the accept loop shares with the server.
+struct Shared {
     inner: Arc<Mutex<Inner>>,
     stop: Arc<AtomicBool>,
     writers: Arc<()>,
-) {
+    slow: Arc<AtomicU64>,
+    limits: Limits,
+}
+
+fn accept_loop(listener: UnixListener, sh: Shared) {
     // SAFETY: getuid cannot fail.
     let own = unsafe { libc::getuid() };
     for conn in listener.incoming() {
-        if stop.load(Ordering::SeqCst) {
+        if sh.stop.load(Ordering::SeqCst) {
             return;
         }
         let Ok(mut stream) = conn else { continue };
@@ -174,12 +222,25 @@ fn accept_loop(
                 stream.write_all(b"{\"type\":\"error\",\"message\":\"refused: another user\"}\n");
             continue;
         }
+        // Writers: the server's, this loop's (`sh.writers`) and one per client.
+        if Arc::strong_count(&sh.writers).saturating_sub(2) >= sh.limits.max_clients {
+            let _ = stream.set_nonblocking(true);
+            let _ = stream
+                .write_all(b"{\"type\":\"error\",\"message\":\"refused: too many viewers\"}\n");
+            continue;
+        }
+        if stream
+            .set_write_timeout(Some(sh.limits.write_timeout))
+            .is_err()
+        {
+            continue;
+        }
         let (tx, rx) = sync_channel::<Arc<str>>(CLIENT_QUEUE);
         let dropped = Arc::new(AtomicU64::new(0));
         {
             // Greeting and state are queued under the lock that orders published records, so the
             // client sees every record after its state exactly once.
-            let mut g = lock(&inner);
+            let mut g = lock(&sh.inner);
             let state = line(&Record::State {
                 timeline: g.timeline.samples().to_vec(),
             });
@@ -191,20 +252,35 @@ fn accept_loop(
                 dropped: Arc::clone(&dropped),
             });
         }
-        let token = Arc::clone(&writers);
+        let token = Arc::clone(&sh.writers);
+        let slow = Arc::clone(&sh.slow);
         let spawned = std::thread::Builder::new()
             .name("memsight-client".into())
             .spawn(move || {
                 let _token = token;
+                // A write that timed out: the client stopped reading; let it go (its queue and
+                // state with it) and count it.
+                let send = |stream: &mut UnixStream, text: &[u8]| match stream.write_all(text) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        ) {
+                            slow.fetch_add(1, Ordering::Relaxed);
+                        }
+                        false
+                    }
+                };
                 for text in rx {
                     let missed = dropped.swap(0, Ordering::Relaxed);
                     if missed > 0 {
                         let notice = line(&Record::Dropped { count: missed });
-                        if stream.write_all(notice.as_bytes()).is_err() {
+                        if !send(&mut stream, notice.as_bytes()) {
                             return;
                         }
                     }
-                    if stream.write_all(text.as_bytes()).is_err() {
+                    if !send(&mut stream, text.as_bytes()) {
                         return;
                     }
                 }

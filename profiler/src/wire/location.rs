@@ -58,9 +58,13 @@ pub fn default_ring_path(pid: u32) -> Result<PathBuf, (PathBuf, std::io::Error)>
     Ok(runtime_dir()?.join(format!("ring-{pid}.bin")))
 }
 
-/// Removes rings (and sidecar job-report files) in the runtime directory whose process is gone:
-/// `ring-<pid>.bin` of a job, `ring-<sidecar pid>-<ms>.bin` and `job-report-<sidecar pid>-<ms>.json`
-/// of a sidecar. A SIGKILLed job cannot clean up after itself; the next session does.
+/// Removes rings in the runtime directory that nobody holds: `ring-<pid>.bin` of a job,
+/// `ring-<sidecar pid>-<ms>.bin` of a sidecar. A SIGKILLed job cannot clean up after itself; the
+/// next session does. A ring is stale only when no process holds its lock (writers and readers
+/// do, see [`super::ring::is_unused`]) *and* the pid in its name is gone here: a pid alone would
+/// condemn the live rings of jobs in another PID namespace sharing the directory, and the lock
+/// alone a ring its writer has created but not yet locked. Reports (`job-report-*.json`, left by a sidecar killed before it delivered
+/// one to standard output) are never removed: they may be the only copy.
 pub fn remove_stale_rings() {
     let Ok(dir) = runtime_dir() else { return };
     let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -71,11 +75,7 @@ pub fn remove_stale_rings() {
         let Some(name) = name.to_str() else { continue };
         let stem = name
             .strip_prefix("ring-")
-            .and_then(|n| n.strip_suffix(".bin"))
-            .or_else(|| {
-                name.strip_prefix("job-report-")
-                    .and_then(|n| n.strip_suffix(".json"))
-            });
+            .and_then(|n| n.strip_suffix(".bin"));
         let Some(pid) = stem
             .and_then(|s| s.split('-').next())
             .and_then(|p| p.parse::<i32>().ok())
@@ -85,7 +85,7 @@ pub fn remove_stale_rings() {
         // SAFETY: signal 0 only asks whether the process exists.
         let gone = unsafe { libc::kill(pid, 0) } != 0
             && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if gone {
+        if gone && super::ring::is_unused(&e.path()) {
             let _ = std::fs::remove_file(e.path());
         }
     }

@@ -7,10 +7,16 @@
 //! `2n+1` while writing, `2n+2` when complete. A reader copies a slot and accepts it only when the
 //! sequence word read before and after is the same even value for the record it expects; records
 //! overwritten before it read them are counted as dropped. If nobody reads, nothing accumulates.
+//!
+//! Neither side can fault on the file: the writer reserves every block with `posix_fallocate`
+//! before mapping it (on a full filesystem the ring is refused instead of raising SIGBUS at the
+//! first touch), and readers never map it: they copy with `pread`, which sees a file truncated
+//! under them as a short read.
 
 use super::{Record, WireError, MAJOR, MINOR};
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
 
@@ -42,6 +48,28 @@ const OFF_HEAP_SAMPLING_REQUEST: usize = 80;
 /// Slot payload kind: a JSON-encoded [`Record`].
 const KIND_JSON: u16 = 1;
 
+/// Takes a shared `flock` on a ring file: held by its writer (and inherited by the writer's
+/// children) and by its readers for as long as they have it open, so clean-up can tell a ring in
+/// use — also by a process in another PID namespace — from a stale one ([`is_unused`]).
+fn hold(file: &File) {
+    // SAFETY: flock on a descriptor we own; a failure only weakens the clean-up's evidence.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+}
+
+/// Whether nobody holds the ring at `path` open (no writer, no reader): clean-up may remove it.
+/// Asks with a non-blocking exclusive `flock`, which fails while any holder's shared lock stands.
+pub fn is_unused(path: &Path) -> bool {
+    let Ok(file) = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor we own; it is released when `file` closes.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
 /// A shared mapping of a ring file.
 struct Map {
     ptr: *mut u8,
@@ -55,7 +83,6 @@ unsafe impl Sync for Map {}
 
 impl Map {
     fn new(file: &File, len: usize, writable: bool) -> Result<Self, WireError> {
-        use std::os::fd::AsRawFd;
         let prot = if writable {
             libc::PROT_READ | libc::PROT_WRITE
         } else {
@@ -87,7 +114,7 @@ impl Map {
         unsafe { &*(self.ptr.add(off) as *const AtomicU64) }
     }
 
-    /// The header's failed-allocation count and last failed size.
+    /// The header's failed-allocation count and first failed size.
     fn alloc_failures(&self) -> (u64, u64) {
         (
             self.atomic(OFF_ALLOC_FAILURES).load(Ordering::Acquire),
@@ -106,13 +133,6 @@ impl Map {
         // SAFETY: callers pass ranges inside a writable mapping.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(off), bytes.len()) };
     }
-
-    fn copy_out(&self, off: usize, out: &mut Vec<u8>, n: usize) {
-        out.clear();
-        out.resize(n, 0);
-        // SAFETY: `off + n` was checked against the slot bounds.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), out.as_mut_ptr(), n) };
-    }
 }
 
 impl Drop for Map {
@@ -126,14 +146,17 @@ impl Drop for Map {
 /// (count, then size), or null when no ring is open. Set once per ring, never unmapped after.
 static ALLOC_FAILURE_WORDS: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Records a failed allocation of `size` bytes in the open ring's header, if any. Called on the
-/// allocator's failure path: it never allocates, locks or blocks.
+/// Records a failed allocation of `size` bytes in the open ring's header, if any: the count, and
+/// the size of the first failure — the request that started the end, not whatever the dying
+/// process (its backtrace printer, say) failed to allocate afterwards. Called on the allocator's
+/// failure path: it never allocates, locks or blocks.
 pub(crate) fn note_alloc_failure(size: usize) {
     let p = ALLOC_FAILURE_WORDS.load(Ordering::Acquire);
     if !p.is_null() {
         // SAFETY: points at two consecutive header words of a mapping that is never unmapped.
         unsafe {
-            (*p.add(1)).store(size as u64, Ordering::Relaxed);
+            let _ =
+                (*p.add(1)).compare_exchange(0, size as u64, Ordering::Relaxed, Ordering::Relaxed);
             (*p).fetch_add(1, Ordering::Release);
         }
     }
@@ -142,6 +165,8 @@ pub(crate) fn note_alloc_failure(size: usize) {
 /// The job's side: appends records.
 pub struct RingWriter {
     map: Map,
+    /// Held open for the life of the writer.
+    _file: File,
     path: PathBuf,
     slot_size: usize,
     slots: usize,
@@ -188,7 +213,18 @@ impl RingWriter {
             .create_new(true)
             .mode(0o600)
             .open(path)?;
-        file.set_len(len as u64)?;
+        hold(&file);
+        // Reserve every block now: a sparse file on a full tmpfs raises SIGBUS at the first touch.
+        // SAFETY: fallocate on a file we hold open.
+        let err = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+        if err != 0 {
+            let _ = std::fs::remove_file(path);
+            let e = std::io::Error::from_raw_os_error(err);
+            return Err(WireError::Io(std::io::Error::new(
+                e.kind(),
+                format!("cannot reserve {len} bytes for it: {e}"),
+            )));
+        }
         let map = Map::new(&file, len, true)?;
         map.write(OFF_MAJOR, &MAJOR.to_le_bytes());
         map.write(OFF_MINOR, &MINOR.to_le_bytes());
@@ -204,6 +240,7 @@ impl RingWriter {
         fence(Ordering::Release);
         Ok(RingWriter {
             map,
+            _file: file,
             path: path.to_path_buf(),
             slot_size,
             slots,
@@ -237,17 +274,17 @@ impl RingWriter {
         let n = self.map.atomic(OFF_NEXT).fetch_add(1, Ordering::AcqRel);
         let slot = HEADER_SIZE + (n as usize % self.slots) * self.slot_size;
         let seq = self.map.atomic(slot);
-        seq.store(2 * n + 1, Ordering::Relaxed);
+        seq.store(n.wrapping_mul(2).wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
         self.map
             .write(slot + 8, &(payload.len() as u32).to_le_bytes());
         self.map.write(slot + 12, &KIND_JSON.to_le_bytes());
         self.map.write(slot + SLOT_HEADER, &payload);
-        seq.store(2 * n + 2, Ordering::Release);
+        seq.store(n.wrapping_mul(2).wrapping_add(2), Ordering::Release);
         true
     }
 
-    /// Failed allocations recorded in the header, and the size of the last one.
+    /// Failed allocations recorded in the header, and the size of the first one.
     pub fn alloc_failures(&self) -> (u64, u64) {
         self.map.alloc_failures()
     }
@@ -333,56 +370,68 @@ pub struct RingInfo {
 }
 
 /// The sidecar's side: reads records in order, counting what was overwritten before it looked.
+/// It reads with `pread`, never through a mapping, so a file truncated under it cannot fault it.
 pub struct RingReader {
-    map: Map,
+    file: File,
     info: RingInfo,
     next: u64,
     dropped: u64,
     buf: Vec<u8>,
 }
 
+/// `N` bytes at `off`, or `None` when the file is shorter (truncated) or unreadable.
+fn read_at<const N: usize>(file: &File, off: usize) -> Option<[u8; N]> {
+    let mut b = [0u8; N];
+    file.read_exact_at(&mut b, off as u64).ok().map(|()| b)
+}
+
+fn u64_at(file: &File, off: usize) -> Option<u64> {
+    read_at(file, off).map(u64::from_le_bytes)
+}
+
 impl RingReader {
     /// Opens and validates a ring file.
     pub fn open(path: &Path) -> Result<Self, WireError> {
         let file = File::open(path)?;
+        hold(&file);
         let len = file.metadata()?.len() as usize;
-        if len < HEADER_SIZE {
-            return Err(WireError::NotARing(format!(
+        let short = || {
+            WireError::NotARing(format!(
                 "{} is {len} bytes, shorter than the {HEADER_SIZE}-byte header",
                 path.display()
-            )));
-        }
-        let map = Map::new(&file, len, false)?;
-        let magic: [u8; 8] = map.read(0);
-        if magic != MAGIC {
+            ))
+        };
+        let header: [u8; HEADER_SIZE] = read_at(&file, 0).ok_or_else(short)?;
+        if header[..8] != MAGIC {
             return Err(WireError::NotARing(format!(
                 "{} has no ring magic",
                 path.display()
             )));
         }
-        fence(Ordering::Acquire);
-        let u16_at = |o| u16::from_le_bytes(map.read(o));
-        let u32_at = |o| u32::from_le_bytes(map.read(o));
-        let u64_at = |o| u64::from_le_bytes(map.read(o));
-        let major = u16_at(OFF_MAJOR);
+        let field = |o: usize, n: usize| {
+            let mut b = [0u8; 8];
+            b[..n].copy_from_slice(&header[o..o + n]);
+            u64::from_le_bytes(b)
+        };
+        let major = field(OFF_MAJOR, 2) as u16;
         if major != MAJOR {
             return Err(WireError::Version { found: major });
         }
         let info = RingInfo {
             major,
-            minor: u16_at(OFF_MINOR),
-            slot_size: u32_at(OFF_SLOT_SIZE) as usize,
-            slots: u32_at(OFF_SLOT_COUNT) as usize,
-            pid: u32_at(OFF_PID),
-            start_unix_ms: u64_at(OFF_START),
-            interval_ms: u64_at(OFF_INTERVAL),
+            minor: field(OFF_MINOR, 2) as u16,
+            slot_size: field(OFF_SLOT_SIZE, 4) as usize,
+            slots: field(OFF_SLOT_COUNT, 4) as usize,
+            pid: field(OFF_PID, 4) as u32,
+            start_unix_ms: field(OFF_START, 8),
+            interval_ms: field(OFF_INTERVAL, 8),
         };
-        let header = u32_at(OFF_HEADER_SIZE) as usize;
+        let header_size = field(OFF_HEADER_SIZE, 4) as usize;
         let need = info
             .slot_size
             .checked_mul(info.slots)
             .and_then(|s| s.checked_add(HEADER_SIZE));
-        if header != HEADER_SIZE
+        if header_size != HEADER_SIZE
             || info.slot_size < 64
             || !info.slot_size.is_multiple_of(8)
             || info.slots == 0
@@ -393,11 +442,11 @@ impl RingReader {
                 path.display(),
                 info.slots,
                 info.slot_size,
-                header
+                header_size
             )));
         }
         Ok(RingReader {
-            map,
+            file,
             info,
             next: 0,
             dropped: 0,
@@ -410,10 +459,13 @@ impl RingReader {
         self.info
     }
 
-    /// Failed allocations the job recorded, and the size of the last one (read any time, also
-    /// after the job died).
+    /// Failed allocations the job recorded, and the size of the first one (read any time, also
+    /// after the job died; zeros when the file was cut short).
     pub fn alloc_failures(&self) -> (u64, u64) {
-        self.map.alloc_failures()
+        (
+            u64_at(&self.file, OFF_ALLOC_FAILURES).unwrap_or(0),
+            u64_at(&self.file, OFF_ALLOC_FAILED_BYTES).unwrap_or(0),
+        )
     }
 
     /// Records lost so far: overwritten before this reader got to them, torn or unreadable.
@@ -433,10 +485,12 @@ impl RingReader {
     }
 
     fn poll_inner(&mut self, writer_gone: bool) -> Vec<Record> {
-        let written = self.map.atomic(OFF_NEXT).load(Ordering::Acquire);
+        let Some(written) = u64_at(&self.file, OFF_NEXT) else {
+            return Vec::new();
+        };
         let oldest = written.saturating_sub(self.info.slots as u64);
         if self.next < oldest {
-            self.dropped += oldest - self.next;
+            self.dropped = self.dropped.saturating_add(oldest - self.next);
             self.next = oldest;
         }
         let mut out = Vec::new();
@@ -449,14 +503,12 @@ impl RingReader {
                 }
                 // Claimed but not yet complete: look again next time.
                 Slot::InProgress if !writer_gone => break,
-                Slot::InProgress => {
-                    self.dropped += 1;
+                Slot::InProgress | Slot::Lost => {
+                    self.dropped = self.dropped.saturating_add(1);
                     self.next += 1;
                 }
-                Slot::Lost => {
-                    self.dropped += 1;
-                    self.next += 1;
-                }
+                // The file was cut short under us: nothing more can be read.
+                Slot::Gone => break,
             }
         }
         out
@@ -464,24 +516,44 @@ impl RingReader {
 
     fn read_slot(&mut self, n: u64) -> Slot {
         let slot = HEADER_SIZE + (n as usize % self.info.slots) * self.info.slot_size;
-        let seq = self.map.atomic(slot);
-        let before = seq.load(Ordering::Acquire);
-        if before <= 2 * n + 1 {
+        let Some(head) = read_at::<SLOT_HEADER>(&self.file, slot) else {
+            return Slot::Gone;
+        };
+        let word = |o: usize, k: usize| {
+            let mut b = [0u8; 8];
+            b[..k].copy_from_slice(&head[o..o + k]);
+            u64::from_le_bytes(b)
+        };
+        let before = word(0, 8);
+        // The writer's sequence words for record `n` (wrapping, as a corrupt header may claim any
+        // record count).
+        let (writing, done) = (
+            n.wrapping_mul(2).wrapping_add(1),
+            n.wrapping_mul(2).wrapping_add(2),
+        );
+        if before <= writing {
             return Slot::InProgress;
         }
-        if before != 2 * n + 2 {
+        if before != done {
             return Slot::Lost;
         }
-        let len = u32::from_le_bytes(self.map.read(slot + 8)) as usize;
-        let kind = u16::from_le_bytes(self.map.read(slot + 12));
+        let len = word(8, 4) as usize;
+        let kind = word(12, 2) as u16;
         if len > self.info.slot_size - SLOT_HEADER {
             return Slot::Lost;
         }
         let mut buf = std::mem::take(&mut self.buf);
-        self.map.copy_out(slot + SLOT_HEADER, &mut buf, len);
+        buf.clear();
+        buf.resize(len, 0);
+        let copied = self
+            .file
+            .read_exact_at(&mut buf, (slot + SLOT_HEADER) as u64)
+            .is_ok();
         fence(Ordering::Acquire);
-        let after = seq.load(Ordering::Relaxed);
-        let result = if after != before || kind != KIND_JSON {
+        let after = u64_at(&self.file, slot);
+        let result = if !copied || after.is_none() {
+            Slot::Gone
+        } else if after != Some(before) || kind != KIND_JSON {
             Slot::Lost
         } else {
             match serde_json::from_slice::<Record>(&buf) {
@@ -498,4 +570,6 @@ enum Slot {
     Ready(Record),
     InProgress,
     Lost,
+    /// Past the end of a file truncated under the reader.
+    Gone,
 }

@@ -2,6 +2,7 @@
 //! report (replay). Never imports ratatui: views render this, input becomes intents.
 
 pub mod backoff;
+pub mod connection;
 
 use memsight::report::leak::LeakEstimate;
 use memsight::report::tips::Tip;
@@ -41,7 +42,8 @@ pub struct ViewerState {
     pub command: Vec<String>,
     /// Snapshots, oldest first.
     pub timeline: Vec<Snapshot>,
-    /// Samples this viewer missed (the sidecar's `dropped` notices).
+    /// Records this viewer missed: it read too slowly, or the sidecar lost them from the job's ring
+    /// (the sidecar's `dropped` notices).
     pub dropped: u64,
     /// Per-phase statistics (reports only: live streams carry snapshots).
     pub phases: Vec<PhaseStats>,
@@ -55,6 +57,8 @@ pub struct ViewerState {
     pub leak: Option<LeakEstimate>,
     /// How the job ended, once it has.
     pub ended: Option<String>,
+    /// Why a live viewer is not connected (and whether it keeps trying).
+    pub down: Option<connection::Down>,
     /// The post-mortem (reports written by a sidecar).
     pub post_mortem: Option<PostMortem>,
     /// Sampling interval, when known.
@@ -87,6 +91,7 @@ impl ViewerState {
             tips: Vec::new(),
             leak: None,
             ended: None,
+            down: None,
             post_mortem: None,
             interval_ms: None,
             device_ooms: Vec::new(),
@@ -126,6 +131,15 @@ impl ViewerState {
         if let Source::Live { connected, .. } = &mut self.source {
             *connected = up;
         }
+        if up {
+            self.down = None;
+        }
+    }
+
+    /// Marks the live connection down, saying why.
+    pub fn set_down(&mut self, down: connection::Down) {
+        self.set_connected(false);
+        self.down = Some(down);
     }
 
     /// Applies one wire record.

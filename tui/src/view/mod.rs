@@ -245,7 +245,11 @@ pub fn render(f: &mut Frame, s: &ViewerState, ui: &Ui) {
                 connected: false, ..
             },
             _,
-        ) if s.ended.is_none() => "reconnecting…".into(),
+        ) if s.ended.is_none() => match &s.down {
+            Some(d) if !d.retry => format!("disconnected: {}", d.why),
+            Some(d) => format!("reconnecting… ({})", d.why),
+            None => "reconnecting…".into(),
+        },
         (Source::Live { .. }, _) => "live".into(),
         (Source::Replay { .. }, _) => "replay".into(),
     };

@@ -37,7 +37,13 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
     ))];
     if s.dropped > 0 {
         line1.push(Span::styled(
-            format!("dropped {} samples", s.dropped),
+            format!("dropped {} samples  ", s.dropped),
+            Style::default().fg(Color::Red),
+        ));
+    }
+    if let Some(missed) = last.map(|l| l.missed_intervals).filter(|m| *m > 0) {
+        line1.push(Span::styled(
+            format!("missed {missed} sampling intervals"),
             Style::default().fg(Color::Red),
         ));
     }

@@ -1,0 +1,92 @@
+//! The viewer gives the terminal back when it is killed politely: on SIGTERM, SIGHUP or SIGINT it
+//! leaves the alternate screen and raw mode (the pseudo-terminal's settings are sane afterwards)
+//! and exits with the shell's code for that signal.
+
+use memsight_e2e::memsight_bin;
+use std::io::Read;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A pseudo-terminal pair: (controller, terminal).
+fn pty() -> (OwnedFd, OwnedFd) {
+    let (mut c, mut t) = (0, 0);
+    let ws = libc::winsize {
+        ws_row: 30,
+        ws_col: 100,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: openpty writes two descriptors; the name and termios are optional.
+    let rc = unsafe { libc::openpty(&mut c, &mut t, std::ptr::null_mut(), std::ptr::null(), &ws) };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: fresh descriptors we own.
+    unsafe { (OwnedFd::from_raw_fd(c), OwnedFd::from_raw_fd(t)) }
+}
+
+fn lflag(fd: &OwnedFd) -> libc::tcflag_t {
+    use std::os::fd::AsRawFd;
+    // SAFETY: tcgetattr fills a termios we own.
+    let mut t: libc::termios = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::tcgetattr(fd.as_raw_fd(), &mut t) }, 0);
+    t.c_lflag
+}
+
+#[test]
+fn the_viewer_restores_the_terminal_on_stop_signals() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/report.example.json");
+    for (sig, name) in [
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGINT, "SIGINT"),
+    ] {
+        let (controller, terminal) = pty();
+        let cooked = lflag(&terminal);
+        let mut child = Command::new(memsight_bin())
+            .args(["view", example])
+            .stdin(Stdio::from(terminal.try_clone().unwrap()))
+            .stdout(Stdio::from(terminal.try_clone().unwrap()))
+            .stderr(Stdio::null())
+            .env("TERM", "xterm")
+            .spawn()
+            .unwrap();
+        // Read the screen until the viewer is up (it entered the alternate screen and drew).
+        let mut out = std::fs::File::from(controller);
+        let reader = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = out.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.extend_from_slice(&buf[..n]);
+            }
+            seen
+        });
+        let t = Instant::now();
+        while lflag(&terminal) & libc::ICANON != 0 && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(lflag(&terminal) & libc::ICANON, 0, "{name}: never went raw");
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: signalling the child we started.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(128 + sig), "{name}: {status:?}");
+        assert_eq!(
+            lflag(&terminal),
+            cooked,
+            "{name}: the terminal was left raw"
+        );
+        drop(terminal);
+        let screen = String::from_utf8_lossy(&reader.join().unwrap()).into_owned();
+        let entered = screen
+            .find("\x1b[?1049h")
+            .expect("entered the alternate screen");
+        let left = screen.rfind("\x1b[?1049l");
+        assert!(
+            left.is_some_and(|l| l > entered),
+            "{name}: still on the alternate screen"
+        );
+    }
+}
