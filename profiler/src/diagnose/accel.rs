@@ -45,7 +45,7 @@ static NCCL: Pattern = LazyLock::new(|| {
 });
 static NCCL_BARE: Pattern = LazyLock::new(|| {
     compile(
-        r"NCCL (?:WARN|warning\(error\) log entry[^'\n]*') ?Cuda failure (?:([0-9]+) )?'(out of memory)'",
+        r"NCCL (?:WARN|warning\(error\) log entry[^'\n]*')\s?Cuda failure (?:([0-9]+) )?'(out of memory)'",
     )
 });
 static TRITON: Pattern = LazyLock::new(|| {

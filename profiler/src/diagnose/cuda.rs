@@ -35,7 +35,7 @@ static THC_ERROR: Pattern = LazyLock::new(|| {
 });
 static GLOG_CHECK: Pattern = LazyLock::new(|| {
     compile(
-        r"(?:[IWEF][0-9]{4} [0-9:.]+\s+[0-9]+ ([^\s\]]+:[0-9]+)\] )?Check failed: (?:\w+ == cudaSuccess(?: \(([0-9]+) vs\. 0\))?|cudaSuccess == \w+ \(0 vs\. ([0-9]+)\))[: ]*(?:(?:Cuda Error|CUDA): )?(out of memory)",
+        r"(?:(?:[IWEF][0-9]{4} [0-9:.]+\s+[0-9]+ )?([^\s\]]+:[0-9]+)\] )?Check failed: (?:\w+ == cudaSuccess(?: \(([0-9]+) vs\. 0\))?|cudaSuccess == \w+ \(0 vs\. ([0-9]+)\))[:\s]*(?:(?:Cuda Error|CUDA): )?(out of memory)",
     )
 });
 static CUPY: Pattern = LazyLock::new(|| {
@@ -53,7 +53,7 @@ static ERROR_TOKEN: Pattern = LazyLock::new(|| {
 });
 static STREAM_EXECUTOR: Pattern = LazyLock::new(|| {
     compile(
-        r"failed to allocate {SIZE} \(([0-9]+) bytes\) from device: (CUDA_ERROR_[A-Z_]+|HIP_ERROR_\w+|hipError\w+|hipError_t\([0-9]+\))(?:: (out of memory))?",
+        r"failed to allocate {SIZE} \(([0-9]+) bytes\) from device: (CUDA_ERROR_[A-Z_]+|HIP_ERROR_\w+|hipError_t\([0-9]+\)|hipError\w+)(?:: (out of memory))?",
     )
 });
 static GGML_ALLOC: Pattern = LazyLock::new(|| {

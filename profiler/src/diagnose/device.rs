@@ -13,6 +13,11 @@ static STATED: LazyLock<Option<Regex>> = LazyLock::new(|| {
     )
 });
 
+/// A person's words for the card's memory: `8gb VRAM`, `GPU with 8gb`, `24GB of GPU memory`.
+static SAID: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b([0-9]{1,3}) ?gb (?:of )?(?:vram|gpu memory|graphics memory)\b|\b(?:gpu|graphics card) with ([0-9]{1,3}) ?gb\b").ok()
+});
+
 /// GPU models and their memory in GiB; names as drivers and runtimes print them.
 static MODEL: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(
@@ -56,8 +61,12 @@ pub fn total_from_log(text: &str) -> Option<u128> {
             return stated;
         }
     }
-    let c = MODEL.as_ref()?.captures(text)?;
-    model_gib(str_at(&c, 1)?).map(|g| g << 30)
+    if let Some(c) = MODEL.as_ref().and_then(|re| re.captures(text)) {
+        return model_gib(str_at(&c, 1)?).map(|g| g << 30);
+    }
+    let c = SAID.as_ref()?.captures(text)?;
+    let gib: u128 = str_at(&c, 1).or_else(|| str_at(&c, 2))?.parse().ok()?;
+    (gib > 0).then_some(gib << 30)
 }
 
 #[cfg(test)]
@@ -81,5 +90,9 @@ mod tests {
         );
         assert_eq!(total_from_log("GPU: NVIDIA A100-SXM4-80GB"), Some(80 * gib));
         assert_eq!(total_from_log("a T4 of paper"), None);
+        assert_eq!(
+            total_from_log("Any suggestions appreciated. Nvidia gpu with 8gb."),
+            Some(8 * gib)
+        );
     }
 }

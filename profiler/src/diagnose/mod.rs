@@ -99,6 +99,9 @@ pub struct Diagnosis {
     pub verdict: Verdict,
     /// What to do, best first.
     pub remedies: Vec<Remedy>,
+    /// The kind of job the remedies are ranked for, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<Workload>,
 }
 
 /// Every OOM message in `text`, in order. Linear in the text's length.
@@ -131,11 +134,13 @@ pub fn judge(f: Finding, ctx: &Context) -> Diagnosis {
 
 fn judge_found(f: Finding, ctx: &Context, non_fatal: bool) -> Diagnosis {
     let (verdict, remedies) = verdict::judge(f.kind, &f.facts, ctx, non_fatal);
+    let workload = workload::of(f.kind, ctx.workload);
     Diagnosis {
         kind: f.kind,
         facts: f.facts,
         line: f.line,
         verdict,
         remedies,
+        workload,
     }
 }

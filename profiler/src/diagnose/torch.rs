@@ -15,6 +15,10 @@ static NEW: LazyLock<Option<Regex>> = LazyLock::new(|| {
 static OLD: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(r"(CUDA|HIP) out of memory\. Tried to allocate {SIZE} \(GPU:?\s?([0-9]+);([^)]*)\)?")
 });
+/// A message cut right after its request: the wording (≥ 2.1 or older) cannot be told, so it is
+/// taken as the current one, with the two facts it states.
+static CUT: LazyLock<Option<Regex>> =
+    LazyLock::new(|| compile(r"(CUDA|HIP) out of memory\. Tried to allocate {SIZE}"));
 static PROCESS: LazyLock<Option<Regex>> =
     LazyLock::new(|| compile(r"Process ([0-9]+) has {SIZE} memory in use"));
 static THIS_PROCESS: LazyLock<Option<Regex>> =
@@ -45,6 +49,12 @@ const TAIL: usize = 8192;
 pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     cuda_new(text, out);
     cuda_old(text, out);
+    // The full wordings start at the same place and are longer, so they win over this one.
+    each(&CUT, text, |c, s, e| {
+        let mut f = Facts::default();
+        backend_and_request(c, &mut f);
+        out.push(Piece::message(s, e, Kind::TorchCudaOomNew, f));
+    });
     mps(text, out);
     cpu(text, out);
 }

@@ -80,8 +80,9 @@ impl Context {
 const LEAK_CONFIDENCE: f64 = 0.8;
 /// Requests at least this large (256 TiB) are not real tensors but broken size computations.
 pub(crate) const IMPLAUSIBLE: u128 = 1 << 48;
-/// No single accelerator holds more than this (256 GiB): a larger request cannot fit anywhere.
-pub(crate) const LARGEST_DEVICE: u128 = 256 << 30;
+/// No common single accelerator holds more than this (192 GiB: MI300X, B200): a larger request
+/// fits on no device a job is likely to have.
+pub(crate) const LARGEST_DEVICE: u128 = 192 << 30;
 
 /// Bytes for people (values past u64 print as the largest u64).
 pub(crate) fn b(v: u128) -> String {
@@ -100,11 +101,7 @@ pub(crate) fn judge(
     ctx: &Context,
     non_fatal: bool,
 ) -> (Verdict, Vec<Remedy>) {
-    let workload = if kind == Kind::RustAllocFailure {
-        Some(Workload::Rust)
-    } else {
-        ctx.workload
-    };
+    let workload = workload::of(kind, ctx.workload);
     if non_fatal {
         return workload::rank(workload, self::non_fatal(kind, f));
     }

@@ -38,9 +38,9 @@ static SIGNS: LazyLock<Option<Regex>> = LazyLock::new(|| {
         r"\b(?:INFO|WARNING|ERROR|DEBUG) [0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} \[?[\w.]+\.py:[0-9]+\])",
         r"|(?P<tgi>text[_-]generation[_-](?:server|launcher|router|inference|client)|max[_-]batch[_-]prefill[_-]tokens)",
         r"|(?P<llama>llama\.cpp|ggml_|GGML_|llama_model|llm_load|(?i:ollama)|n_gpu_layers|n-gpu-layers)",
-        r"|(?P<comfy>(?i:comfy)|KSampler)",
+        r"|(?P<comfy>(?i:comfy)|KSampler|This error means you ran out of memory on your GPU)",
         r"|(?P<ort>(?i:onnxruntime))",
-        r"|(?P<train>\.backward\(|backward\(\)|\bTrainer\b|train\.py|training_step|optimizer\.step|train_step|\bfinetune|fine-tun|\bdeepspeed\b|(?i:\bepoch\b))",
+        r"|(?P<train>\.backward\(|backward\(\)|\bTrainer\b|train\.py|training_step|optimizer\.step|train_step|\bfinetune|fine-tun|\bdeepspeed\b|(?i:\bepoch\b|\btraining\b))",
         r"|(?P<rust>panicked at|RUST_BACKTRACE|\.rs:[0-9]+|memory allocation of [0-9]+ bytes failed)",
         r"|(?P<infer>\.generate\(|\bgenerate\(|pipeline\(|(?i:\binference\b)|inference_mode|no_grad|diffusers|TRT-LLM|tensorrt_llm|sglang)",
     ))
@@ -77,6 +77,16 @@ pub fn infer(text: &str) -> Option<Workload> {
         .zip(seen)
         .find(|(_, s)| *s)
         .map(|((_, w), _)| *w)
+}
+
+/// The workload a finding is judged for: a Rust allocation failure is a Rust program's whatever
+/// the log says; otherwise the known or inferred one.
+pub(crate) fn of(kind: super::Kind, known: Option<Workload>) -> Option<Workload> {
+    if kind == super::Kind::RustAllocFailure {
+        Some(Workload::Rust)
+    } else {
+        known
+    }
 }
 
 fn setting(id: &'static str, action: &str, why: &str) -> Remedy {
