@@ -27,7 +27,7 @@ static XLA_STAT: Pattern = LazyLock::new(|| {
 // TensorFlow.
 static TF_TENSOR: Pattern = LazyLock::new(|| {
     compile(
-        r"OOM when allocating tensor (?:with|of) shape\s?\[([0-9,\s]*)\] and type ([A-Za-z0-9_]+)(?: on ([^\s\]]+))?(?: by allocator ([A-Za-z0-9_]+))?",
+        r"OOM when allocating tensor (?:with|of) shape\s?\[([0-9,\s]*)\](?: and type ([A-Za-z0-9_]+))?(?: on ([^\s\]]+))?(?: by allocator ([A-Za-z0-9_]+))?",
     )
 });
 static TF_BFC: Pattern = LazyLock::new(|| {
@@ -35,6 +35,8 @@ static TF_BFC: Pattern = LazyLock::new(|| {
         r"Allocator \(([A-Za-z0-9_]+)\) ran out of memory trying to allocate {SIZE}(?:[^\n]*?freed_by_count=([0-9]+))?",
     )
 });
+static TF_RAN_OUT: Pattern =
+    LazyLock::new(|| compile(r"Ran out of GPU memory when allocating ([0-9]+) bytes"));
 static TF_EIGEN: Pattern =
     LazyLock::new(|| compile(r"EigenAllocator for GPU ran out of memory when allocating ([0-9]+)"));
 // NCCL, Triton, ONNX Runtime.
@@ -146,8 +148,13 @@ fn tensorflow(text: &str, out: &mut Vec<Piece>) {
         f.opt_int("requested_bytes", size_at(c, 2));
         f.opt_int("freed_by_count", int_at(c, 4));
         let mut p = Piece::message(s, e, kind, f);
-        p.non_fatal = says_non_fatal(text, s, e, false);
+        p.notes.non_fatal = says_non_fatal(text, s, e, false);
         out.push(p);
+    });
+    each(&TF_RAN_OUT, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_int("requested_bytes", int_at(c, 1));
+        out.push(Piece::message(s, e, kind, f));
     });
     each(&TF_EIGEN, text, |c, s, e| {
         let mut f = Facts::default();
@@ -191,7 +198,7 @@ fn others(text: &str, out: &mut Vec<Piece>) {
         f.opt_int("required_bytes", int_at(c, 2));
         f.opt_int("hardware_limit_bytes", int_at(c, 3));
         let mut p = Piece::message(s, e, kind, f);
-        p.non_fatal = says_non_fatal(text, s, e, true);
+        p.notes.non_fatal = says_non_fatal(text, s, e, true);
         out.push(p);
     });
     each(&ORT_NODE, text, |c, s, e| {

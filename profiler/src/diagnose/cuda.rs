@@ -1,5 +1,6 @@
 //! CUDA and HIP driver/runtime out-of-memory errors as every layer prints them: PyTorch's
-//! `CUDA error: out of memory`, the old THC `cuda runtime error (2)`, Caffe/glog `Check failed`,
+//! `CUDA error: out of memory`, the old THC `cuda runtime error (2)`, Caffe/glog `Check failed`
+//! (the glog header's `file:line` is the logger's, not a fact, as for TensorFlow's headers),
 //! CuPy, tinygrad, cudarc tokens, TensorFlow's stream executor (CUDA and ROCm) and ggml/llama.cpp.
 
 use super::facts::Facts;
@@ -35,7 +36,7 @@ static THC_ERROR: Pattern = LazyLock::new(|| {
 });
 static GLOG_CHECK: Pattern = LazyLock::new(|| {
     compile(
-        r"(?:(?:[IWEF][0-9]{4} [0-9:.]+\s+[0-9]+ )?([^\s\]]+:[0-9]+)\] )?Check failed: (?:\w+ == cudaSuccess(?: \(([0-9]+) vs\. 0\))?|cudaSuccess == \w+ \(0 vs\. ([0-9]+)\))[:\s]*(?:(?:Cuda Error|CUDA): )?(out of memory)",
+        r"Check failed: (?:\w+ == cudaSuccess(?: \(([0-9]+) vs\. 0\))?|cudaSuccess == \w+ \(0 vs\. ([0-9]+)\))[:\s]*(?:(?:Cuda Error|CUDA): )?(out of memory)",
     )
 });
 static CUPY: Pattern = LazyLock::new(|| {
@@ -111,9 +112,8 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     });
     each(&GLOG_CHECK, text, |c, s, e| {
         let mut f = Facts::default();
-        f.opt_text("location", str_at(c, 1));
-        f.opt_int("cuda_error_code", int_at(c, 2).or_else(|| int_at(c, 3)));
-        f.opt_text("error_string", str_at(c, 4));
+        f.opt_int("cuda_error_code", int_at(c, 1).or_else(|| int_at(c, 2)));
+        f.opt_text("error_string", str_at(c, 3));
         out.push(Piece::message(s, e, kind, f));
     });
     each(&CUPY, text, |c, s, e| {

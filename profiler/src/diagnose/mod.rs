@@ -123,17 +123,17 @@ pub fn diagnose(text: &str, ctx: &Context) -> Vec<Diagnosis> {
     };
     found
         .into_iter()
-        .map(|f| judge_found(f.finding, &ctx, f.non_fatal))
+        .map(|f| judge_found(f.finding, &ctx, f.notes))
         .collect()
 }
 
 /// Judges one finding (also used for live OOM events, which arrive as findings).
 pub fn judge(f: Finding, ctx: &Context) -> Diagnosis {
-    judge_found(f, ctx, false)
+    judge_found(f, ctx, scan::Notes::default())
 }
 
-fn judge_found(f: Finding, ctx: &Context, non_fatal: bool) -> Diagnosis {
-    let (verdict, remedies) = verdict::judge(f.kind, &f.facts, ctx, non_fatal);
+fn judge_found(f: Finding, ctx: &Context, notes: scan::Notes) -> Diagnosis {
+    let (verdict, remedies) = verdict::judge(f.kind, &f.facts, ctx, notes);
     let workload = workload::of(f.kind, ctx.workload);
     Diagnosis {
         kind: f.kind,

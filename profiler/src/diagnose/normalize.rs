@@ -25,21 +25,108 @@ impl Clean {
 /// window's width, and windows are wider than this.
 const MIN_WRAPPED: usize = 40;
 
-/// Whether a newline between `prev_line` (ending in `a`) and `next_line` (starting with `b`) is a
-/// terminal wrap inside a word or number (`16.9⏎4 GiB`, `fre⏎e`, `proce⏎ss`) rather than a line
-/// break: both sides continue a token, the line before is as long as a terminal, and the next line
-/// does not start like a log line of its own (a date or time).
+/// Words of the messages memsight reads (lower case). A line break inside one of them is a
+/// terminal wrap; a break between two other words may be a real line end (or a wrap at a space
+/// whose trailing blank a copy removed), so it is kept.
+const WORDS: &[&str] = &[
+    "allocate",
+    "allocated",
+    "allocating",
+    "allocation",
+    "allocations",
+    "allocator",
+    "already",
+    "anon-rss",
+    "available",
+    "bytes",
+    "cached",
+    "capacity",
+    "capacty",
+    "cgroup",
+    "child",
+    "constraint",
+    "cuda_error_out_of_memory",
+    "cudaerrormemoryallocation",
+    "device",
+    "documentation",
+    "driver",
+    "error",
+    "exhausted",
+    "expandable_segments",
+    "failcnt",
+    "failed",
+    "failure",
+    "file-rss",
+    "fragmentation",
+    "free",
+    "gib",
+    "hardware",
+    "hip_error_outofmemory",
+    "inactive",
+    "including",
+    "kib",
+    "killed",
+    "limit",
+    "memory",
+    "mib",
+    "non-pytorch",
+    "oom_score_adj",
+    "outofmemoryerror",
+    "outofresources",
+    "pgtables",
+    "pools",
+    "private",
+    "process",
+    "processes",
+    "pytorch",
+    "required",
+    "reserved",
+    "resource",
+    "runtime",
+    "sacrifice",
+    "segments",
+    "shared",
+    "shmem-rss",
+    "tensor",
+    "total",
+    "total-vm",
+    "tried",
+    "unallocated",
+    "usage",
+];
+
+/// The run of word characters at the end (`tail`) or start of `s`.
+fn word_at(s: &str, tail: bool) -> &str {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if tail {
+        let start = s.trim_end_matches(is_word).len();
+        &s[start..]
+    } else {
+        let end = s.len() - s.trim_start_matches(is_word).len();
+        &s[..end]
+    }
+}
+
+/// Whether a newline between `prev_line` and `next_line` is a terminal wrap inside a number or a
+/// message word (`16.9⏎4 GiB`, `fre⏎e`, `proce⏎ss`, `G⏎iB`) rather than a line break: the line
+/// before is as long as a terminal, the next line does not start like a log line of its own (a
+/// date or time), and either digits meet or the two halves make one of [`WORDS`].
 fn is_wrap(prev_line: &str, next_line: &str) -> bool {
     let (Some(a), Some(b)) = (prev_line.chars().last(), next_line.chars().next()) else {
         return false;
     };
-    if prev_line.len() < MIN_WRAPPED {
+    if prev_line.len() < MIN_WRAPPED || starts_like_log_line(next_line) {
         return false;
     }
-    let number = (a.is_ascii_digit() || a == '.') && (b.is_ascii_digit() || b == '.');
-    let word = a.is_ascii_alphabetic() && b.is_ascii_lowercase();
-    let token = (a.is_ascii_uppercase() || a == '_') && (b.is_ascii_uppercase() || b == '_');
-    (number || word || token) && !starts_like_log_line(next_line)
+    if (a.is_ascii_digit() || a == '.') && (b.is_ascii_digit() || b == '.') {
+        return true;
+    }
+    let (w1, w2) = (word_at(prev_line, true), word_at(next_line, false));
+    if w1.is_empty() || w2.is_empty() || w1.len() + w2.len() > 40 {
+        return false;
+    }
+    let joined = format!("{w1}{w2}").to_ascii_lowercase();
+    WORDS.contains(&joined.as_str())
 }
 
 /// A date, time or bracketed prefix at the start of a line: the start of a log record.
@@ -142,16 +229,19 @@ mod tests {
 
     #[test]
     fn rejoins_a_number_and_a_word_wrapped_by_the_terminal() {
-        let s = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.9\n4 GiB. GPU 0 has a total capacity of 79.15 GiB of which 2.19 MiB is fre\ne. Including";
+        let s = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.9\n4 GiB. GPU 0 has a total capacity of 79.15 GiB of which 2.19 MiB is fre\ne. Including non-PyTorch memory, this proce\nss has 1.00 GiB memory in use. Of the allocated memory 0.50 G\niB is allocated";
         let c = cleaned(s);
         assert!(c.contains("allocate 16.94 GiB"), "{c}");
         assert!(c.contains("is free."), "{c}");
+        assert!(c.contains("this process has 1.00 GiB"), "{c}");
+        assert!(c.contains("memory 0.50 GiB is"), "{c}");
     }
 
     #[test]
     fn keeps_real_line_breaks() {
-        // Short lines, and a next line that starts with a timestamp, are not wraps.
-        let s = "step 10 loss 2.31\n2026-11-21 10:00:01 step 11\noom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/init.scope,task=python,pid=7899,uid=0\n12:00:01 next";
+        // Short lines, a next line that starts with a timestamp, and two words that make no
+        // message word (a wrap at a blank the copy removed) are not joined.
+        let s = "step 10 loss 2.31\n2026-11-21 10:00:01 step 11\noom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/init.scope,task=python,pid=7899,uid=0\n12:00:01 next\nRuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 3.95 GiB\ntotal capacity; 3.2 GiB already allocated)";
         assert_eq!(cleaned(s), s);
     }
 

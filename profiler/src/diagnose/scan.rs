@@ -25,8 +25,8 @@ pub(crate) struct Piece {
     pub opens: bool,
     /// Shows, on its own, that memory ran out.
     pub evidence: bool,
-    /// The text says this is not a failure (TensorFlow's BFC warning, a skipped autotune choice).
-    pub non_fatal: bool,
+    /// What the text says about the message beyond its facts.
+    pub notes: Notes,
     /// Where a kernel OOM report's line comes in it ([`KERNEL_CLOSES`] ends the report); 0 for
     /// other messages.
     pub stage: u8,
@@ -45,7 +45,7 @@ impl Piece {
             facts,
             opens: true,
             evidence: true,
-            non_fatal: false,
+            notes: Notes::default(),
             stage: 0,
         }
     }
@@ -66,7 +66,7 @@ impl Piece {
             facts: Facts::default(),
             opens: true,
             evidence: false,
-            non_fatal: false,
+            notes: Notes::default(),
             stage: 0,
         }
     }
@@ -80,7 +80,7 @@ impl Piece {
             facts,
             opens: false,
             evidence,
-            non_fatal: false,
+            notes: Notes::default(),
             stage: 0,
         }
     }
@@ -166,12 +166,29 @@ pub(crate) fn floor(text: &str, at: usize) -> usize {
     i
 }
 
+/// What the text says about a message beyond its facts.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Notes {
+    /// The runtime says the event is not a failure (TensorFlow's BFC warning, a skipped
+    /// autotune configuration): the program goes on.
+    pub non_fatal: bool,
+    /// The request was too large to print (PyTorch's `Tried to allocate more than 1EB`).
+    pub exabyte: bool,
+}
+
+impl Notes {
+    fn join(&mut self, other: Notes) {
+        self.non_fatal |= other.non_fatal;
+        self.exabyte |= other.exabyte;
+    }
+}
+
 /// A finding with what the scanner saw around it.
 pub(crate) struct Found {
     /// The finding.
     pub finding: Finding,
-    /// The text says the event is not a failure (a warning the program recovers from).
-    pub non_fatal: bool,
+    /// What the text says about it beyond its facts.
+    pub notes: Notes,
 }
 
 /// Every message in `text`, in order.
@@ -219,7 +236,7 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
                 last.found.finding.facts.absorb(p.facts);
                 last.end = last.end.max(p.end);
                 last.evidence |= p.evidence;
-                last.found.non_fatal |= p.non_fatal;
+                last.found.notes.join(p.notes);
                 last.stage = last.stage.max(p.stage);
                 continue;
             }
@@ -236,7 +253,7 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
                     facts: p.facts,
                     line: 0,
                 },
-                non_fatal: p.non_fatal,
+                notes: p.notes,
             },
             start: p.start,
             end: p.end,

@@ -3,6 +3,7 @@
 
 use super::facts::{Fact, Facts};
 use super::remedy::{self, Remedy};
+use super::scan::Notes;
 use super::workload::{self, Workload};
 use super::{gpu, Kind};
 use crate::report::leak::LeakEstimate;
@@ -94,16 +95,23 @@ pub(crate) fn v(verdict: VerdictKind, evidence: String) -> Verdict {
     Verdict { verdict, evidence }
 }
 
-/// Judges one finding; `non_fatal` when the text says the event is not a failure.
-pub(crate) fn judge(
-    kind: Kind,
-    f: &Facts,
-    ctx: &Context,
-    non_fatal: bool,
-) -> (Verdict, Vec<Remedy>) {
+/// Judges one finding, with what the text says about it beyond its facts.
+pub(crate) fn judge(kind: Kind, f: &Facts, ctx: &Context, notes: Notes) -> (Verdict, Vec<Remedy>) {
     let workload = workload::of(kind, ctx.workload);
-    if non_fatal {
+    if notes.non_fatal {
         return workload::rank(workload, self::non_fatal(kind, f));
+    }
+    if notes.exabyte {
+        return workload::rank(
+            workload,
+            (
+                v(
+                    VerdictKind::RequestExceedsDevice,
+                    "the request was more than 1 EB, too large to print: not a real tensor".into(),
+                ),
+                vec![remedy::shrink_request(1 << 60, None, true)],
+            ),
+        );
     }
     let (verdict, remedies) = match kind {
         Kind::TorchCudaOomNew | Kind::TorchCudaOomOld => gpu::judge(f, ctx),
