@@ -137,3 +137,21 @@ fn cases_with_a_verdict_get_it_and_remedies_for_their_workload() {
         failures.join("\n")
     );
 }
+
+/// A TensorFlow OOM states its size through its shape and dtype: the verdict says it.
+#[test]
+fn a_tensorflow_shape_states_the_request_size() {
+    // github.com/miemie2013/Keras-YOLOv4/issues/39: 8 × 64 × 256 × 256 floats = 128 MiB.
+    let text = "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[8,64,256,256] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc";
+    let d = &diagnose(text, &Context::default())[0];
+    let v = serde_json::to_value(d).unwrap();
+    assert_eq!(v["verdict"], "capacity");
+    assert!(
+        v["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("128.00 MiB tensor"),
+        "{}",
+        v["evidence"]
+    );
+}

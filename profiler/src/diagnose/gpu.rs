@@ -120,7 +120,7 @@ impl GpuNumbers {
     }
 }
 
-/// Judges a PyTorch CUDA/HIP message; `log_total` is the device size found elsewhere in the log.
+/// Judges a PyTorch CUDA/HIP message (the device size may come from the log, `ctx.device_total`).
 pub(crate) fn judge(f: &Facts, ctx: &Context) -> (Verdict, Vec<Remedy>) {
     let n = GpuNumbers::new(f, ctx.device_total);
     let Some(r) = n.requested else {
