@@ -52,7 +52,7 @@ static NCCL_BARE: Pattern = LazyLock::new(|| {
 });
 static TRITON: Pattern = LazyLock::new(|| {
     compile(
-        r"out of resource: ([A-Za-z][A-Za-z\s]*?), Required: ([0-9]+), Hardware limit: ([0-9]+)",
+        r"out of resource:\s*([A-Za-z][A-Za-z\s]*?),\s*Required:\s*([0-9]+),\s*Hardware limit:\s*([0-9]+)",
     )
 });
 static ORT_NODE: Pattern =

@@ -21,7 +21,7 @@ static SAID: LazyLock<Option<Regex>> = LazyLock::new(|| {
 /// GPU models and their memory in GiB; names as drivers and runtimes print them.
 static MODEL: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(
-        r"(?i)\b(?:NVIDIA |GeForce |Tesla |Quadro |AMD |Radeon )+(RTX 4090|RTX 3090(?: Ti)?|RTX 4080|RTX 3080 Ti|RTX 3080|RTX 4070|RTX 3070|RTX 3060|RTX 4060|RTX 2080 Ti|GTX 1080 Ti|RTX A6000|RTX 6000 Ada|A100[- ](?:SXM4?|PCIE)[- ]80GB|A100[- ](?:SXM4?|PCIE)[- ]40GB|A100 80GB|A100|H100|H200|V100[- ]\w+[- ]32GB|V100|T4|L4|L40S?|A10G?|A40|MI300X|MI250X?)\b",
+        r"(?i)\b(?:NVIDIA |GeForce |Tesla |Quadro |AMD |Radeon )+(RTX 4090|RTX 3090(?: Ti)?|RTX 4080|RTX 3080 Ti|RTX 3080|RTX 4070|RTX 3070|RTX 3060|RTX 4060|RTX 2080 Ti|GTX 1080 Ti|RTX A6000|RTX A5000|RTX A4500|RTX A4000|RTX 6000 Ada|A100[- ](?:SXM4?|PCIE)[- ]80GB|A100[- ](?:SXM4?|PCIE)[- ]40GB|A100 80GB|A100|H100|H200|V100[- ]\w+[- ]32GB|V100|T4|L4|L40S?|A10G?|A40|MI300X|MI250X?|MI210|MI100)\b",
     )
     .ok()
 });
@@ -30,7 +30,11 @@ static MODEL: LazyLock<Option<Regex>> = LazyLock::new(|| {
 fn model_gib(name: &str) -> Option<u128> {
     let n = name.to_ascii_uppercase();
     Some(match n.as_str() {
-        "RTX 4090" | "A10" | "A10G" | "L4" | "RTX 3080 TI" => 24,
+        "RTX 4090" | "A10" | "A10G" | "L4" | "RTX 3080 TI" | "RTX A5000" => 24,
+        "RTX A4500" => 20,
+        "RTX A4000" => 16,
+        "MI210" => 64,
+        "MI100" => 32,
         s if s.starts_with("RTX 3090") => 24,
         "RTX 4080" | "T4" | "V100" => 16,
         "RTX 3080" => 10,
