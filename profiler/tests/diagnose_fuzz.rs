@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 
 static TEXTS: LazyLock<Vec<String>> = LazyLock::new(|| {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/oom-corpus");
-    ["cases.jsonl", "traps.jsonl"]
+    ["cases.jsonl", "traps.jsonl", "wild.jsonl"]
         .iter()
         .flat_map(|f| {
             std::fs::read_to_string(dir.join(f))

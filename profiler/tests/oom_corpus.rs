@@ -1,16 +1,21 @@
 //! Every case of the OOM corpus parses to exactly its expected kind and facts. The corpus is a copy
 //! of `shared/oom-corpus` (fixtures/oom-corpus/cases.jsonl) plus `traps.jsonl`, cases written to the
-//! corpus README's rules for traps it names; `MEMSIGHT_OOM_CORPUS=path.jsonl` checks another file
-//! of the same format as well.
+//! corpus README's rules for traps it names, and `wild.jsonl`, real messages collected for issue 22
+//! (each with its source) that may also name the expected `verdict`, `workload` and first remedy
+//! (`first_remedy`); `MEMSIGHT_OOM_CORPUS=path.jsonl` checks another file of the same format too.
 
-use memsight::diagnose::find_ooms;
+use memsight::diagnose::{diagnose, find_ooms, Context};
 use serde_json::Value;
 use std::path::PathBuf;
 
 fn corpus_files() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/oom-corpus");
     // The shared corpus, and memsight's own cases for the traps its README describes.
-    let mut files = vec![dir.join("cases.jsonl"), dir.join("traps.jsonl")];
+    let mut files = vec![
+        dir.join("cases.jsonl"),
+        dir.join("traps.jsonl"),
+        dir.join("wild.jsonl"),
+    ];
     if let Some(extra) = std::env::var_os("MEMSIGHT_OOM_CORPUS") {
         files.push(PathBuf::from(extra));
     }
@@ -50,7 +55,7 @@ fn every_corpus_case_parses_to_its_expected_facts() {
             }
         }
     }
-    assert!(checked >= 57, "only {checked} cases read");
+    assert!(checked >= 57 + 40, "only {checked} cases read");
     assert!(
         failures.is_empty(),
         "{} of {checked} cases wrong:\n{}",
@@ -85,4 +90,68 @@ fn several_messages_in_one_log_are_found_in_order() {
         .collect();
     let expected: Vec<Value> = cases.iter().map(|c| c["kind"].clone()).collect();
     assert_eq!(kinds, expected);
+}
+
+/// Every case that names a verdict, workload or first remedy gets them from `diagnose`, which
+/// sees only the case's text.
+#[test]
+fn cases_with_a_verdict_get_it_and_remedies_for_their_workload() {
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for file in corpus_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let case: Value = serde_json::from_str(line).unwrap();
+            if case.get("verdict").is_none() && case.get("first_remedy").is_none() {
+                continue;
+            }
+            checked += 1;
+            let id = case["id"].as_str().unwrap();
+            let found = diagnose(case["text"].as_str().unwrap(), &Context::default());
+            let Some(d) = found.first() else {
+                failures.push(format!("{id}: nothing found"));
+                continue;
+            };
+            let d = serde_json::to_value(d).unwrap();
+            for (field, got) in [
+                ("verdict", &d["verdict"]),
+                ("workload", &d["workload"]),
+                ("first_remedy", &d["remedies"][0]["id"]),
+            ] {
+                if let Some(want) = case.get(field) {
+                    if got != want {
+                        failures.push(format!(
+                            "{id}: {field} {got}, expected {want} ({})",
+                            d["evidence"]
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked >= 30, "only {checked} cases with verdicts read");
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} cases wrong:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// A TensorFlow OOM states its size through its shape and dtype: the verdict says it.
+#[test]
+fn a_tensorflow_shape_states_the_request_size() {
+    // github.com/miemie2013/Keras-YOLOv4/issues/39: 8 × 64 × 256 × 256 floats = 128 MiB.
+    let text = "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[8,64,256,256] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc";
+    let d = &diagnose(text, &Context::default())[0];
+    let v = serde_json::to_value(d).unwrap();
+    assert_eq!(v["verdict"], "capacity");
+    assert!(
+        v["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("128.00 MiB tensor"),
+        "{}",
+        v["evidence"]
+    );
 }

@@ -139,3 +139,91 @@ fn no_oom_and_bad_input_have_their_own_exit_codes() {
     let (code, out, _) = diagnose(&[dir.join("junk.log").to_str().unwrap()], None);
     assert_eq!(code, 0, "{out}");
 }
+
+#[test]
+fn json_output_holds_sizes_of_2_pow_64_bytes_and_more() {
+    // 16777216.00 TiB = 2^64 bytes: past u64, which once made `--json` panic (exit 101).
+    let msg = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16777216.00 TiB. GPU 0 has a total capacity of 79.19 GiB of which 20.81 MiB is free. Including non-PyTorch memory, this process has 17179869184.00 GiB memory in use. Of the allocated memory 40.10 GiB is allocated by PyTorch, and 12.00 MiB is reserved by PyTorch but unallocated.";
+    let (code, out, err) = diagnose(&["--json"], Some(msg));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("\"requested_bytes\": 18446744073709551616"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\"this_process_bytes\": 18446744073709551616"),
+        "{out}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["findings"][0]["verdict"], "request_exceeds_device");
+    assert_eq!(v["findings"][0]["remedies"][0]["id"], "fix_size");
+    // The text form too.
+    let (code, out, _) = diagnose(&[], Some(msg));
+    assert_eq!(code, 0);
+    assert!(out.contains("REQUEST_EXCEEDS_DEVICE"), "{out}");
+}
+
+/// A vLLM engine's OOM (github.com/Sandermage/genesis-vllm-patches/issues/1).
+const VLLM: &str = "(EngineCore pid=229) ERROR 04-19 12:21:04 [core.py:1134] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 72.00 MiB. GPU 0 has a total capacity of 31.33 GiB of which 2.56 MiB is free. Including non-PyTorch memory, this process has 31.28 GiB memory in use. Of the allocated memory 29.83 GiB is allocated by PyTorch, with 18.00 MiB allocated in private pools (e.g., CUDA Graphs), and 711.09 MiB is reserved by PyTorch but unallocated.";
+
+#[test]
+fn remedies_are_ranked_for_the_workload_the_log_shows() {
+    // vLLM: a vLLM setting first, no training changes.
+    let (code, out, err) = diagnose(&["--json"], Some(VLLM));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let f = &v["findings"][0];
+    assert_eq!(f["workload"], "vllm");
+    assert_eq!(f["verdict"], "fragmentation");
+    assert_eq!(f["remedies"][0]["id"], "vllm_gpu_memory_utilization");
+    let ids: Vec<&str> = f["remedies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"expandable_segments"), "{ids:?}");
+    assert!(
+        !ids.contains(&"checkpointing") && !ids.contains(&"micro_batch"),
+        "{ids:?}"
+    );
+    let (_, text, _) = diagnose(&[], Some(VLLM));
+    let first = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("1."))
+        .unwrap();
+    assert!(first.contains("--gpu-memory-utilization"), "{first}");
+
+    // The same kind of message in a training log: a training change first.
+    let training =
+        format!("  File \"train.py\", line 40, in <module>\n    loss.backward()\n{CAPACITY}\n");
+    let (_, out, _) = diagnose(&["--json"], Some(&training));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["findings"][0]["workload"], "training");
+    assert_eq!(v["findings"][0]["remedies"][0]["id"], "checkpointing");
+
+    // A Rust program gets Rust remedies, not data-loader workers.
+    let (_, out, _) = diagnose(
+        &["--json"],
+        Some("memory allocation of 23400000000 bytes failedAborted"),
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let f = &v["findings"][0];
+    assert_eq!(f["workload"], "rust");
+    assert_eq!(f["remedies"][0]["id"], "rust_stream");
+    assert!(!out.contains("data_loader"), "{out}");
+}
+
+#[test]
+fn a_memory_cgroup_kill_of_a_child_is_one_event_and_not_the_machine() {
+    // github.com/apache/doris/issues/3525: the kernel selected 24984 and killed 18177.
+    let log = "May  8 14:05:27 doris-03 kernel: Memory cgroup out of memory: Kill process 24984 (palo_be) score 968 or sacrifice child\nMay  8 14:05:27 doris-03 kernel: Killed process 18177 (palo_be), UID 0, total-vm:70347780kB, anon-rss:45563572kB, file-rss:0kB, shmem-rss:0kB\n";
+    let (code, out, _) = diagnose(&[], Some(log));
+    assert_eq!(code, 0);
+    assert!(out.contains("1 out-of-memory message"), "{out}");
+    assert!(
+        out.contains("memory cgroup") && !out.contains("machine ran out"),
+        "{out}"
+    );
+    assert!(out.contains("killed its child 18177"), "{out}");
+}

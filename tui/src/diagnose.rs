@@ -24,6 +24,12 @@ pub struct Args {
     alloc_conf: Option<String>,
 }
 
+/// The `--json` document.
+#[derive(serde::Serialize)]
+struct Findings<'a> {
+    findings: &'a [memsight::diagnose::Diagnosis],
+}
+
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("memsight diagnose: {msg}");
     ExitCode::from(2)
@@ -79,7 +85,9 @@ fn read_log(
 /// Prints the findings; exit 0 when there is one, 1 when none, 2 when the JSON cannot be written.
 fn print((name, found): (String, Vec<Diagnosis>), json: bool) -> ExitCode {
     let out = if json {
-        match serde_json::to_string_pretty(&serde_json::json!({ "findings": found })) {
+        // Serialized directly, not through `serde_json::Value`: facts may pass u64 (a 2^64-byte
+        // size), which a `Value` cannot hold.
+        match serde_json::to_string_pretty(&Findings { findings: &found }) {
             Ok(s) => s + "\n",
             Err(e) => return fail(format!("cannot write JSON: {e}")),
         }

@@ -2,7 +2,7 @@
 //! v1 and v2 wordings, old and new kernels).
 
 use super::facts::{Fact, Facts};
-use super::scan::{compile, each, int_at, line_end, str_at, Piece};
+use super::scan::{compile, each, int_at, line_end, str_at, Piece, KERNEL_CLOSES};
 use super::Kind;
 use regex::Regex;
 use std::sync::LazyLock;
@@ -10,8 +10,17 @@ use std::sync::LazyLock;
 static RUST: LazyLock<Option<Regex>> =
     LazyLock::new(|| compile(r"memory allocation of ([0-9]+) bytes failed"));
 static KILLED: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    compile(r"(?:(Memory cgroup out of memory|Out of memory):\s*)?Killed process ([0-9]+) \(")
+    compile(
+        r"(?:(Memory cgroup out of memory|Out of memory)(?: \([a-z_]+\))?:\s*)?Killed process ([0-9]+)(?:, UID ([0-9]+),)? \(",
+    )
 });
+/// The fields after a killed process's name, in any of the kernel's spellings
+/// (`total-vm:123kB`, `UID:0`, RHEL's `UID 0,`).
+static KILLED_FIELD: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"(total-vm|anon-rss|file-rss|shmem-rss|pgtables):\s*([0-9]+)\s*kB|\b(UID)[:\s]\s*([0-9]+)|(oom_score_adj):\s*(-?[0-9]+)").ok()
+});
+/// The first line of a kernel OOM report; what follows belongs to this event.
+static INVOKED: LazyLock<Option<Regex>> = LazyLock::new(|| compile(r"\S+ invoked oom-killer: "));
 static KILL_OLD: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(
         r"(Memory cgroup out of memory|Out of memory): Kill process ([0-9]+) \(([^\n]*)\) score ([0-9]+) or sacrifice child",
@@ -66,11 +75,6 @@ fn paren_name(line: &str) -> Option<(&str, usize)> {
     None
 }
 
-/// kB value of a `key:NNNkB` token.
-fn kb(v: &str) -> Option<i128> {
-    v.strip_suffix("kB")?.parse::<i128>().ok().map(|k| k * 1024)
-}
-
 fn killed(text: &str, out: &mut Vec<Piece>) {
     each(&KILLED, text, |c, s, e| {
         let end = line_end(text, e);
@@ -80,24 +84,30 @@ fn killed(text: &str, out: &mut Vec<Piece>) {
         let mut f = Facts::default();
         f.opt_int("pid", int_at(c, 2));
         f.text("process_name", name);
-        for tok in text[e + after..end].split([',', ' ', '\t']) {
-            let Some((k, v)) = tok.split_once(':') else {
-                continue;
-            };
-            let (name, value) = match k {
-                "total-vm" => ("total_vm_bytes", kb(v)),
-                "anon-rss" => ("anon_rss_bytes", kb(v)),
-                "file-rss" => ("file_rss_bytes", kb(v)),
-                "shmem-rss" => ("shmem_rss_bytes", kb(v)),
-                "pgtables" => ("pgtables_bytes", kb(v)),
-                "UID" => ("uid", v.parse().ok()),
-                "oom_score_adj" => ("oom_score_adj", v.parse().ok()),
-                _ => continue,
-            };
-            f.opt_int(name, value);
+        f.opt_int("uid", int_at(c, 3));
+        if let Some(re) = KILLED_FIELD.as_ref() {
+            for m in re.captures_iter(&text[e + after..end]) {
+                if let Some(k) = str_at(&m, 1) {
+                    let name = match k {
+                        "total-vm" => "total_vm_bytes",
+                        "anon-rss" => "anon_rss_bytes",
+                        "file-rss" => "file_rss_bytes",
+                        "shmem-rss" => "shmem_rss_bytes",
+                        _ => "pgtables_bytes",
+                    };
+                    f.opt_int(name, int_at(&m, 2).and_then(|v| v.checked_mul(1024)));
+                } else if str_at(&m, 3).is_some() {
+                    f.opt_int("uid", int_at(&m, 4));
+                } else {
+                    f.opt_int("oom_score_adj", int_at(&m, 6));
+                }
+            }
         }
         f.opt_text("scope", scope(str_at(c, 1)));
-        out.push(Piece::part(s, end, Kind::LinuxOomKiller, f, true));
+        out.push(Piece::part(s, end, Kind::LinuxOomKiller, f, true).stage(KERNEL_CLOSES));
+    });
+    each(&INVOKED, text, |_, s, e| {
+        out.push(Piece::boundary(s, e, Kind::LinuxOomKiller));
     });
 }
 
@@ -108,7 +118,7 @@ fn kill_old(text: &str, out: &mut Vec<Piece>) {
         f.opt_text("selected_process_name", str_at(c, 3));
         f.opt_int("oom_score", int_at(c, 4));
         f.opt_text("scope", scope(str_at(c, 1)));
-        out.push(Piece::part(s, e, Kind::LinuxOomKiller, f, true));
+        out.push(Piece::part(s, e, Kind::LinuxOomKiller, f, true).stage(3));
     });
 }
 
@@ -157,13 +167,7 @@ fn oom_kill(text: &str, out: &mut Vec<Piece>) {
         if global {
             f.set("global_oom", Fact::Bool(true));
         }
-        out.push(Piece::part(
-            m.start(),
-            m.end(),
-            Kind::LinuxOomKiller,
-            f,
-            true,
-        ));
+        out.push(Piece::part(m.start(), m.end(), Kind::LinuxOomKiller, f, true).stage(2));
     }
 }
 
@@ -172,7 +176,7 @@ fn cgroup_v1(text: &str, out: &mut Vec<Piece>) {
         let mut f = Facts::default();
         f.opt_text("task_memcg", str_at(c, 1));
         f.opt_text("oom_memcg", str_at(c, 2));
-        out.push(Piece::part(s, e, Kind::LinuxOomKiller, f, true));
+        out.push(Piece::part(s, e, Kind::LinuxOomKiller, f, true).stage(1));
     });
     each(&USAGE, text, |c, s, e| {
         let mut f = Facts::default();
@@ -183,6 +187,6 @@ fn cgroup_v1(text: &str, out: &mut Vec<Piece>) {
             f.int("memory_limit_bytes", v * 1024);
         }
         f.opt_int("failcnt", int_at(c, 3));
-        out.push(Piece::part(s, e, Kind::LinuxOomKiller, f, false));
+        out.push(Piece::part(s, e, Kind::LinuxOomKiller, f, false).stage(1));
     });
 }

@@ -4,20 +4,27 @@
 //! [`find_ooms`] only parses (it never panics, whatever the input); [`diagnose`] adds the verdict.
 
 mod accel;
+mod cuda;
+mod device;
 pub mod device_oom;
 mod facts;
+mod gpu;
 mod host;
+mod normalize;
 mod remedy;
 mod render;
 mod scan;
 mod size;
 mod torch;
 mod verdict;
+mod workload;
 
+pub use device::total_from_log;
 pub use facts::{Fact, Facts, GpuProcess};
 pub use remedy::Remedy;
 pub use render::render;
 pub use verdict::{Context, Verdict, VerdictKind};
+pub use workload::{infer as infer_workload, Workload};
 
 use serde::Serialize;
 
@@ -93,26 +100,48 @@ pub struct Diagnosis {
     pub verdict: Verdict,
     /// What to do, best first.
     pub remedies: Vec<Remedy>,
+    /// The kind of job the remedies are ranked for, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<Workload>,
 }
 
-/// Every OOM message in `text`, in order.
+/// Every OOM message in `text`, in order. Linear in the text's length.
 pub fn find_ooms(text: &str) -> Vec<Finding> {
-    scan::scan(text)
+    scan::scan(text).into_iter().map(|f| f.finding).collect()
 }
 
-/// Every OOM message in `text`, each judged.
+/// Every OOM message in `text`, each judged. What `ctx` leaves unset — the workload and the
+/// device's size — is inferred from the whole text.
 pub fn diagnose(text: &str, ctx: &Context) -> Vec<Diagnosis> {
-    find_ooms(text).into_iter().map(|f| judge(f, ctx)).collect()
+    let found = scan::scan(text);
+    if found.is_empty() {
+        return Vec::new();
+    }
+    let ctx = Context {
+        workload: ctx.workload.or_else(|| workload::infer(text)),
+        device_total: ctx.device_total.or_else(|| device::total_from_log(text)),
+        ..ctx.clone()
+    };
+    found
+        .into_iter()
+        .map(|f| judge_found(f.finding, &ctx, f.notes))
+        .collect()
 }
 
 /// Judges one finding (also used for live OOM events, which arrive as findings).
 pub fn judge(f: Finding, ctx: &Context) -> Diagnosis {
-    let (verdict, remedies) = verdict::judge(f.kind, &f.facts, ctx);
+    judge_found(f, ctx, scan::Notes::default())
+}
+
+fn judge_found(f: Finding, ctx: &Context, notes: scan::Notes) -> Diagnosis {
+    let (verdict, remedies) = verdict::judge(f.kind, &f.facts, ctx, notes);
+    let workload = workload::of(f.kind, ctx.workload);
     Diagnosis {
         kind: f.kind,
         facts: f.facts,
         line: f.line,
         verdict,
         remedies,
+        workload,
     }
 }

@@ -5,7 +5,7 @@
 
 use super::facts::Facts;
 use super::size::exact_bytes;
-use super::{accel, host, torch, Finding, Kind};
+use super::{accel, cuda, host, normalize, torch, Finding, Kind};
 use regex::{Captures, Regex};
 use std::sync::LazyLock;
 
@@ -25,7 +25,15 @@ pub(crate) struct Piece {
     pub opens: bool,
     /// Shows, on its own, that memory ran out.
     pub evidence: bool,
+    /// What the text says about the message beyond its facts.
+    pub notes: Notes,
+    /// Where a kernel OOM report's line comes in it ([`KERNEL_CLOSES`] ends the report); 0 for
+    /// other messages.
+    pub stage: u8,
 }
+
+/// The stage of a kernel report's `Killed process` line, its last: nothing joins it afterwards.
+pub(crate) const KERNEL_CLOSES: u8 = 4;
 
 impl Piece {
     /// A piece that starts a message and is OOM evidence on its own.
@@ -37,6 +45,29 @@ impl Piece {
             facts,
             opens: true,
             evidence: true,
+            notes: Notes::default(),
+            stage: 0,
+        }
+    }
+
+    /// This piece with its place in a kernel report.
+    pub fn stage(mut self, stage: u8) -> Self {
+        self.stage = stage;
+        self
+    }
+
+    /// The start of a message that only the pieces joining it give facts and evidence to (the
+    /// first line of a kernel OOM report).
+    pub fn boundary(start: usize, end: usize, kind: Kind) -> Self {
+        Piece {
+            start,
+            end,
+            kind,
+            facts: Facts::default(),
+            opens: true,
+            evidence: false,
+            notes: Notes::default(),
+            stage: 0,
         }
     }
 
@@ -49,6 +80,8 @@ impl Piece {
             facts,
             opens: false,
             evidence,
+            notes: Notes::default(),
+            stage: 0,
         }
     }
 }
@@ -98,25 +131,75 @@ pub(crate) fn line_end(text: &str, at: usize) -> usize {
     text[at..].find('\n').map_or(text.len(), |i| at + i)
 }
 
-/// The process a piece is about: a kernel line names it as `pid` or, on old kernels, `selected_pid`.
-fn process_of(f: &Facts) -> Option<u128> {
-    f.bytes("pid").or_else(|| f.bytes("selected_pid"))
+/// Phrases with which a runtime says an out-of-memory event is not a failure: TensorFlow's BFC
+/// allocator retries, Inductor's autotuner drops the configuration and uses another.
+const NON_FATAL: [&str; 3] = [
+    "not a failure",
+    "Ignoring this choice",
+    "error during autotuning",
+];
+
+/// Longest stretch of text looked at around a match for its context.
+const AROUND: usize = 2048;
+
+/// Whether the text around `start..end` says the event is not a failure: its own line, and with
+/// `neighbours` the line before and the one after (at most [`AROUND`] bytes each way).
+pub(crate) fn says_non_fatal(text: &str, start: usize, end: usize, neighbours: bool) -> bool {
+    let mut from = floor(text, start.saturating_sub(AROUND));
+    let mut to = floor(text, end.saturating_add(AROUND).min(text.len()));
+    let skip = if neighbours { 2 } else { 1 };
+    if let Some(i) = text[from..start].rmatch_indices('\n').nth(skip - 1) {
+        from += i.0 + 1;
+    }
+    if let Some(i) = text[end..to].match_indices('\n').nth(skip - 1) {
+        to = end + i.0;
+    }
+    NON_FATAL.iter().any(|p| text[from..to].contains(p))
 }
 
-/// Two pieces about different processes are different messages.
-fn same_process(a: &Facts, b: &Facts) -> bool {
-    match (process_of(a), process_of(b)) {
-        (Some(x), Some(y)) => x == y,
-        _ => true,
+/// `at`, moved down to a character boundary of `text`.
+pub(crate) fn floor(text: &str, at: usize) -> usize {
+    let mut i = at.min(text.len());
+    while !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// What the text says about a message beyond its facts.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Notes {
+    /// The runtime says the event is not a failure (TensorFlow's BFC warning, a skipped
+    /// autotune configuration): the program goes on.
+    pub non_fatal: bool,
+    /// The request was too large to print (PyTorch's `Tried to allocate more than 1EB`).
+    pub exabyte: bool,
+}
+
+impl Notes {
+    fn join(&mut self, other: Notes) {
+        self.non_fatal |= other.non_fatal;
+        self.exabyte |= other.exabyte;
     }
 }
 
+/// A finding with what the scanner saw around it.
+pub(crate) struct Found {
+    /// The finding.
+    pub finding: Finding,
+    /// What the text says about it beyond its facts.
+    pub notes: Notes,
+}
+
 /// Every message in `text`, in order.
-pub(crate) fn scan(text: &str) -> Vec<Finding> {
+pub(crate) fn scan(original: &str) -> Vec<Found> {
+    let clean = normalize::clean(original);
+    let text = clean.text.as_str();
     let mut pieces = Vec::new();
     torch::find(text, &mut pieces);
     host::find(text, &mut pieces);
     accel::find(text, &mut pieces);
+    cuda::find(text, &mut pieces);
     // Earliest first; at one start the longest (most specific) wins; overlaps are dropped.
     pieces.sort_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
     let mut kept: Vec<Piece> = Vec::new();
@@ -127,38 +210,79 @@ pub(crate) fn scan(text: &str) -> Vec<Finding> {
     }
 
     struct Open {
-        finding: Finding,
+        found: Found,
+        start: usize,
         end: usize,
         evidence: bool,
+        /// Opened by the first line of a kernel report: its lines join at any distance.
+        report: bool,
+        stage: u8,
     }
     let mut open: Vec<Open> = Vec::new();
     for p in kept {
         if let Some(last) = open.last_mut() {
-            let near = text[last.end..p.start].matches('\n').count() <= JOIN_LINES;
+            let f = &last.found.finding;
+            let gap = lines_between(text, last.end, p.start);
+            // A kernel report holds a task list of any length between its lines, which come in
+            // a fixed order (a selected process, then the one killed, which may be its child);
+            // other messages continue within a few lines.
+            let in_order = last.stage < KERNEL_CLOSES && p.stage >= last.stage;
             if !p.opens
-                && near
-                && last.finding.kind == p.kind
-                && last.finding.facts.agrees_with(&p.facts)
-                && same_process(&last.finding.facts, &p.facts)
+                && (gap <= JOIN_LINES || last.report)
+                && in_order
+                && f.kind == p.kind
+                && f.facts.agrees_with(&p.facts)
             {
-                last.finding.facts.absorb(p.facts);
-                last.end = p.end;
+                last.found.finding.facts.absorb(p.facts);
+                last.end = last.end.max(p.end);
                 last.evidence |= p.evidence;
+                last.found.notes.join(p.notes);
+                last.stage = last.stage.max(p.stage);
+                continue;
+            }
+            // The same message printed twice in a row (a runtime repeating its warning) is one.
+            if p.evidence && f.kind == p.kind && f.facts == p.facts && gap <= 2 {
+                last.end = p.end;
                 continue;
             }
         }
         open.push(Open {
-            finding: Finding {
-                kind: p.kind,
-                facts: p.facts,
-                line: text[..p.start].matches('\n').count() + 1,
+            found: Found {
+                finding: Finding {
+                    kind: p.kind,
+                    facts: p.facts,
+                    line: 0,
+                },
+                notes: p.notes,
             },
+            start: p.start,
             end: p.end,
             evidence: p.evidence,
+            report: p.opens && !p.evidence,
+            stage: p.stage,
         });
     }
-    open.into_iter()
-        .filter(|o| o.evidence && !o.finding.facts.is_empty())
-        .map(|o| o.finding)
-        .collect()
+    // Line numbers of the original text, counted once from start to end (starts ascend).
+    let (mut at, mut line) = (0usize, 1usize);
+    let mut out = Vec::new();
+    for mut o in open {
+        if !o.evidence || o.found.finding.facts.is_empty() {
+            continue;
+        }
+        let to = clean.original(o.start).clamp(at, original.len());
+        line += original.as_bytes()[at..to]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        at = to;
+        o.found.finding.line = line;
+        out.push(o.found);
+    }
+    out
+}
+
+/// Line breaks between two offsets (0 when `to` ≤ `from`).
+fn lines_between(text: &str, from: usize, to: usize) -> usize {
+    text.get(from..to)
+        .map_or(0, |s| s.bytes().filter(|&b| b == b'\n').count())
 }

@@ -9,11 +9,21 @@ use std::sync::LazyLock;
 
 static NEW: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(
-        r"(CUDA|HIP) out of memory\. Tried to allocate {SIZE}\. GPU:?\s?([0-9]+) has a total capac(?:i)?ty of {SIZE} of which {SIZE} is free\.",
+        r"(CUDA|HIP|XPU) out of memory\. Tried to allocate {SIZE}\. GPU:?\s?([0-9]+) has a total capac(?:i)?ty of {SIZE} of which {SIZE} is free\.",
     )
 });
 static OLD: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    compile(r"(CUDA|HIP) out of memory\. Tried to allocate {SIZE} \(GPU:?\s?([0-9]+);([^)]*)\)?")
+    compile(
+        r"(CUDA|HIP|XPU) out of memory\. Tried to allocate {SIZE} \(GPU:?\s?([0-9]+);([^)]*)\)?",
+    )
+});
+/// A message cut right after its request: the wording (≥ 2.1 or older) cannot be told, so it is
+/// taken as the current one, with the two facts it states.
+static CUT: LazyLock<Option<Regex>> =
+    LazyLock::new(|| compile(r"(CUDA|HIP|XPU) out of memory\. Tried to allocate {SIZE}"));
+/// PyTorch's wording for a request too large to print.
+static EXABYTE: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    compile(r"(CUDA|HIP|XPU) out of memory\. Tried to allocate more than 1EB memory")
 });
 static PROCESS: LazyLock<Option<Regex>> =
     LazyLock::new(|| compile(r"Process ([0-9]+) has {SIZE} memory in use"));
@@ -45,6 +55,19 @@ const TAIL: usize = 8192;
 pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     cuda_new(text, out);
     cuda_old(text, out);
+    // The full wordings start at the same place and are longer, so they win over this one.
+    each(&CUT, text, |c, s, e| {
+        let mut f = Facts::default();
+        backend_and_request(c, &mut f);
+        out.push(Piece::message(s, e, Kind::TorchCudaOomNew, f));
+    });
+    each(&EXABYTE, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_text("backend", str_at(c, 1));
+        let mut p = Piece::message(s, e, Kind::TorchCudaOomNew, f);
+        p.notes.exabyte = true;
+        out.push(p);
+    });
     mps(text, out);
     cpu(text, out);
 }

@@ -1,9 +1,11 @@
 //! The verdict engine: from a finding's facts (and, when known, the job's leak slope) to one
 //! verdict with the numbers behind it, and remedies ranked for that verdict.
 
-use super::facts::Facts;
+use super::facts::{Fact, Facts};
 use super::remedy::{self, Remedy};
-use super::Kind;
+use super::scan::Notes;
+use super::workload::{self, Workload};
+use super::{gpu, Kind};
 use crate::report::leak::LeakEstimate;
 use crate::units::fmt_bytes;
 use serde::Serialize;
@@ -28,6 +30,8 @@ pub enum VerdictKind {
     AllocatorLimit,
     /// The message states too little to tell.
     Undetermined,
+    /// The runtime says this is not a failure: it retried or took another path.
+    NonFatal,
 }
 
 /// A verdict and the numbers that support it.
@@ -46,6 +50,11 @@ pub struct Context {
     pub alloc_conf: Option<String>,
     /// The job's per-step live-memory slope, from its report.
     pub leak: Option<LeakEstimate>,
+    /// What the job is (inference server, training, Rust binary); inferred from the log when unset.
+    pub workload: Option<Workload>,
+    /// The device's memory when the log states it outside the message (a GPU model, a runtime's
+    /// device listing); inferred from the log when unset.
+    pub device_total: Option<u128>,
 }
 
 impl Context {
@@ -55,7 +64,7 @@ impl Context {
             alloc_conf: std::env::var("PYTORCH_CUDA_ALLOC_CONF")
                 .or_else(|_| std::env::var("PYTORCH_ALLOC_CONF"))
                 .ok(),
-            leak: None,
+            ..Context::default()
         }
     }
 
@@ -70,28 +79,48 @@ impl Context {
 
 /// Agreement of pairwise slopes above which growth counts as a leak.
 const LEAK_CONFIDENCE: f64 = 0.8;
-/// Device memory a CUDA context takes outside PyTorch's allocator (kernels, cuBLAS workspaces).
-const CUDA_CONTEXT: u128 = 512 << 20;
 /// Requests at least this large (256 TiB) are not real tensors but broken size computations.
-const IMPLAUSIBLE: u128 = 1 << 48;
+pub(crate) const IMPLAUSIBLE: u128 = 1 << 48;
+/// No common single accelerator holds more than this (192 GiB: MI300X, B200): a larger request
+/// fits on no device a job is likely to have.
+pub(crate) const LARGEST_DEVICE: u128 = 192 << 30;
 
-fn b(v: u128) -> String {
+/// Bytes for people (values past u64 print as the largest u64).
+pub(crate) fn b(v: u128) -> String {
     fmt_bytes(u64::try_from(v).unwrap_or(u64::MAX))
 }
 
-fn v(verdict: VerdictKind, evidence: String) -> Verdict {
+/// A verdict with its evidence.
+pub(crate) fn v(verdict: VerdictKind, evidence: String) -> Verdict {
     Verdict { verdict, evidence }
 }
 
-/// Judges one finding.
-pub(crate) fn judge(kind: Kind, f: &Facts, ctx: &Context) -> (Verdict, Vec<Remedy>) {
+/// Judges one finding, with what the text says about it beyond its facts.
+pub(crate) fn judge(kind: Kind, f: &Facts, ctx: &Context, notes: Notes) -> (Verdict, Vec<Remedy>) {
+    let workload = workload::of(kind, ctx.workload);
+    if notes.non_fatal {
+        return workload::rank(workload, self::non_fatal(kind, f));
+    }
+    if notes.exabyte {
+        return workload::rank(
+            workload,
+            (
+                v(
+                    VerdictKind::RequestExceedsDevice,
+                    "the request was more than 1 EB, too large to print: not a real tensor".into(),
+                ),
+                vec![remedy::shrink_request(1 << 60, None, true)],
+            ),
+        );
+    }
     let (verdict, remedies) = match kind {
-        Kind::TorchCudaOomNew | Kind::TorchCudaOomOld => gpu(&GpuNumbers::from(f), ctx),
+        Kind::TorchCudaOomNew | Kind::TorchCudaOomOld => gpu::judge(f, ctx),
         Kind::TorchCpuOom | Kind::RustAllocFailure => host_request(f),
         Kind::LinuxOomKiller => killed(f),
         Kind::TorchMpsOom => mps(f),
-        _ => other(kind, f),
+        _ => other(kind, f, ctx),
     };
+    let (verdict, remedies) = workload::rank(workload, (verdict, remedies));
     match ctx.leaking() {
         Some(slope)
             if matches!(
@@ -117,243 +146,6 @@ pub(crate) fn judge(kind: Kind, f: &Facts, ctx: &Context) -> (Verdict, Vec<Remed
         }
         _ => (verdict, remedies),
     }
-}
-
-/// The numbers of a PyTorch CUDA message, old or new wording.
-struct GpuNumbers {
-    requested: Option<u128>,
-    total: Option<u128>,
-    free: Option<u128>,
-    allocated: Option<u128>,
-    unallocated: Option<u128>,
-    device: Option<i128>,
-    /// Other processes' memory and whether it was estimated (no process list).
-    others: Option<(u128, bool)>,
-}
-
-impl From<&Facts> for GpuNumbers {
-    fn from(f: &Facts) -> Self {
-        let allocated = f
-            .bytes("allocated_by_torch_bytes")
-            .or_else(|| f.bytes("already_allocated_bytes"));
-        let unallocated = f.bytes("reserved_unallocated_bytes").or_else(|| {
-            // ≤ 2.0: reserved total − allocated; ≤ 1.3: "cached" is already the unallocated part.
-            f.bytes("reserved_total_bytes")
-                .zip(allocated)
-                .map(|(r, a)| r.saturating_sub(a))
-                .or_else(|| f.bytes("cached_bytes"))
-        });
-        let total = f.bytes("total_bytes");
-        let free = f.bytes("free_bytes");
-        let reserved = allocated.zip(unallocated).map(|(a, u)| a + u);
-        let procs = f.processes();
-        let others = if f.bytes("this_process_bytes").is_some() {
-            (!procs.is_empty()).then(|| (procs.iter().map(|p| p.bytes).sum(), false))
-        } else if !procs.is_empty() {
-            // Without the own-process clause the list includes this job: it is the process whose
-            // usage is closest above what PyTorch reserved (reserved + CUDA context).
-            let own = reserved.and_then(|r| {
-                procs
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, p)| p.bytes >= r)
-                    .min_by_key(|(_, p)| p.bytes - r)
-                    .map(|(i, _)| i)
-            });
-            let sum = procs
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| Some(*i) != own)
-                .map(|(_, p)| p.bytes)
-                .sum();
-            Some((sum, false))
-        } else {
-            // No list: whatever is in use beyond PyTorch's reservation and a CUDA context.
-            match (total, free, reserved) {
-                (Some(t), Some(fr), Some(r)) => {
-                    Some((t.saturating_sub(fr).saturating_sub(r + CUDA_CONTEXT), true))
-                }
-                _ => None,
-            }
-        };
-        GpuNumbers {
-            requested: f.bytes("requested_bytes"),
-            total,
-            free,
-            allocated,
-            unallocated,
-            device: match f.get("device_index") {
-                Some(super::Fact::Int(d)) => Some(*d),
-                _ => None,
-            },
-            others,
-        }
-    }
-}
-
-fn capacity_remedies(shortfall: Option<u128>) -> Vec<Remedy> {
-    vec![
-        remedy::checkpointing(shortfall),
-        remedy::micro_batch(shortfall),
-        remedy::bf16_activations(),
-        remedy::efficient_attention(),
-        remedy::logits_to_keep(),
-        remedy::quantized_weights(),
-        remedy::first_layers(),
-    ]
-}
-
-fn gpu(n: &GpuNumbers, ctx: &Context) -> (Verdict, Vec<Remedy>) {
-    let Some(r) = n.requested else {
-        return (
-            v(
-                VerdictKind::Undetermined,
-                "the message states no request size".into(),
-            ),
-            vec![remedy::profile_host()],
-        );
-    };
-    let free = n.free.unwrap_or(0);
-    let shortfall = r.saturating_sub(free);
-    if let Some(t) = n.total.filter(|&t| r > t) {
-        let implausible = r >= IMPLAUSIBLE;
-        let mut rs = vec![remedy::shrink_request(r, Some(t), implausible)];
-        if !implausible {
-            rs.push(remedy::efficient_attention());
-            rs.push(remedy::micro_batch(Some(r - t)));
-        }
-        return (
-            v(
-                VerdictKind::RequestExceedsDevice,
-                format!(
-                    "the {} request is larger than the whole device ({})",
-                    b(r),
-                    b(t)
-                ),
-            ),
-            rs,
-        );
-    }
-    // Other processes' memory counts when it would have covered the shortfall and is not noise.
-    let others = n
-        .others
-        .filter(|&(o, _)| o >= shortfall && n.total.is_none_or(|t| o.saturating_mul(20) >= t));
-    let fragmented = n.unallocated.filter(|&u| u >= r);
-    if n.free.is_some_and(|f| r <= f) {
-        // Free memory is read after the failure: listed processes allocating meanwhile explain it.
-        if let Some((o, false)) = others.filter(|&(o, _)| o > 0) {
-            return contention(n, o, false, r, free, shortfall, "; they allocate concurrently, so the memory free when the message was written was gone when the request ran");
-        }
-        return (
-            v(
-                VerdictKind::AllocatorLimit,
-                format!(
-                    "the device reported {} free, enough for the {} request, yet it was refused",
-                    b(free),
-                    b(r)
-                ),
-            ),
-            vec![remedy::memory_fraction(), remedy::micro_batch(None)],
-        );
-    }
-    // Both can hold: the verdict is the larger lever, the other is named too.
-    match (fragmented, others) {
-        // An estimate (no process list) never outweighs the fragmentation the message states.
-        (Some(u), Some((o, false))) if o > u => {
-            let est = false;
-            let mut d = contention(n, o, est, r, free, shortfall, "");
-            d.0.evidence += &format!(
-                "; also {} is reserved by PyTorch but unallocated (fragmentation)",
-                b(u)
-            );
-            d.1.insert(1, remedy::expandable_segments(u, ctx.alloc_conf.as_deref()));
-            return d;
-        }
-        (Some(u), also) => {
-            let mut rs = vec![remedy::expandable_segments(u, ctx.alloc_conf.as_deref())];
-            if let Some((o, _)) = also {
-                rs.push(remedy::concurrency_plan(o, n.device));
-            }
-            rs.push(remedy::micro_batch(Some(shortfall)));
-            rs.push(remedy::checkpointing(Some(shortfall)));
-            let also = also.map_or(String::new(), |(o, est)| {
-                let whose = if est {
-                    "memory outside PyTorch's allocator"
-                } else {
-                    "other processes"
-                };
-                format!("; {whose} also hold {}", b(o))
-            });
-            return (
-                v(
-                    VerdictKind::Fragmentation,
-                    format!(
-                        "{} is reserved by PyTorch but unallocated — more than the {} request — yet \
-                         no cached block fits it, and only {} is free on the device{also}",
-                        b(u),
-                        b(r),
-                        b(free)
-                    ),
-                ),
-                rs,
-            );
-        }
-        (None, Some((o, est))) => return contention(n, o, est, r, free, shortfall, ""),
-        (None, None) => {}
-    }
-    let own = match (n.allocated, n.unallocated) {
-        (Some(a), Some(u)) => format!("PyTorch holds {} allocated and {} cached", b(a), b(u)),
-        (Some(a), None) => format!("PyTorch holds {} allocated", b(a)),
-        _ => "the job's own allocations fill the device".into(),
-    };
-    let of_total = n.total.map_or(String::new(), |t| format!(" of {}", b(t)));
-    let mut rs = capacity_remedies(Some(shortfall));
-    if let Some(u) = n.unallocated.filter(|&u| u > 0) {
-        rs.push(remedy::expandable_segments(u, ctx.alloc_conf.as_deref()));
-    }
-    (
-        v(
-            VerdictKind::Capacity,
-            format!(
-                "{own}{of_total}; the {} request is {} more than the {} free",
-                b(r),
-                b(shortfall),
-                b(free)
-            ),
-        ),
-        rs,
-    )
-}
-
-/// The contention verdict: `others` bytes held outside this job (`estimated`: no process list).
-fn contention(
-    n: &GpuNumbers,
-    others: u128,
-    estimated: bool,
-    r: u128,
-    free: u128,
-    shortfall: u128,
-    extra: &str,
-) -> (Verdict, Vec<Remedy>) {
-    let whose = if estimated {
-        "memory outside PyTorch's allocator (other processes or non-PyTorch allocations)"
-    } else {
-        "other processes"
-    };
-    let mut rs = vec![remedy::concurrency_plan(others, n.device)];
-    rs.extend(capacity_remedies(Some(shortfall)));
-    (
-        v(
-            VerdictKind::Contention,
-            format!(
-                "{whose} hold {} of the device; without them the {} request would fit (only {} free){extra}",
-                b(others),
-                b(r),
-                b(free)
-            ),
-        ),
-        rs,
-    )
 }
 
 fn host_request(f: &Facts) -> (Verdict, Vec<Remedy>) {
@@ -386,10 +178,36 @@ fn host_request(f: &Facts) -> (Verdict, Vec<Remedy>) {
     )
 }
 
-fn killed(f: &Facts) -> (Verdict, Vec<Remedy>) {
+/// The training remedies for a job whose own allocations fill the device.
+pub(crate) fn capacity_remedies(shortfall: Option<u128>) -> Vec<Remedy> {
+    vec![
+        remedy::checkpointing(shortfall),
+        remedy::micro_batch(shortfall),
+        remedy::bf16_activations(),
+        remedy::efficient_attention(),
+        remedy::logits_to_keep(),
+        remedy::quantized_weights(),
+        remedy::first_layers(),
+    ]
+}
+
+/// Where the kernel's kill happened: a memory cgroup, the whole machine, or not said.
+fn kill_scope(f: &Facts) -> Option<bool> {
     let memcg = f.str("scope") == Some("memcg")
         || f.str("constraint") == Some("CONSTRAINT_MEMCG")
+        || f.get("oom_memcg").is_some() && f.get("global_oom").is_none()
         || f.bytes("memory_limit_bytes").is_some();
+    let global = f.str("scope") == Some("global")
+        || f.str("constraint") == Some("CONSTRAINT_NONE")
+        || f.get("global_oom").is_some();
+    match (memcg, global) {
+        (true, _) => Some(true),
+        (false, true) => Some(false),
+        _ => None,
+    }
+}
+
+fn killed(f: &Facts) -> (Verdict, Vec<Remedy>) {
     let who = f
         .str("process_name")
         .or_else(|| f.str("selected_process_name"))
@@ -397,12 +215,26 @@ fn killed(f: &Facts) -> (Verdict, Vec<Remedy>) {
     let rss = f.bytes("anon_rss_bytes").map_or(String::new(), |a| {
         format!(" holding {} anonymous memory", b(a))
     });
+    // The kernel may select one process and kill its child: one event, named once.
+    let selected = match (f.bytes("selected_pid"), f.bytes("pid")) {
+        (Some(s), Some(p)) if s != p => format!(
+            " (it selected {} {s} and killed its child {p})",
+            f.str("selected_process_name").unwrap_or("process")
+        ),
+        _ => String::new(),
+    };
     let limit = f.bytes("memory_limit_bytes");
-    let evidence = if memcg {
-        let l = limit.map_or(String::new(), |l| format!(" (limit {})", b(l)));
-        format!("the memory cgroup{l} hit its limit and the kernel killed {who}{rss}")
-    } else {
-        format!("the machine ran out of memory and the kernel killed {who}{rss}")
+    let evidence = match kill_scope(f) {
+        Some(true) => {
+            let l = limit.map_or(String::new(), |l| format!(" (limit {})", b(l)));
+            format!("the memory cgroup{l} hit its limit and the kernel killed {who}{rss}{selected}; the machine itself may have had memory free")
+        }
+        Some(false) => format!(
+            "the machine ran out of memory and the kernel killed {who}{rss}{selected}"
+        ),
+        None => format!(
+            "the kernel's OOM killer killed {who}{rss}{selected}; the line does not say whether the machine or a memory cgroup (container limit) ran out"
+        ),
     };
     (
         v(VerdictKind::HostOom, evidence),
@@ -412,6 +244,56 @@ fn killed(f: &Facts) -> (Verdict, Vec<Remedy>) {
             remedy::profile_host(),
         ],
     )
+}
+
+/// A warning the runtime recovered from.
+fn non_fatal(kind: Kind, f: &Facts) -> (Verdict, Vec<Remedy>) {
+    let what = match (f.bytes("requested_bytes"), f.bytes("required_bytes")) {
+        (Some(r), _) => format!("the {} allocation failed", b(r)),
+        (None, Some(r)) => format!(
+            "a kernel configuration needing {r} bytes of {} was rejected",
+            f.str("resource").unwrap_or("a resource")
+        ),
+        _ => "an allocation failed".to_string(),
+    };
+    let how = match kind {
+        Kind::TensorflowOom => {
+            "TensorFlow says this is not a failure: it retries or takes a slower path"
+        }
+        _ => "the autotuner skips this configuration and uses another",
+    };
+    (
+        v(VerdictKind::NonFatal, format!("{what}, but {how}; the job goes on")),
+        vec![remedy::framework(
+            "none_needed",
+            "nothing to fix for this line; act only if the job later fails or runs slower than expected",
+            "non-fatal: the runtime recovered from it",
+        )],
+    )
+}
+
+/// Bytes of one element of a TensorFlow dtype.
+fn dtype_bytes(dtype: &str) -> Option<u128> {
+    Some(match dtype {
+        "bool" | "int8" | "uint8" | "qint8" | "quint8" => 1,
+        "half" | "bfloat16" | "int16" | "uint16" | "float16" => 2,
+        "float" | "int32" | "uint32" | "float32" | "qint32" => 4,
+        "double" | "int64" | "uint64" | "float64" | "complex64" => 8,
+        "complex128" => 16,
+        _ => return None,
+    })
+}
+
+/// The size a TensorFlow `OOM when allocating tensor with shape[…] and type …` states.
+fn tensor_bytes(f: &Facts) -> Option<u128> {
+    let Some(Fact::Ints(dims)) = f.get("shape") else {
+        return None;
+    };
+    let mut n = dtype_bytes(f.str("dtype")?)?;
+    for &d in dims {
+        n = n.checked_mul(u128::try_from(d).ok()?)?;
+    }
+    Some(n)
 }
 
 fn mps(f: &Facts) -> (Verdict, Vec<Remedy>) {
@@ -452,8 +334,9 @@ fn mps(f: &Facts) -> (Verdict, Vec<Remedy>) {
     )
 }
 
-fn other(kind: Kind, f: &Facts) -> (Verdict, Vec<Remedy>) {
-    let r = f.bytes("requested_bytes");
+fn other(kind: Kind, f: &Facts, ctx: &Context) -> (Verdict, Vec<Remedy>) {
+    let shaped = tensor_bytes(f);
+    let r = f.bytes("requested_bytes").or(shaped);
     if let Some(r) = r.filter(|&r| r >= IMPLAUSIBLE) {
         return (
             v(
@@ -461,6 +344,25 @@ fn other(kind: Kind, f: &Facts) -> (Verdict, Vec<Remedy>) {
                 format!("a single request of {r} bytes is not a real buffer"),
             ),
             vec![remedy::shrink_request(r, None, true)],
+        );
+    }
+    // A request larger than the device the log names, or than any device at all.
+    let device = ctx.device_total.unwrap_or(LARGEST_DEVICE);
+    if let Some(r) = r.filter(|&r| r > device) {
+        let of = match ctx.device_total {
+            Some(t) => format!("the whole device ({})", b(t)),
+            None => format!("any single accelerator ({})", b(LARGEST_DEVICE)),
+        };
+        return (
+            v(
+                VerdictKind::RequestExceedsDevice,
+                format!("the {} request is larger than {of}: a wrong size or shape, or an operation that must be split", b(r)),
+            ),
+            vec![
+                remedy::shrink_request(r, ctx.device_total, false),
+                remedy::efficient_attention(),
+                remedy::micro_batch(None),
+            ],
         );
     }
     if let (Some(need), Some(limit)) = (f.bytes("required_bytes"), f.bytes("hardware_limit_bytes"))
@@ -480,9 +382,15 @@ fn other(kind: Kind, f: &Facts) -> (Verdict, Vec<Remedy>) {
             )],
         );
     }
-    let size = r.map_or("an allocation".to_string(), |r| {
-        format!("a {} allocation", b(r))
-    });
+    let size = match (r, shaped) {
+        (Some(r), Some(_)) => format!(
+            "a {} tensor (its shape × {} bytes)",
+            b(r),
+            f.str("dtype").map_or(0, |d| dtype_bytes(d).unwrap_or(0))
+        ),
+        (Some(r), None) => format!("a {} allocation", b(r)),
+        _ => "an allocation".to_string(),
+    };
     let (verdict, evidence) = match kind {
         Kind::JaxXlaOom => match (f.bytes("total_fragmentation_bytes"), r) {
             (Some(fr), Some(r)) if fr >= r => (

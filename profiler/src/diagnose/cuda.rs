@@ -1,0 +1,166 @@
+//! CUDA and HIP driver/runtime out-of-memory errors as every layer prints them: PyTorch's
+//! `CUDA error: out of memory`, the old THC `cuda runtime error (2)`, Caffe/glog `Check failed`
+//! (the glog header's `file:line` is the logger's, not a fact, as for TensorFlow's headers),
+//! CuPy, tinygrad, cudarc tokens, TensorFlow's stream executor (CUDA and ROCm) and ggml/llama.cpp.
+
+use super::facts::Facts;
+use super::scan::{compile, each, int_at, size_at, str_at, Pattern, Piece};
+use super::Kind;
+use std::sync::LazyLock;
+
+/// `CUDA_ERROR_OUT_OF_MEMORY` with a stray space allowed inside (a token split by copying).
+const DRIVER_OOM: &str = r"C\s?U\s?D\s?A\s?_\s?E\s?R\s?R\s?O\s?R\s?_\s?O\s?U\s?T\s?_\s?O\s?F\s?_\s?M\s?E\s?M\s?O\s?R\s?Y";
+/// An exception type before a message (`RuntimeError: `, `torch.AcceleratorError: `).
+const EXC: &str = r"(?:([A-Za-z_][A-Za-z0-9_.]*(?:Error|Exception)): )?";
+
+static CUDA_ERROR_OOM: Pattern = LazyLock::new(|| {
+    compile(&format!(
+        r"{EXC}CUDA (?:driver |runtime )?error: out of memory(?:[\s\S]{{0,8}}?Search for `(cudaErrorMemoryAllocation)')?"
+    ))
+});
+static CUDA_ERROR_CODE: Pattern = LazyLock::new(|| {
+    compile(r"(?i:CUDA) (?i:error) ([0-9]+)(?: at ([^\s:]+:[0-9]+))?[:,] out of memory")
+});
+static CUDA_CHECK: Pattern = LazyLock::new(|| {
+    compile(
+        r#"CUDA error at ([^\s:]+:[0-9]+) code=([0-9]+)\((cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY)\)(?: "([^"\n]*)")?"#,
+    )
+});
+static THC_CHECK: Pattern = LazyLock::new(|| {
+    compile(r"THCudaCheck FAIL file=(\S+) line=([0-9]+) error=([0-9]+) : (out of memory)")
+});
+static THC_ERROR: Pattern = LazyLock::new(|| {
+    compile(&format!(
+        r"{EXC}cuda runtime error \(([0-9]+)\) : (out of memory)(?: at (\S+:[0-9]+))?"
+    ))
+});
+static GLOG_CHECK: Pattern = LazyLock::new(|| {
+    compile(
+        r"Check failed: (?:\w+ == cudaSuccess(?: \(([0-9]+) vs\. 0\))?|cudaSuccess == \w+ \(0 vs\. ([0-9]+)\))[:\s]*(?:(?:Cuda Error|CUDA): )?(out of memory)",
+    )
+});
+static CUPY: Pattern = LazyLock::new(|| {
+    compile(&format!(
+        r"{EXC}(?:Out of memory allocating|out of memory to allocate) ([0-9][0-9,]*) bytes"
+    ))
+});
+static GGML_DEVICE: Pattern = LazyLock::new(|| {
+    compile(r"current device: ([0-9]+), in function ([A-Za-z0-9_:]+) at [^\n]*\n[\t\x20]*([^\n]+)")
+});
+static ERROR_TOKEN: Pattern = LazyLock::new(|| {
+    compile(&format!(
+        r"{EXC}({DRIVER_OOM}|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIP_ERROR_OutOfMemory)(?:: (out of memory))?"
+    ))
+});
+static STREAM_EXECUTOR: Pattern = LazyLock::new(|| {
+    compile(
+        r"failed to allocate {SIZE} \(([0-9]+) bytes\) from device: (CUDA_ERROR_[A-Z_]+|HIP_ERROR_\w+|hipError_t\([0-9]+\)|hipError\w+)(?:: (out of memory))?",
+    )
+});
+static GGML_ALLOC: Pattern = LazyLock::new(|| {
+    compile(
+        r"allocating {SIZE} on device ([0-9]+): (\w+) failed: (out of memory)(?:[\s\S]{0,400}?buffer of size ([0-9]+))?",
+    )
+});
+
+/// The canonical form of a driver error token (a copied token may hold a stray space).
+fn token(c: &regex::Captures, i: usize) -> Option<String> {
+    str_at(c, i).map(|t| t.split_whitespace().collect())
+}
+
+pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
+    let kind = Kind::CudaDriverOom;
+    each(&CUDA_ERROR_OOM, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_text("exception_type", str_at(c, 1));
+        f.text("error_string", "out of memory");
+        f.opt_text("cuda_error", str_at(c, 2));
+        out.push(Piece::message(s, e, kind, f));
+    });
+    each(&CUDA_ERROR_CODE, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_int("cuda_error_code", int_at(c, 1));
+        f.opt_text("location", str_at(c, 2));
+        f.text("error_string", "out of memory");
+        out.push(Piece::message(s, e, kind, f));
+    });
+    each(&CUDA_CHECK, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_text("location", str_at(c, 1));
+        f.opt_int("cuda_error_code", int_at(c, 2));
+        f.opt_text("cuda_error", str_at(c, 3));
+        f.opt_text("failed_call", str_at(c, 4));
+        out.push(Piece::message(s, e, kind, f));
+    });
+    // THC prints the check first and raises the same error as a RuntimeError: one message.
+    each(&THC_CHECK, text, |c, s, e| {
+        let mut f = Facts::default();
+        if let (Some(file), Some(line)) = (str_at(c, 1), str_at(c, 2)) {
+            f.text("location", format!("{file}:{line}"));
+        }
+        f.opt_int("cuda_error_code", int_at(c, 3));
+        f.opt_text("error_string", str_at(c, 4));
+        out.push(Piece::message(s, e, kind, f));
+    });
+    each(&THC_ERROR, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_text("exception_type", str_at(c, 1));
+        f.opt_int("cuda_error_code", int_at(c, 2));
+        f.opt_text("error_string", str_at(c, 3));
+        f.opt_text("location", str_at(c, 4));
+        out.push(Piece::part(s, e, kind, f, true));
+    });
+    each(&GLOG_CHECK, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_int("cuda_error_code", int_at(c, 1).or_else(|| int_at(c, 2)));
+        f.opt_text("error_string", str_at(c, 3));
+        out.push(Piece::message(s, e, kind, f));
+    });
+    each(&CUPY, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_text("exception_type", str_at(c, 1));
+        let bytes = str_at(c, 2).and_then(|n| n.replace(',', "").parse::<i128>().ok());
+        f.opt_int("requested_bytes", bytes);
+        out.push(Piece::message(s, e, kind, f));
+    });
+    each(&GGML_DEVICE, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_int("device_index", int_at(c, 1));
+        f.opt_text("function", str_at(c, 2));
+        if let Some(t) = str_at(c, 3) {
+            f.text("failed_call", t.trim());
+        }
+        out.push(Piece::part(s, e, kind, f, false));
+    });
+    // A bare error token: its own message, or the name of the one just before (`CUDA error: out
+    // of memory` followed by its `cudaErrorMemoryAllocation`).
+    each(&ERROR_TOKEN, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_text("exception_type", str_at(c, 1));
+        if let Some(t) = token(c, 2) {
+            f.text("cuda_error", t);
+        }
+        f.opt_text("error_string", str_at(c, 3));
+        out.push(Piece::part(s, e, kind, f, true));
+    });
+    each(&STREAM_EXECUTOR, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_int("requested_bytes", int_at(c, 3));
+        f.opt_text("cuda_error", str_at(c, 4));
+        f.opt_text("error_string", str_at(c, 5));
+        out.push(Piece::message(s, e, kind, f));
+    });
+    each(&GGML_ALLOC, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_int("requested_bytes", int_at(c, 6).or_else(|| size_at(c, 1)));
+        f.opt_int("device_index", int_at(c, 3));
+        f.opt_text("failed_call", str_at(c, 4));
+        f.text("error_string", "out of memory");
+        out.push(Piece::message(s, e, kind, f));
+    });
+}
+
+/// The cudarc/candle driver-error pattern, shared with the candle matcher.
+pub(crate) fn driver_oom_token() -> &'static str {
+    DRIVER_OOM
+}

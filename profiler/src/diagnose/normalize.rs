@@ -1,0 +1,265 @@
+//! Undoes the damage logs do to messages before they are matched: blockquote markers, JSON-escaped
+//! quotes, trailing line-continuation backslashes and terminal wrapping inside a word or number.
+//! The cleaned text keeps a map back to the original so findings report original line numbers.
+
+/// A cleaned copy of a text with a map from its byte offsets back to the original's.
+pub(crate) struct Clean {
+    /// The cleaned text that matchers read.
+    pub text: String,
+    /// `(clean offset, original offset)` at each point where the two drift apart, ascending.
+    marks: Vec<(usize, usize)>,
+}
+
+impl Clean {
+    /// The original byte offset of cleaned offset `at`.
+    pub fn original(&self, at: usize) -> usize {
+        let i = self.marks.partition_point(|&(c, _)| c <= at);
+        match i.checked_sub(1).and_then(|i| self.marks.get(i)) {
+            Some(&(c, o)) => o + (at - c),
+            None => at,
+        }
+    }
+}
+
+/// Shortest line (in bytes) that can have been wrapped by a terminal: a wrap happens at the
+/// window's width, and windows are wider than this.
+const MIN_WRAPPED: usize = 40;
+
+/// Words of the messages memsight reads (lower case). A line break inside one of them is a
+/// terminal wrap; a break between two other words may be a real line end (or a wrap at a space
+/// whose trailing blank a copy removed), so it is kept.
+const WORDS: &[&str] = &[
+    "allocate",
+    "allocated",
+    "allocating",
+    "allocation",
+    "allocations",
+    "allocator",
+    "already",
+    "anon-rss",
+    "available",
+    "bytes",
+    "cached",
+    "capacity",
+    "capacty",
+    "cgroup",
+    "child",
+    "constraint",
+    "cuda_error_out_of_memory",
+    "cudaerrormemoryallocation",
+    "device",
+    "documentation",
+    "driver",
+    "error",
+    "exhausted",
+    "expandable_segments",
+    "failcnt",
+    "failed",
+    "failure",
+    "file-rss",
+    "fragmentation",
+    "free",
+    "gib",
+    "hardware",
+    "hip_error_outofmemory",
+    "inactive",
+    "including",
+    "kib",
+    "killed",
+    "limit",
+    "memory",
+    "mib",
+    "non-pytorch",
+    "oom_score_adj",
+    "outofmemoryerror",
+    "outofresources",
+    "pgtables",
+    "pools",
+    "private",
+    "process",
+    "processes",
+    "pytorch",
+    "required",
+    "reserved",
+    "resource",
+    "runtime",
+    "sacrifice",
+    "segments",
+    "shared",
+    "shmem-rss",
+    "tensor",
+    "total",
+    "total-vm",
+    "tried",
+    "unallocated",
+    "usage",
+];
+
+/// The run of word characters at the end (`tail`) or start of `s`.
+fn word_at(s: &str, tail: bool) -> &str {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if tail {
+        let start = s.trim_end_matches(is_word).len();
+        &s[start..]
+    } else {
+        let end = s.len() - s.trim_start_matches(is_word).len();
+        &s[..end]
+    }
+}
+
+/// Whether a newline between `prev_line` and `next_line` is a terminal wrap inside a number or a
+/// message word (`16.9⏎4 GiB`, `fre⏎e`, `proce⏎ss`, `G⏎iB`) rather than a line break: the line
+/// before is as long as a terminal, the next line does not start like a log line of its own (a
+/// date or time), and either digits meet or the two halves make one of [`WORDS`].
+fn is_wrap(prev_line: &str, next_line: &str) -> bool {
+    let (Some(a), Some(b)) = (prev_line.chars().last(), next_line.chars().next()) else {
+        return false;
+    };
+    if prev_line.len() < MIN_WRAPPED || starts_like_log_line(next_line) {
+        return false;
+    }
+    if (a.is_ascii_digit() || a == '.') && (b.is_ascii_digit() || b == '.') {
+        return true;
+    }
+    let (w1, w2) = (word_at(prev_line, true), word_at(next_line, false));
+    if w1.is_empty() || w2.is_empty() || w1.len() + w2.len() > 40 {
+        return false;
+    }
+    let joined = format!("{w1}{w2}").to_ascii_lowercase();
+    WORDS.contains(&joined.as_str())
+}
+
+/// A date, time or bracketed prefix at the start of a line: the start of a log record.
+fn starts_like_log_line(line: &str) -> bool {
+    let b = line.as_bytes();
+    let digits = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    let sep = b.get(digits).copied();
+    digits > 0
+        && matches!(sep, Some(b'-' | b'/' | b':'))
+        && b.get(digits + 1).is_some_and(u8::is_ascii_digit)
+}
+
+/// Length of a blockquote marker (`> `, `>> `, `> > `) at the start of `line`, after indentation.
+fn quote_len(line: &str) -> usize {
+    let indent = line.len() - line.trim_start_matches([' ', '\t']).len();
+    let mut i = indent;
+    let b = line.as_bytes();
+    let mut quoted = false;
+    while b.get(i) == Some(&b'>') {
+        quoted = true;
+        i += 1;
+        while b.get(i) == Some(&b' ') {
+            i += 1;
+        }
+    }
+    if quoted {
+        i
+    } else {
+        0
+    }
+}
+
+/// Cleans `text` (see the module comment). Linear in its length.
+pub(crate) fn clean(text: &str) -> Clean {
+    let mut out = Clean {
+        text: String::with_capacity(text.len()),
+        marks: Vec::new(),
+    };
+    // Lines with their quote markers and continuation backslashes removed, keeping original offsets.
+    let json = text.contains("\\\"");
+    let mut lines: Vec<(usize, &str)> = Vec::new();
+    let mut start = 0;
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\n', '\r']);
+        let q = quote_len(body);
+        let mut body = &body[q..];
+        let t = body.trim_end_matches([' ', '\t']);
+        if let Some(s) = t.strip_suffix('\\').filter(|s| !s.ends_with('\\')) {
+            body = s;
+        }
+        lines.push((start + q, body));
+        start += line.len();
+    }
+    let n = lines.len();
+    for (i, &(at, body)) in lines.iter().enumerate() {
+        out.push(at, body, json);
+        if i + 1 < n {
+            let next = lines[i + 1].1;
+            if !is_wrap(body, next) {
+                let nl = at + body.len();
+                out.push_at(nl, "\n");
+            }
+        }
+    }
+    out
+}
+
+impl Clean {
+    /// Appends `s`, which starts at original offset `at`, un-escaping `\"` when `json`.
+    fn push(&mut self, at: usize, s: &str, json: bool) {
+        if !json || !s.contains("\\\"") {
+            self.push_at(at, s);
+            return;
+        }
+        let mut from = 0;
+        for (i, _) in s.match_indices("\\\"") {
+            self.push_at(at + from, &s[from..i]);
+            from = i + 1;
+        }
+        self.push_at(at + from, &s[from..]);
+    }
+
+    /// Appends `s`, which starts at original offset `at`.
+    fn push_at(&mut self, at: usize, s: &str) {
+        let here = self.text.len();
+        if self.original(here) != at {
+            self.marks.push((here, at));
+        }
+        self.text.push_str(s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clean;
+
+    fn cleaned(s: &str) -> String {
+        clean(s).text
+    }
+
+    #[test]
+    fn rejoins_a_number_and_a_word_wrapped_by_the_terminal() {
+        let s = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.9\n4 GiB. GPU 0 has a total capacity of 79.15 GiB of which 2.19 MiB is fre\ne. Including non-PyTorch memory, this proce\nss has 1.00 GiB memory in use. Of the allocated memory 0.50 G\niB is allocated";
+        let c = cleaned(s);
+        assert!(c.contains("allocate 16.94 GiB"), "{c}");
+        assert!(c.contains("is free."), "{c}");
+        assert!(c.contains("this process has 1.00 GiB"), "{c}");
+        assert!(c.contains("memory 0.50 GiB is"), "{c}");
+    }
+
+    #[test]
+    fn keeps_real_line_breaks() {
+        // Short lines, a next line that starts with a timestamp, and two words that make no
+        // message word (a wrap at a blank the copy removed) are not joined.
+        let s = "step 10 loss 2.31\n2026-11-21 10:00:01 step 11\noom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/init.scope,task=python,pid=7899,uid=0\n12:00:01 next\nRuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 3.95 GiB\ntotal capacity; 3.2 GiB already allocated)";
+        assert_eq!(cleaned(s), s);
+    }
+
+    #[test]
+    fn strips_quote_markers_escapes_and_continuations() {
+        let s = "> Killed process 1 (a)\n>> x \\\n{\"e\": \"DriverError(CUDA_ERROR_OUT_OF_MEMORY, \\\"out of memory\\\")\"}";
+        assert_eq!(
+            cleaned(s),
+            "Killed process 1 (a)\nx \n{\"e\": \"DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")\"}"
+        );
+    }
+
+    #[test]
+    fn maps_offsets_back_to_the_original() {
+        let s = "> ab\n> cd";
+        let c = clean(s);
+        assert_eq!(c.text, "ab\ncd");
+        assert_eq!(c.original(0), 2);
+        assert_eq!(c.original(3), 7);
+    }
+}
