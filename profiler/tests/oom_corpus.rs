@@ -155,3 +155,52 @@ fn a_tensorflow_shape_states_the_request_size() {
         v["evidence"]
     );
 }
+
+/// Every corpus message hard-wrapped at a terminal's width keeps each fact it still yields equal
+/// to the expected one: a number or word broken by the wrap is rejoined or its fact left out,
+/// never a wrong fact.
+#[test]
+fn terminal_wrapped_messages_never_give_a_wrong_fact() {
+    let mut wrong = Vec::new();
+    for file in corpus_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let case: Value = serde_json::from_str(line).unwrap();
+            let id = case["id"].as_str().unwrap();
+            for width in [80, 100, 120, 160] {
+                let wrapped: String = case["text"]
+                    .as_str()
+                    .unwrap()
+                    .split('\n')
+                    .map(|l| {
+                        let chars: Vec<char> = l.chars().collect();
+                        chars
+                            .chunks(width)
+                            .map(|c| c.iter().collect::<String>())
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                for f in find_ooms(&wrapped) {
+                    let facts: Value =
+                        serde_json::from_str(&serde_json::to_string(&f.facts).unwrap()).unwrap();
+                    for (name, v) in facts.as_object().unwrap() {
+                        if case["expected"].get(name).is_some_and(|want| want != v) {
+                            wrong.push(format!(
+                                "{id} at {width}: {name} {v}, expected {}",
+                                case["expected"][name]
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} wrong facts:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}

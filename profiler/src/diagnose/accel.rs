@@ -2,7 +2,9 @@
 //! TensorFlow, NCCL, Triton and ONNX Runtime.
 
 use super::facts::{Fact, Facts};
-use super::scan::{compile, each, int_at, says_non_fatal, size_at, str_at, Pattern, Piece};
+use super::scan::{
+    compile, each, int_at, says_non_fatal, size_at, str_at, whole_at, words_at, Pattern, Piece,
+};
 use super::Kind;
 use std::sync::LazyLock;
 
@@ -129,8 +131,9 @@ fn tensorflow(text: &str, out: &mut Vec<Piece>) {
         if let Some(d) = dims {
             f.set("shape", Fact::Ints(d));
         }
-        f.opt_text("dtype", str_at(c, 2));
-        if let Some(d) = str_at(c, 3) {
+        f.opt_text("dtype", whole_at(c, 2, text));
+        // A device path or allocator name cut by a line break may be only its first part.
+        if let Some(d) = whole_at(c, 3, text) {
             f.text("device", d);
             if let Some(i) = d
                 .rsplit_once("GPU:")
@@ -139,7 +142,7 @@ fn tensorflow(text: &str, out: &mut Vec<Piece>) {
                 f.int("device_index", i);
             }
         }
-        f.opt_text("allocator", str_at(c, 4));
+        f.opt_text("allocator", whole_at(c, 4, text));
         out.push(Piece::message(s, e, kind, f));
     });
     each(&TF_BFC, text, |c, s, e| {
@@ -173,9 +176,9 @@ fn others(text: &str, out: &mut Vec<Piece>) {
             f.opt_int(name, int_at(c, i));
         }
         f.opt_int("cuda_error_code", int_at(c, 5));
-        let oom = match str_at(c, 6) {
+        let oom = match words_at(c, 6) {
             Some(err) => {
-                f.text("error_string", err);
+                f.text("error_string", err.as_str());
                 err.contains("out of memory")
             }
             None => false,
@@ -188,7 +191,7 @@ fn others(text: &str, out: &mut Vec<Piece>) {
         let mut f = Facts::default();
         f.text("subsystem", "nccl");
         f.opt_int("cuda_error_code", int_at(c, 1));
-        f.opt_text("error_string", str_at(c, 2));
+        f.opt_text("error_string", words_at(c, 2).as_deref());
         out.push(Piece::part(s, e, kind, f, true));
     });
     each(&TRITON, text, |c, s, e| {

@@ -4,8 +4,8 @@
 //! CuPy, tinygrad, cudarc tokens, TensorFlow's stream executor (CUDA and ROCm) and ggml/llama.cpp.
 
 use super::facts::Facts;
-use super::scan::{compile, each, int_at, size_at, str_at, Pattern, Piece};
-use super::Kind;
+use super::scan::{compile, each, int_at, size_at, str_at, words_at, Pattern, Piece};
+use super::{normalize, Kind};
 use std::sync::LazyLock;
 
 /// `CUDA_ERROR_OUT_OF_MEMORY` with a stray space allowed inside (a token split by copying).
@@ -99,21 +99,21 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
             f.text("location", format!("{file}:{line}"));
         }
         f.opt_int("cuda_error_code", int_at(c, 3));
-        f.opt_text("error_string", str_at(c, 4));
+        f.opt_text("error_string", words_at(c, 4).as_deref());
         out.push(Piece::message(s, e, kind, f));
     });
     each(&THC_ERROR, text, |c, s, e| {
         let mut f = Facts::default();
         f.opt_text("exception_type", str_at(c, 1));
         f.opt_int("cuda_error_code", int_at(c, 2));
-        f.opt_text("error_string", str_at(c, 3));
+        f.opt_text("error_string", words_at(c, 3).as_deref());
         f.opt_text("location", str_at(c, 4));
         out.push(Piece::part(s, e, kind, f, true));
     });
     each(&GLOG_CHECK, text, |c, s, e| {
         let mut f = Facts::default();
         f.opt_int("cuda_error_code", int_at(c, 1).or_else(|| int_at(c, 2)));
-        f.opt_text("error_string", str_at(c, 3));
+        f.opt_text("error_string", words_at(c, 3).as_deref());
         out.push(Piece::message(s, e, kind, f));
     });
     each(&CUPY, text, |c, s, e| {
@@ -127,7 +127,11 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
         let mut f = Facts::default();
         f.opt_int("device_index", int_at(c, 1));
         f.opt_text("function", str_at(c, 2));
-        if let Some(t) = str_at(c, 3) {
+        // The call is on the line after the source path; a wrapped path would take its place.
+        let path_cut = c
+            .get(3)
+            .is_some_and(|m| normalize::may_continue(text, m.start().saturating_sub(1)));
+        if let Some(t) = str_at(c, 3).filter(|_| !path_cut) {
             f.text("failed_call", t.trim());
         }
         out.push(Piece::part(s, e, kind, f, false));
@@ -140,14 +144,14 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
         if let Some(t) = token(c, 2) {
             f.text("cuda_error", t);
         }
-        f.opt_text("error_string", str_at(c, 3));
+        f.opt_text("error_string", words_at(c, 3).as_deref());
         out.push(Piece::part(s, e, kind, f, true));
     });
     each(&STREAM_EXECUTOR, text, |c, s, e| {
         let mut f = Facts::default();
         f.opt_int("requested_bytes", int_at(c, 3));
         f.opt_text("cuda_error", str_at(c, 4));
-        f.opt_text("error_string", str_at(c, 5));
+        f.opt_text("error_string", words_at(c, 5).as_deref());
         out.push(Piece::message(s, e, kind, f));
     });
     each(&GGML_ALLOC, text, |c, s, e| {

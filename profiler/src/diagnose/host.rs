@@ -2,7 +2,7 @@
 //! v1 and v2 wordings, old and new kernels).
 
 use super::facts::{Fact, Facts};
-use super::scan::{compile, each, int_at, line_end, str_at, Piece, KERNEL_CLOSES};
+use super::scan::{compile, each, int_at, line_end, str_at, whole_at, Piece, KERNEL_CLOSES};
 use super::Kind;
 use regex::Regex;
 use std::sync::LazyLock;
@@ -128,6 +128,12 @@ fn oom_kill(text: &str, out: &mut Vec<Piece>) {
         let (Some(m), Some(list)) = (c.get(0), str_at(&c, 1)) else {
             continue;
         };
+        // A list cut by a line break that may be a wrap loses its last, maybe partial, item.
+        let list = if crate::diagnose::normalize::may_continue(text, m.end()) {
+            list.rsplit_once(',').map_or("", |(head, _)| head)
+        } else {
+            list
+        };
         // key=value pairs separated by commas; a token without `=` continues the previous value
         // (mems_allowed=0-1,3) unless it is the `global_oom` flag.
         let mut pairs: Vec<(String, String)> = Vec::new();
@@ -175,7 +181,7 @@ fn cgroup_v1(text: &str, out: &mut Vec<Piece>) {
     each(&TASK_IN, text, |c, s, e| {
         let mut f = Facts::default();
         f.opt_text("task_memcg", str_at(c, 1));
-        f.opt_text("oom_memcg", str_at(c, 2));
+        f.opt_text("oom_memcg", whole_at(c, 2, text));
         out.push(Piece::part(s, e, Kind::LinuxOomKiller, f, true).stage(1));
     });
     each(&USAGE, text, |c, s, e| {

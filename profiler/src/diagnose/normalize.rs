@@ -23,7 +23,7 @@ impl Clean {
 
 /// Shortest line (in bytes) that can have been wrapped by a terminal: a wrap happens at the
 /// window's width, and windows are wider than this.
-const MIN_WRAPPED: usize = 40;
+pub(crate) const MIN_WRAPPED: usize = 40;
 
 /// Words of the messages memsight reads (lower case). A line break inside one of them is a
 /// terminal wrap; a break between two other words may be a real line end (or a wrap at a space
@@ -36,41 +36,72 @@ const WORDS: &[&str] = &[
     "allocations",
     "allocator",
     "already",
+    "and",
     "anon-rss",
+    "at",
     "available",
+    "avoid",
+    "backend",
+    "but",
+    "by",
     "bytes",
     "cached",
+    "calloc",
     "capacity",
     "capacty",
     "cgroup",
+    "check",
     "child",
     "constraint",
+    "cuda",
     "cuda_error_out_of_memory",
     "cudaerrormemoryallocation",
+    "cudasuccess",
+    "defaultcpuallocator",
     "device",
     "documentation",
     "driver",
+    "drivererror",
+    "enough",
     "error",
     "exhausted",
     "expandable_segments",
+    "fail",
     "failcnt",
     "failed",
     "failure",
     "file-rss",
+    "for",
     "fragmentation",
     "free",
+    "freed_by_count",
+    "from",
     "gib",
+    "gpu",
+    "graphs",
     "hardware",
+    "has",
+    "hip",
     "hip_error_outofmemory",
+    "hiperroroutofmemory",
     "inactive",
     "including",
+    "is",
     "kib",
+    "kill",
     "killed",
+    "large",
     "limit",
+    "malloc",
+    "management",
     "memory",
     "mib",
+    "nccl",
     "non-pytorch",
+    "not",
+    "of",
     "oom_score_adj",
+    "out",
     "outofmemoryerror",
     "outofresources",
     "pgtables",
@@ -79,20 +110,40 @@ const WORDS: &[&str] = &[
     "process",
     "processes",
     "pytorch",
+    "ran",
     "required",
     "reserved",
     "resource",
     "runtime",
     "sacrifice",
+    "score",
+    "search",
     "segments",
+    "setting",
+    "shape",
     "shared",
     "shmem-rss",
+    "size",
     "tensor",
+    "than",
+    "the",
+    "this",
+    "to",
     "total",
     "total-vm",
     "tried",
+    "trying",
+    "type",
     "unallocated",
     "usage",
+    "use",
+    "warn",
+    "warning",
+    "when",
+    "which",
+    "with",
+    "xpu",
+    "you",
 ];
 
 /// The run of word characters at the end (`tail`) or start of `s`.
@@ -125,8 +176,34 @@ fn is_wrap(prev_line: &str, next_line: &str) -> bool {
     if w1.is_empty() || w2.is_empty() || w1.len() + w2.len() > 40 {
         return false;
     }
+    // Two whole words (`train.py⏎torch.…`, `Driver⏎Error`) are not one word broken in two.
+    let word = |w: &str| {
+        let w = w.to_ascii_lowercase();
+        WORDS.contains(&w.as_str()) || w == "py" || w == "torch"
+    };
     let joined = format!("{w1}{w2}").to_ascii_lowercase();
-    WORDS.contains(&joined.as_str())
+    WORDS.contains(&joined.as_str()) && !(word(w1) && word(w2))
+}
+
+/// Whether a token that ends at `end` of the cleaned `text` may go on after a line break the
+/// cleaning kept (a wrap it could not prove): its line is as long as a terminal and the next line
+/// starts right away with a non-blank that does not open a log record (`[`, a date or time).
+/// Such a token may be cut; its fact is left out.
+pub(crate) fn may_continue(text: &str, end: usize) -> bool {
+    let rest = text.get(end..).unwrap_or("");
+    let Some(next) = rest
+        .strip_prefix('\n')
+        .or_else(|| rest.strip_prefix("\r\n"))
+    else {
+        return false;
+    };
+    let start = text[..end].rfind('\n').map_or(0, |i| i + 1);
+    end - start >= MIN_WRAPPED
+        && next
+            .chars()
+            .next()
+            .is_some_and(|c| !c.is_whitespace() && c != '[')
+        && !starts_like_log_line(next)
 }
 
 /// A date, time or bracketed prefix at the start of a line: the start of a log record.
@@ -252,6 +329,17 @@ mod tests {
             cleaned(s),
             "Killed process 1 (a)\nx \n{\"e\": \"DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")\"}"
         );
+    }
+
+    #[test]
+    fn a_token_cut_at_a_kept_break_may_continue() {
+        use super::may_continue;
+        let t = "OOM when allocating tensor on /job:localhost/replica:0/tas\nk:0/device:GPU:0";
+        let cut = t.find('\n').unwrap();
+        assert!(may_continue(t, cut));
+        // A short line, or a next line that starts with a blank, ends its token.
+        assert!(!may_continue("on GPU:0\nk", 8));
+        assert!(!may_continue(&t.replace("\nk", "\n k"), cut));
     }
 
     #[test]

@@ -121,6 +121,20 @@ pub(crate) fn int_at(c: &Captures, i: usize) -> Option<i128> {
     c.get(i)?.as_str().parse().ok()
 }
 
+/// Text of capture group `i` with each run of blanks (a line break the match crossed) as one space.
+pub(crate) fn words_at(c: &Captures, i: usize) -> Option<String> {
+    c.get(i)
+        .map(|m| m.as_str().split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// Capture group `i` unless it ends where a kept line break may cut it (see
+/// [`normalize::may_continue`]): a token that may be only its first part is no fact.
+pub(crate) fn whole_at<'t>(c: &Captures<'t>, i: usize, text: &str) -> Option<&'t str> {
+    c.get(i)
+        .filter(|m| !normalize::may_continue(text, m.end()))
+        .map(|m| m.as_str())
+}
+
 /// Text of capture group `i`.
 pub(crate) fn str_at<'t>(c: &Captures<'t>, i: usize) -> Option<&'t str> {
     c.get(i).map(|m| m.as_str())

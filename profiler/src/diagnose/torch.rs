@@ -2,6 +2,7 @@
 //! allocator.
 
 use super::facts::{Fact, Facts, GpuProcess};
+use super::normalize::may_continue;
 use super::scan::{compile, each, int_at, size_at, str_at, Piece};
 use super::Kind;
 use regex::Regex;
@@ -112,7 +113,12 @@ fn cuda_new(text: &str, out: &mut Vec<Piece>) {
                     .collect()
             })
             .unwrap_or_default();
-        if !procs.is_empty() {
+        // A list crossing a kept line break that may be a wrap may have lost a broken clause:
+        // all of it or nothing.
+        let maybe_cut = tail[..procs_end]
+            .match_indices('\n')
+            .any(|(i, _)| may_continue(text, e + i));
+        if !procs.is_empty() && !maybe_cut {
             f.set("processes", Fact::Processes(procs));
         }
         for (re, name) in [
