@@ -4,9 +4,12 @@
 //! `memsight_cuda`). Exports the library dir to dependents as `DEP_MEMSIGHT_TORCH_SHIM_LIBTORCH_LIB`
 //! so their build scripts can set the rpath (link args do not propagate from a library).
 
+#[cfg(feature = "tch")]
 use std::path::PathBuf;
+#[cfg(feature = "tch")]
 use std::process::Command;
 
+#[cfg(feature = "tch")]
 const PROBE: &str = r#"
 import importlib.util, os, torch
 from torch.utils import cpp_extension
