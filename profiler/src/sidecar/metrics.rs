@@ -163,6 +163,37 @@ const MAX_CONNECTIONS: usize = 16;
 /// Longest a client has to send its request and take the answer.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 
+/// Longest the accept loop spends telling a client over the limit that it is busy.
+const REFUSAL_DEADLINE: Duration = Duration::from_millis(200);
+
+/// Answers 503 to a client over the limit. Its request is read first (within
+/// [`REFUSAL_DEADLINE`]): closing a socket with unread bytes resets the connection, and the client
+/// may then lose the answer (seen on a loaded 2-core machine).
+fn refuse(mut conn: TcpStream) {
+    let deadline = std::time::Instant::now() + REFUSAL_DEADLINE;
+    let _ = conn.set_read_timeout(Some(REFUSAL_DEADLINE));
+    let _ = conn.set_write_timeout(Some(REFUSAL_DEADLINE));
+    let mut buf = [0u8; 4096];
+    let mut tail = [0u8; 4];
+    while std::time::Instant::now() < deadline {
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                for &b in &buf[..n] {
+                    tail = [tail[1], tail[2], tail[3], b];
+                }
+                if &tail == b"\r\n\r\n" {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = conn.write_all(
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    let _ = conn.shutdown(std::net::Shutdown::Write);
+}
+
 /// Serves `/metrics` at `addr` on a thread of its own; returns the address bound (port 0 picks
 /// one). Each connection is answered on its own thread, at most [`MAX_CONNECTIONS`] at once, and
 /// gets [`REQUEST_DEADLINE`] in all: a slow or idle client cannot hold the others up.
@@ -173,13 +204,10 @@ pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> io::Result<SocketAddr> 
     std::thread::Builder::new()
         .name("memsight-metrics".into())
         .spawn(move || {
-            for mut conn in listener.incoming().flatten() {
+            for conn in listener.incoming().flatten() {
                 if busy.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
                     busy.fetch_sub(1, Ordering::AcqRel);
-                    let _ = conn.set_nonblocking(true);
-                    let _ = conn.write_all(
-                        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                    );
+                    refuse(conn);
                     continue;
                 }
                 let (m, b) = (Arc::clone(&metrics), Arc::clone(&busy));
