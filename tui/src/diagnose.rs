@@ -3,15 +3,16 @@
 
 use memsight::diagnose::{diagnose, judge, render, Context, Diagnosis};
 use memsight::Report;
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Reads a log (or `-` for standard input) and diagnoses each OOM message in it.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The log or error text (`-`, or nothing without --report: standard input). With --report
-    /// and no log, the device OOMs that the job's report caught are diagnosed.
+    /// The log or error text (`-` or nothing: standard input). With --report and no log (a
+    /// terminal or an empty standard input), the device OOMs that the job's report caught are
+    /// diagnosed.
     file: Option<PathBuf>,
     /// Print `{"findings": [...]}` as JSON instead of text.
     #[arg(long)]
@@ -48,15 +49,28 @@ pub fn run(a: Args) -> ExitCode {
     if let Some(r) = &report {
         ctx.leak = r.leak.clone();
     }
-    let found = match (&a.file, &report, a.report.as_deref()) {
-        (None, Some(r), Some(path)) => (
+    let caught = |r: &Report| {
+        let path = a
+            .report
+            .as_deref()
+            .unwrap_or(std::path::Path::new("the report"));
+        (
             format!("the report {} (the device OOMs it caught)", path.display()),
             r.device_ooms
                 .iter()
                 .map(|o| judge(memsight::diagnose::device_oom::finding(o), &ctx))
                 .collect(),
-        ),
+        )
+    };
+    // With --report and no log named: a terminal on standard input means there is no log; a piped
+    // log with no OOM message (or an empty one) falls back to the OOMs the report caught.
+    let found = match (&a.file, &report) {
+        (None, Some(r)) if std::io::stdin().is_terminal() => caught(r),
         _ => match read_log(a.file.as_deref(), &ctx) {
+            Ok((_, found)) if found.is_empty() && a.file.is_none() => match &report {
+                Some(r) if !r.device_ooms.is_empty() => caught(r),
+                _ => ("standard input".to_string(), found),
+            },
             Ok(found) => found,
             Err(e) => return fail(e),
         },
