@@ -74,3 +74,29 @@ fn a_full_filesystem_refuses_the_ring_instead_of_faulting() {
     assert!(e.contains("cannot reserve"), "{e}");
     assert!(!left);
 }
+
+#[test]
+fn heap_requests_reach_the_job_and_a_truncated_ring_is_an_error_not_a_fault() {
+    use memsight::wire::ring::{request_heap, HeapRequest};
+    let p = std::env::temp_dir().join(format!("memsight-ring-req-{}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    let w = RingWriter::create_with(&p, 1, 0, 100, 4096, 8).unwrap();
+    assert_eq!(request_heap(&p, HeapRequest::Dump).unwrap(), 1);
+    assert_eq!(request_heap(&p, HeapRequest::Dump).unwrap(), 2);
+    assert_eq!(request_heap(&p, HeapRequest::Sampling(false)).unwrap(), 2);
+    // The job sees them through its mapping.
+    assert_eq!(w.heap_dump_requests(), 2);
+    assert_eq!(w.heap_sampling_request(), 2);
+    // Cut inside the header: the request fails with a message, the command does not fault.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_len(40)
+        .unwrap();
+    let e = request_heap(&p, HeapRequest::Dump).unwrap_err().to_string();
+    assert!(e.contains("too short"), "{e}");
+    // The writer's own mapping now reaches past the file's end: never touch it again.
+    std::mem::forget(w);
+    let _ = std::fs::remove_file(&p);
+}

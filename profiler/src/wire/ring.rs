@@ -122,13 +122,6 @@ impl Map {
         )
     }
 
-    fn read<const N: usize>(&self, off: usize) -> [u8; N] {
-        let mut b = [0u8; N];
-        // SAFETY: callers pass offsets inside the mapping.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), b.as_mut_ptr(), N) };
-        b
-    }
-
     fn write(&self, off: usize, bytes: &[u8]) {
         // SAFETY: callers pass ranges inside a writable mapping.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(off), bytes.len()) };
@@ -322,32 +315,67 @@ pub enum HeapRequest {
 /// Returns the dump-request count after this request.
 pub fn request_heap(path: &Path, req: HeapRequest) -> Result<u64, WireError> {
     let file = OpenOptions::new().read(true).write(true).open(path)?;
-    let len = file.metadata()?.len() as usize;
-    if len < HEADER_SIZE {
-        return Err(WireError::NotARing(format!(
-            "{} is too short",
-            path.display()
-        )));
-    }
-    let map = Map::new(&file, HEADER_SIZE, true)?;
-    if map.read::<8>(0) != MAGIC {
+    let short = || WireError::NotARing(format!("{} is too short", path.display()));
+    if read_at::<8>(&file, 0).ok_or_else(short)? != MAGIC {
         return Err(WireError::NotARing(format!(
             "{} has no ring magic",
             path.display()
         )));
     }
+    // Copies, never a mapping: a ring truncated under this command reads or writes short instead
+    // of faulting. The read-modify-write of the request words is serialised between requesters
+    // by a lock on those header bytes (an open-file-description lock: it does not meet the
+    // flock that the job and readers hold on the whole file). The job reads them through its
+    // shared mapping, which sees these writes.
+    let _lock = HeaderLock::take(&file)?;
+    let count = u64_at(&file, OFF_HEAP_DUMP_REQUESTS).ok_or_else(short)?;
+    let write = |off: usize, v: u64| {
+        file.write_all_at(&v.to_le_bytes(), off as u64)
+            .map_err(WireError::from)
+    };
     Ok(match req {
         HeapRequest::Dump => {
-            map.atomic(OFF_HEAP_DUMP_REQUESTS)
-                .fetch_add(1, Ordering::AcqRel)
-                + 1
+            write(OFF_HEAP_DUMP_REQUESTS, count + 1)?;
+            count + 1
         }
         HeapRequest::Sampling(on) => {
-            map.atomic(OFF_HEAP_SAMPLING_REQUEST)
-                .store(if on { 1 } else { 2 }, Ordering::Release);
-            map.atomic(OFF_HEAP_DUMP_REQUESTS).load(Ordering::Acquire)
+            write(OFF_HEAP_SAMPLING_REQUEST, if on { 1 } else { 2 })?;
+            count
         }
     })
+}
+
+/// An exclusive open-file-description lock on the heap-request words of a ring's header, released
+/// on drop.
+struct HeaderLock<'a>(&'a File);
+
+impl<'a> HeaderLock<'a> {
+    fn lock(file: &File, kind: libc::c_int, cmd: libc::c_int) -> std::io::Result<()> {
+        // SAFETY: an all-zero flock is a valid value to fill in.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = kind as libc::c_short;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        fl.l_start = OFF_HEAP_DUMP_REQUESTS as libc::off_t;
+        fl.l_len = 16;
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid descriptor and a pointer to a live flock.
+        if unsafe { libc::fcntl(file.as_raw_fd(), cmd, &fl) } == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
+    fn take(file: &'a File) -> Result<Self, WireError> {
+        Self::lock(file, libc::F_WRLCK, libc::F_OFD_SETLKW)?;
+        Ok(HeaderLock(file))
+    }
+}
+
+impl Drop for HeaderLock<'_> {
+    fn drop(&mut self) {
+        let _ = Self::lock(self.0, libc::F_UNLCK, libc::F_OFD_SETLK);
+    }
 }
 
 /// The header of a ring, as read.
