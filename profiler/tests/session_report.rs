@@ -75,7 +75,10 @@ fn report_attributes_peaks_phases_steps_and_leak() {
     // Forward keeps its activations until after backward; the sampler thread's own small
     // allocations during the phase are process-wide memory too, hence the tolerance (64 KiB was
     // exceeded by 14 KiB on a loaded machine, where more samples fall inside the phases).
-    assert!((fwd.net_bytes - 30 * (8 << 20)).abs() < 128 << 10, "{fwd:?}");
+    assert!(
+        (fwd.net_bytes - 30 * (8 << 20)).abs() < 128 << 10,
+        "{fwd:?}"
+    );
     let train = report.phases.iter().find(|x| x.path == "train").unwrap();
     assert!(train.net_bytes >= 30 * (256 << 10));
 
