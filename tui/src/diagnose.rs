@@ -67,9 +67,9 @@ pub fn run(a: Args) -> ExitCode {
     let found = match (&a.file, &report) {
         (None, Some(r)) if std::io::stdin().is_terminal() => caught(r),
         _ => match read_log(a.file.as_deref(), &ctx) {
-            Ok((_, found)) if found.is_empty() && a.file.is_none() => match &report {
+            Ok((name, found)) if found.is_empty() && a.file.is_none() => match &report {
                 Some(r) if !r.device_ooms.is_empty() => caught(r),
-                _ => ("standard input".to_string(), found),
+                _ => (name, found),
             },
             Ok(found) => found,
             Err(e) => return fail(e),
