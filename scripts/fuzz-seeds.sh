@@ -5,7 +5,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="${1:-$root/profiler/fuzz/libfuzzer/corpus/diagnose_log}"
 mkdir -p "$dir"
-python3 - "$root/profiler/tests/fixtures/oom-corpus" "$dir" <<'PY'
+python3 - "$root/profiler/analysis/tests/fixtures/oom-corpus" "$dir" <<'PY'
 import json, pathlib, sys
 src, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 n = 0

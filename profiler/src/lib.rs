@@ -28,24 +28,30 @@
 //! - The peak is within 64 KiB per allocating thread of the true peak (see [`alloc`]).
 //! - Phases form one process-wide stack, meant to be driven from the training loop's thread.
 //! - jemalloc statistics refresh only on an epoch advance, done once per sample.
+//!
+//! # Crates
+//! This crate is what runs inside the job; it stays small (its dependency tree is jemalloc, serde
+//! and libc). The data it produces is `memsight-format`'s (re-exported here: [`report`],
+//! [`snapshot`], [`timeline`], [`wire`], [`units`]); the sidecar (`memsight-sidecar`), the analysis
+//! (`memsight-analysis`: diagnosis, estimates, heap-profile symbolization) and the viewer
+//! (`memsight-tui`) sit on top and never link into a job. Direction:
+//! `memsight-format` ← `memsight` ← `memsight-sidecar` ← `memsight-tui`.
+//!
+//! Inside, each module imports only modules listed before it (no circles):
+//! `sys` → `alloc`, `collect`, `tensors`, `flight` → `heapprof`, `phases` → `devices` →
+//! `session`.
 
 pub mod alloc;
 pub mod collect;
 pub mod devices;
-pub mod diagnose;
-pub mod estimate;
+mod flight;
 pub mod heapprof;
 mod phases;
-pub mod plan;
-pub mod report;
-pub mod safe_file;
 mod session;
-pub mod sidecar;
-pub mod snapshot;
 mod sys;
-pub mod timeline;
-pub mod units;
-pub mod wire;
+pub mod tensors;
+
+pub use memsight_format::{report, safe_file, snapshot, timeline, units, wire};
 
 pub use alloc::{reset_peak, size_histogram, stats, Allocator, HeapStats};
 pub use phases::{

@@ -7,9 +7,9 @@
 //! window back into the enclosing one, so nested peaks are exact up to the allocator's flush bound.
 
 use crate::alloc::counters::{self, Tracker};
-use crate::devices::tensors::{self, Window};
-use crate::units::{fmt_bytes, fmt_signed_bytes};
-use serde::{Deserialize, Serialize};
+use crate::tensors::{self, Window};
+pub use memsight_format::phase::{PhaseStats, StepStats};
+use memsight_format::units::{fmt_bytes, fmt_signed_bytes};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -18,42 +18,6 @@ use std::time::{Duration, Instant};
 const MAX_PHASES: usize = 256;
 /// Most step records kept; beyond it pairs of old records merge (the higher peak survives).
 const MAX_STEPS: usize = 4096;
-
-/// Aggregated statistics of one phase path.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct PhaseStats {
-    /// Nested path, outermost first: `train/forward`.
-    pub path: String,
-    /// Times the phase was entered.
-    pub count: u64,
-    /// Total wall time inside the phase, in milliseconds.
-    pub total_ms: f64,
-    /// Highest live heap bytes reached inside the phase.
-    pub peak_bytes: u64,
-    /// Step during which that peak was reached.
-    pub peak_step: u64,
-    /// Sum over occurrences of (live at exit − live at entry): memory the phase kept (leak signal).
-    pub net_bytes: i64,
-    /// Largest single-occurrence peak growth above the live bytes at entry.
-    pub max_rise_bytes: u64,
-    /// Highest live tensor bytes reached inside the phase (with a tensor backend installed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tensor_peak_bytes: Option<u64>,
-}
-
-/// One training step's memory.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct StepStats {
-    /// The step number given to `memsight::step`.
-    pub step: u64,
-    /// Highest live heap bytes during the step.
-    pub peak_bytes: u64,
-    /// Live heap bytes when the step ended.
-    pub live_end_bytes: u64,
-    /// Highest live tensor bytes during the step (with a tensor backend installed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tensor_peak_bytes: Option<u64>,
-}
 
 struct Frame {
     path: String,

@@ -2,15 +2,8 @@
 //! and a mutex lock that survives a panicked holder (memsight's state stays readable after one).
 
 use std::sync::{Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Milliseconds since the Unix epoch (0 if the clock is before it).
-pub(crate) fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub(crate) use memsight_format::clock::unix_ms;
 
 /// The memory page size in bytes.
 pub(crate) fn page_size() -> u64 {
@@ -26,12 +19,4 @@ pub(crate) fn page_size() -> u64 {
 /// Locks `m`, taking the data over from a holder that panicked.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The larger of two optional values; either alone when the other is missing.
-pub(crate) fn max_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(x), Some(y)) => Some(x.max(y)),
-        (x, y) => x.or(y),
-    }
 }

@@ -10,7 +10,8 @@ static ALLOC: memsight::Allocator = memsight::Allocator::new();
 #[cfg(feature = "heap-profile")]
 #[test]
 fn sampled_page_aligned_objects_are_freed_and_unaccounted() {
-    use memsight::heapprof::{control, dump::HeapDump};
+    use memsight::heapprof::control;
+    use memsight_analysis::heapprof::dump::HeapDump;
     use std::hint::black_box;
 
     let dir = std::env::temp_dir().join(format!("memsight-sampled-free-{}", std::process::id()));

@@ -6,9 +6,9 @@
 use crate::config::{Attention, Config, Preset};
 use crate::train::median;
 use clap::Parser;
-use memsight::estimate::{self, EstimateInput};
 use memsight::units::fmt_bytes;
 use memsight::Report;
+use memsight_analysis::estimate::{self, EstimateInput};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -32,8 +32,8 @@ pub struct ModelShape {
 
 impl ModelShape {
     /// The estimator's view of this shape.
-    pub fn to_estimate(&self) -> memsight::estimate::ModelShape {
-        memsight::estimate::ModelShape {
+    pub fn to_estimate(&self) -> memsight_analysis::estimate::ModelShape {
+        memsight_analysis::estimate::ModelShape {
             layers: self.n_layer as u64,
             hidden: self.n_embd as u64,
             heads: self.n_head as u64,

@@ -148,9 +148,11 @@ pub fn generate(m: &Gpt, prompt: &[i64], n: i64, mode: CacheMode) -> Generated {
 
 /// The estimator's KV-cache figure for `len` positions at batch 1 in fp32.
 pub fn estimated_cache_bytes(shape: &crate::config::ModelShape, len: i64) -> u64 {
-    let mut e = memsight::estimate::EstimateInput::for_shape(shape.to_estimate());
+    let mut e = memsight_analysis::estimate::EstimateInput::for_shape(shape.to_estimate());
     e.seq = len as u64;
     e.batch = 1;
-    e.optimizer = memsight::estimate::Optimizer::None;
-    memsight::estimate::estimate(&e).kv_cache_bytes.unwrap_or(0)
+    e.optimizer = memsight_analysis::estimate::Optimizer::None;
+    memsight_analysis::estimate::estimate(&e)
+        .kv_cache_bytes
+        .unwrap_or(0)
 }

@@ -36,7 +36,7 @@ fn watched_job(name: &str, interval: &str, steps: &str) -> (Child, u32, PathBuf)
         .trim()
         .parse()
         .unwrap();
-    let sock = memsight::sidecar::server::socket_path(pid).unwrap();
+    let sock = memsight_sidecar::server::socket_path(pid).unwrap();
     wait_for(&sock);
     (sidecar, pid, sock)
 }

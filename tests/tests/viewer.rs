@@ -53,7 +53,7 @@ fn the_viewer_in_tmux_shows_what_the_report_says() {
         .unwrap()
         .trim()
         .to_string();
-    let socket = memsight::sidecar::server::socket_path(pid.parse().unwrap()).unwrap();
+    let socket = memsight_sidecar::server::socket_path(pid.parse().unwrap()).unwrap();
     assert!(wait_until(20, || socket.exists()));
 
     let session = format!("memsight-e2e-{}", std::process::id());

@@ -1,8 +1,8 @@
 //! `memsight check REPORT [budgets…]`: the CI gate.
 
-use memsight::report::budget::Budgets;
-use memsight::units::parse_size;
-use memsight::Report;
+use memsight_analysis::budget::Budgets;
+use memsight_format::units::parse_size;
+use memsight_format::Report;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

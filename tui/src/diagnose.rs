@@ -1,8 +1,8 @@
 //! `memsight diagnose [FILE|-]`: every OOM message in a log, with its facts, a verdict and ranked
 //! remedies. Exit 0 when at least one OOM was diagnosed, 1 when none was found, 2 on bad input.
 
-use memsight::diagnose::{diagnose, judge, render, Context, Diagnosis};
-use memsight::Report;
+use memsight_analysis::diagnose::{diagnose, judge, render, Context, Diagnosis};
+use memsight_format::Report;
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,7 +28,7 @@ pub struct Args {
 /// The `--json` document.
 #[derive(serde::Serialize)]
 struct Findings<'a> {
-    findings: &'a [memsight::diagnose::Diagnosis],
+    findings: &'a [memsight_analysis::diagnose::Diagnosis],
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -58,7 +58,7 @@ pub fn run(a: Args) -> ExitCode {
             format!("the report {} (the device OOMs it caught)", path.display()),
             r.device_ooms
                 .iter()
-                .map(|o| judge(memsight::diagnose::device_oom::finding(o), &ctx))
+                .map(|o| judge(memsight_analysis::diagnose::device_oom::finding(o), &ctx))
                 .collect(),
         )
     };

@@ -1,10 +1,10 @@
 //! `memsight estimate`: the analytic memory breakdown of training (or running) a GPT-style model,
 //! its peak, and the largest micro-batch that fits a device.
 
-use memsight::estimate::{
+use memsight_analysis::estimate::{
     estimate, preset, Attention, Dtype, EstimateInput, ModelShape, Optimizer, PRESETS,
 };
-use memsight::units::{fmt_bytes, parse_size};
+use memsight_format::units::{fmt_bytes, parse_size};
 use std::process::ExitCode;
 
 /// Model, run and device; `--preset` or `--layers/--hidden/--heads/--vocab` (or only `--params`).

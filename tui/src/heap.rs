@@ -1,11 +1,11 @@
 //! `memsight heap top|diff|flamegraph|pprof|dump|sampling`: read the jemalloc heap profiles a job
 //! wrote (top sites, growth between two, flamegraph, pprof) and ask a running job for one.
 
-use memsight::heapprof::symbolize::Symbolizer;
-use memsight::heapprof::{flame, growth, pprof, Profile};
-use memsight::units::fmt_bytes;
-use memsight::wire::ring::{request_heap, HeapRequest, RingReader};
-use memsight::wire::Record;
+use memsight_analysis::heapprof::symbolize::Symbolizer;
+use memsight_analysis::heapprof::{flame, growth, pprof, Profile};
+use memsight_format::units::fmt_bytes;
+use memsight_format::wire::ring::{request_heap, HeapRequest, RingReader};
+use memsight_format::wire::Record;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -108,7 +108,7 @@ fn print_json(v: &impl serde::Serialize) -> Result<(), String> {
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    memsight::safe_file::write(path, bytes)
+    memsight_format::safe_file::write(path, bytes)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
@@ -152,7 +152,7 @@ fn run_inner(what: What) -> Result<(), String> {
             let [a, b] = load([&before, &after])?;
             let sites = growth(&a, &b, count);
             if let Some(svg) = flamegraph {
-                let folded = memsight::heapprof::profile::growth_folded(&a, &b);
+                let folded = memsight_analysis::heapprof::profile::growth_folded(&a, &b);
                 write(&svg, &flame::svg("heap growth", &folded)?)?;
             }
             if json {
@@ -190,7 +190,7 @@ fn run_inner(what: What) -> Result<(), String> {
             println!("{}", output.display());
         }
         What::Dump { pid, wait } => {
-            let ring = memsight::wire::ring_of(pid)?;
+            let ring = memsight_format::wire::ring_of(pid)?;
             let mut reader = RingReader::open(&ring).map_err(|e| e.to_string())?;
             let n = request_heap(&ring, HeapRequest::Dump).map_err(|e| e.to_string())?;
             let want = format!("request-{n}.heap");
@@ -213,7 +213,7 @@ fn run_inner(what: What) -> Result<(), String> {
             ));
         }
         What::Sampling { state, pid } => {
-            let ring = memsight::wire::ring_of(pid)?;
+            let ring = memsight_format::wire::ring_of(pid)?;
             request_heap(&ring, HeapRequest::Sampling(state == "on")).map_err(|e| e.to_string())?;
             println!("asked process {pid} to switch heap sampling {state}");
         }

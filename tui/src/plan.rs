@@ -1,8 +1,8 @@
 //! `memsight plan --gpus N --gpu-memory SIZE [--headroom R] REPORT…`: how many jobs per GPU.
 
-use memsight::plan::{self, DEFAULT_HEADROOM};
-use memsight::units::parse_size;
-use memsight::Report;
+use memsight_analysis::plan::{self, DEFAULT_HEADROOM};
+use memsight_format::units::parse_size;
+use memsight_format::Report;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -1,7 +1,7 @@
 //! `memsight run [--report PATH] [--interval D] -- CMD ARGS…`: runs a job under the sidecar and
 //! writes its report with a post-mortem; exits with the job's code (128 + signal when killed).
 
-use memsight::sidecar::{attach as attach_to, run as run_job, AttachOptions, RunOptions};
+use memsight_sidecar::{attach as attach_to, run as run_job, AttachOptions, RunOptions};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,7 +19,7 @@ pub struct Watching {
     #[arg(long, default_value = "100ms", value_parser = parse_interval)]
     interval: Duration,
     /// Serve Prometheus metrics at ADDR (e.g. 127.0.0.1:9464 or localhost:9464; port 0 picks one).
-    #[arg(long, value_name = "ADDR", value_parser = memsight::sidecar::metrics::parse_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = memsight_sidecar::metrics::parse_addr)]
     metrics: Option<std::net::SocketAddr>,
 }
 
@@ -78,7 +78,7 @@ pub fn attach(a: AttachArgs) -> ExitCode {
 
 /// Prints the post-mortem and where the report went (or why it did not); the job's exit code
 /// either way.
-fn finish(outcome: &memsight::sidecar::RunOutcome, report: &std::path::Path) -> ExitCode {
+fn finish(outcome: &memsight_sidecar::RunOutcome, report: &std::path::Path) -> ExitCode {
     if let Some(pm) = &outcome.report.post_mortem {
         eprintln!("memsight · {}", pm.description);
         for f in &pm.findings {
@@ -90,7 +90,7 @@ fn finish(outcome: &memsight::sidecar::RunOutcome, report: &std::path::Path) -> 
     }
     match &outcome.report_error {
         Some(e) => eprintln!("memsight: the report was not written: {e}"),
-        None if memsight::sidecar::to_stdout(report) => {}
+        None if memsight_sidecar::to_stdout(report) => {}
         None => eprintln!("memsight · report written to {}", report.display()),
     }
     ExitCode::from(outcome.exit_code.clamp(0, 255) as u8)
@@ -119,7 +119,7 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
 }
 
 fn parse_sample(s: &str) -> Result<u64, String> {
-    match memsight::units::parse_size(s) {
+    match memsight_format::units::parse_size(s) {
         Ok(n) if (4096..=(1 << 40)).contains(&n) => Ok(n),
         Ok(_) => Err(format!("`{s}` is outside 4KiB..1TiB")),
         Err(e) => Err(e.to_string()),
@@ -136,7 +136,7 @@ pub fn run(a: Args) -> ExitCode {
     let (tx, rx) = std::sync::mpsc::channel();
     let w = a.watching;
     let log = live.then(|| {
-        if memsight::sidecar::to_stdout(&w.report) {
+        if memsight_sidecar::to_stdout(&w.report) {
             PathBuf::from("memsight-report.log")
         } else {
             w.report.with_extension("log")
@@ -158,7 +158,7 @@ pub fn run(a: Args) -> ExitCode {
         };
         // The viewer runs while the job does; closing it leaves the job running to its end.
         if let Ok(pid) = rx.recv() {
-            match memsight::sidecar::server::socket_path(pid) {
+            match memsight_sidecar::server::socket_path(pid) {
                 Ok(socket) => {
                     let t = std::time::Instant::now();
                     while !socket.exists() && t.elapsed() < Duration::from_secs(5) {
@@ -190,7 +190,7 @@ pub fn run(a: Args) -> ExitCode {
         Err(e) => {
             eprintln!("memsight run: {e}");
             ExitCode::from(match e {
-                memsight::sidecar::SidecarError::Spawn(..) => 127,
+                memsight_sidecar::SidecarError::Spawn(..) => 127,
                 _ => 2,
             })
         }

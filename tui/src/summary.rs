@@ -1,7 +1,7 @@
 //! `memsight summary REPORT --format markdown|svg`: a CI step summary or a timeline plot.
 
-use memsight::report::{plot, summary};
-use memsight::Report;
+use memsight_analysis::{plot, summary};
+use memsight_format::Report;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -48,7 +48,7 @@ pub fn run(a: Args) -> ExitCode {
     };
     match &a.output {
         Some(p) => {
-            if let Err(e) = memsight::safe_file::write(p, text.as_bytes()) {
+            if let Err(e) = memsight_format::safe_file::write(p, text.as_bytes()) {
                 eprintln!("memsight summary: {}: {e}", p.display());
                 return ExitCode::from(2);
             }

@@ -3,9 +3,9 @@
 //! backoff); keys become intents; frames are drawn at 10 Hz. SIGTERM, SIGHUP and SIGINT end the
 //! loop like `q`, so the terminal is always restored.
 
-use memsight::wire::stream::StreamReader;
-use memsight::wire::Record;
-use memsight::Report;
+use memsight_format::wire::stream::StreamReader;
+use memsight_format::wire::Record;
+use memsight_format::Report;
 use memsight_tui::state::backoff::Backoff;
 use memsight_tui::state::connection::{self, Down};
 use memsight_tui::state::ViewerState;
@@ -44,7 +44,7 @@ enum Feed {
 
 /// The jobs with a live sidecar socket in the runtime directory: (pid, command line).
 fn running_sidecars() -> Vec<(u32, String)> {
-    let Ok(dir) = memsight::wire::runtime_dir() else {
+    let Ok(dir) = memsight_format::wire::runtime_dir() else {
         return Vec::new();
     };
     let mut found = Vec::new();
@@ -69,7 +69,7 @@ fn running_sidecars() -> Vec<(u32, String)> {
 
 fn socket_of(target: &str) -> Result<PathBuf, String> {
     match target.parse::<u32>() {
-        Ok(pid) => memsight::sidecar::server::socket_path(pid)
+        Ok(pid) => memsight_sidecar::server::socket_path(pid)
             .map_err(|(p, e)| format!("{}: {e}", p.display())),
         Err(_) => Ok(PathBuf::from(target)),
     }

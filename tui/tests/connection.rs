@@ -1,7 +1,7 @@
 //! The viewer says why it is not connected, and stops retrying when nothing can come back: a stale
 //! socket of a job that is gone, or a sidecar with a newer wire major version ("upgrade memsight").
 
-use memsight::wire::WireError;
+use memsight_format::wire::WireError;
 use memsight_tui::state::connection::{connect_failed, stream_failed};
 use std::os::unix::net::{UnixListener, UnixStream};
 

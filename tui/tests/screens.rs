@@ -2,8 +2,8 @@
 //! recorded real data (a report of the demo job run under `memsight run`, with its post-mortem),
 //! and compared with the snapshots in tests/snapshots. A live state fed by wire records renders the same way.
 
-use memsight::wire::Record;
-use memsight::Report;
+use memsight_format::wire::Record;
+use memsight_format::Report;
 use memsight_tui::state::ViewerState;
 use memsight_tui::view::{render, Intent, Screen, Ui};
 use ratatui::backend::TestBackend;

@@ -1,14 +1,14 @@
 //! The targets: what each feeds an input to, the seeds it starts from and the tokens its format is
 //! made of.
 
-use memsight::heapprof::dump::HeapDump;
-use memsight::heapprof::profile::{growth, Profile};
-use memsight::heapprof::symbolize::Symbolizer;
-use memsight::report::budget::Budgets;
 use memsight::wire::ring::{RingReader, RingWriter};
 use memsight::wire::stream::StreamReader;
 use memsight::wire::{Record, MAJOR, MINOR};
 use memsight::{Report, Snapshot};
+use memsight_analysis::budget::Budgets;
+use memsight_analysis::heapprof::dump::HeapDump;
+use memsight_analysis::heapprof::profile::{growth, Profile};
+use memsight_analysis::heapprof::symbolize::Symbolizer;
 use memsight_tui::state::ViewerState;
 use std::path::PathBuf;
 
@@ -123,7 +123,7 @@ impl Target {
         match self {
             Target::Report => match Report::from_slice(input) {
                 Ok(r) => {
-                    let _ = memsight::report::summary::markdown(&r);
+                    let _ = memsight_analysis::summary::markdown(&r);
                     let _ = memsight::report::tips::derive(&r);
                     let _ = ctx.budgets.check(&r);
                     let _ = ViewerState::from_report("fuzz", r);
@@ -191,7 +191,7 @@ impl Target {
                         let p = Profile::symbolize(&d, &mut Symbolizer::new());
                         let _ = (p.top_sites(10), p.folded(), p.own_bytes());
                         let _ = growth(&p, &p, 10);
-                        let _ = memsight::heapprof::pprof::encode(&p, 0);
+                        let _ = memsight_analysis::heapprof::pprof::encode(&p, 0);
                         true
                     }
                     Err(_) => false,

@@ -30,9 +30,7 @@
 use super::registry;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering::Relaxed};
 
-/// Number of power-of-two size buckets: bucket `i` counts sizes in `[2^(i-1), 2^i)`, bucket 0 is 0.
-/// One per bit position, so computing a bucket needs no clamp.
-pub const HISTOGRAM_BUCKETS: usize = usize::BITS as usize + 1;
+pub use memsight_format::heap::HISTOGRAM_BUCKETS;
 /// A thread publishes its live bytes once they moved this far from what it last published.
 pub const FLUSH_BYTES: i64 = 64 * 1024;
 

@@ -15,7 +15,8 @@ mod sampled_jemalloc;
 
 use std::alloc::{GlobalAlloc, Layout};
 
-pub use counters::{Totals, FLUSH_BYTES, HISTOGRAM_BUCKETS};
+pub use counters::{Totals, FLUSH_BYTES};
+pub use memsight_format::heap::{HeapStats, HISTOGRAM_BUCKETS};
 
 /// The allocator a training binary installs with `#[global_allocator]`.
 ///
@@ -169,28 +170,7 @@ fn counted_but_failed(size: usize) {
 #[cold]
 #[inline(never)]
 fn failed(size: usize) {
-    crate::wire::ring::note_alloc_failure(size);
-}
-
-/// Heap statistics of the tracking allocator, read without allocating (also the `heap` part of
-/// every [`crate::Snapshot`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct HeapStats {
-    /// Bytes currently allocated through the tracking allocator (exact).
-    pub live_bytes: u64,
-    /// Highest live bytes since start or the last [`reset_peak`] (within 64 KiB per allocating
-    /// thread of the true peak).
-    pub peak_bytes: u64,
-    /// Allocation calls so far.
-    pub allocations: u64,
-    /// Deallocation calls so far.
-    pub deallocations: u64,
-    /// Reallocation calls so far.
-    pub reallocations: u64,
-    /// Cumulative bytes handed out.
-    pub bytes_allocated: u64,
-    /// Cumulative bytes returned.
-    pub bytes_freed: u64,
+    memsight_format::wire::ring::note_alloc_failure(size);
 }
 
 /// Current heap statistics. Zero everywhere when no [`Allocator`] is installed.

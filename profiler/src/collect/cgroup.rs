@@ -6,34 +6,12 @@
 //! The effective limit is the smallest limit of the cgroup and its ancestors.
 
 use super::kept_file::{field_u64, parse_u64_or_max, KeptFile};
-use serde::{Deserialize, Serialize};
+use memsight_format::host::CgroupMemory;
 use std::io;
 use std::path::{Path, PathBuf};
 
 /// v1 reports "no limit" as a page-aligned i64::MAX; anything this large means unlimited.
 const V1_UNLIMITED: u64 = 1 << 62;
-
-/// A memory cgroup's state, in bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CgroupMemory {
-    /// 1 or 2.
-    pub version: u8,
-    /// Effective limit (smallest over the cgroup and its ancestors); `None` when unlimited.
-    pub limit: Option<u64>,
-    /// Current usage (v2 `memory.current`, v1 `memory.usage_in_bytes`; includes page cache).
-    pub usage: u64,
-    /// Highest usage (v2 `memory.peak`, kernel ≥ 5.19; v1 `memory.max_usage_in_bytes`).
-    pub peak: Option<u64>,
-    /// OOM kills inside this cgroup so far (`oom_kill` in v2 `memory.events` / v1 `memory.oom_control`).
-    pub oom_kills: Option<u64>,
-}
-
-impl CgroupMemory {
-    /// Bytes left before the limit; `None` when unlimited.
-    pub fn headroom(&self) -> Option<u64> {
-        self.limit.map(|l| l.saturating_sub(self.usage))
-    }
-}
 
 /// Reads one memory cgroup through kept-open descriptors.
 #[derive(Debug)]

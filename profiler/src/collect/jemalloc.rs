@@ -1,45 +1,7 @@
 //! jemalloc's own statistics: allocated, active, resident, mapped, retained, metadata.
 //! One epoch advance per read (5–20 µs), so this is sampled, never called on a hot path.
 
-use serde::{Deserialize, Serialize};
-
-/// jemalloc's process-wide statistics in bytes, refreshed by an epoch advance at each read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JemallocStats {
-    /// Bytes handed to the application (Rust and C/C++ alike).
-    pub allocated: u64,
-    /// Bytes in active pages: allocated plus the unused tails of those pages.
-    pub active: u64,
-    /// Bytes in physically resident pages that jemalloc maps (data and metadata).
-    pub resident: u64,
-    /// Bytes in mapped extents.
-    pub mapped: u64,
-    /// Bytes retained (unmapped-but-reserved virtual memory; not resident).
-    pub retained: u64,
-    /// Bytes of jemalloc's own metadata.
-    pub metadata: u64,
-}
-
-impl JemallocStats {
-    /// (active − allocated) / active: page-level fragmentation inside used pages.
-    pub fn active_fragmentation(&self) -> f64 {
-        ratio(self.active.saturating_sub(self.allocated), self.active)
-    }
-
-    /// (resident − allocated) / resident: share of resident heap memory not holding live data
-    /// (fragmentation, dirty pages awaiting purge, metadata).
-    pub fn resident_fragmentation(&self) -> f64 {
-        ratio(self.resident.saturating_sub(self.allocated), self.resident)
-    }
-}
-
-fn ratio(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        part as f64 / whole as f64
-    }
-}
+use memsight_format::host::JemallocStats;
 
 #[cfg(feature = "jemalloc")]
 mod imp {

@@ -7,37 +7,16 @@ mod kept_file;
 pub mod procfs;
 pub mod tree;
 
-pub use cgroup::{CgroupMemory, CgroupReader};
-pub use jemalloc::{JemallocReader, JemallocStats};
-pub use procfs::{command_line, ProcessMemory, ProcessReader, SystemMemory, SystemReader};
-pub use tree::{read_tree, ProcessTree, TreeProcess};
+pub use cgroup::CgroupReader;
+pub use jemalloc::JemallocReader;
+pub use memsight_format::host::{
+    CgroupMemory, HostSample, JemallocStats, ProcessMemory, ProcessTree, SourceStatus,
+    SystemMemory, TreeProcess,
+};
+pub use procfs::{command_line, ProcessReader, SystemReader};
+pub use tree::read_tree;
 
-use serde::{Deserialize, Serialize};
 use std::path::Path;
-
-/// Whether a source could be read, and why not.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SourceStatus {
-    /// `jemalloc`, `process`, `system` or `cgroup`.
-    pub name: String,
-    /// True when the source delivered values.
-    pub available: bool,
-    /// Why it is unavailable (or where it reads from, when available).
-    pub detail: String,
-}
-
-/// One reading of every host source.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct HostSample {
-    /// jemalloc statistics.
-    pub jemalloc: Option<JemallocStats>,
-    /// The process's RSS and its split.
-    pub process: Option<ProcessMemory>,
-    /// The machine's total and available memory.
-    pub system: Option<SystemMemory>,
-    /// The memory cgroup.
-    pub cgroup: Option<CgroupMemory>,
-}
 
 /// All host readers of one process, opened once.
 pub struct HostCollector {

@@ -2,28 +2,9 @@
 //! Works on `/proc/self` or `/proc/<pid>` (the sidecar's uninstrumented mode).
 
 use super::kept_file::{field_u64, KeptFile};
-use serde::{Deserialize, Serialize};
+use memsight_format::host::{ProcessMemory, SystemMemory};
 use std::io;
 use std::path::Path;
-
-/// A process's memory as the kernel reports it, in bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessMemory {
-    /// Resident set size (VmRSS).
-    pub rss: u64,
-    /// High-water mark of the RSS (VmHWM).
-    pub hwm: u64,
-    /// Anonymous resident memory (RssAnon): heap, stacks, anonymous mmaps.
-    pub anon: u64,
-    /// File-backed resident memory (RssFile): code, mapped files.
-    pub file: u64,
-    /// Shared-memory resident memory (RssShmem).
-    pub shmem: u64,
-    /// Swapped-out anonymous memory (VmSwap).
-    pub swap: u64,
-    /// Number of threads.
-    pub threads: u64,
-}
 
 /// Samples between two reads of `status` (statm is read every sample).
 const STATUS_EVERY: u32 = 10;
@@ -127,14 +108,6 @@ pub fn parse_status(text: &str) -> io::Result<ProcessMemory> {
 }
 
 /// The machine's memory (from /proc/meminfo), in bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SystemMemory {
-    /// MemTotal.
-    pub total: u64,
-    /// MemAvailable: what can be allocated without swapping.
-    pub available: u64,
-}
-
 /// Reads `/proc/meminfo` through a kept-open descriptor.
 #[derive(Debug)]
 pub struct SystemReader {

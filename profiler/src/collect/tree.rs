@@ -1,34 +1,12 @@
 //! A process and its descendants (data-loader workers, spawned helpers): each one's RSS and the
 //! tree's total, read from /proc (`task/*/children`, `statm`, `comm`) without scanning every pid.
 
-use serde::{Deserialize, Serialize};
+use memsight_format::host::{ProcessTree, TreeProcess};
 use std::io;
 use std::path::Path;
 
 /// Most processes followed in one tree.
 const MAX_PROCESSES: usize = 1024;
-
-/// One process of the tree.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TreeProcess {
-    /// Process id.
-    pub pid: u32,
-    /// Parent process id.
-    pub ppid: u32,
-    /// Command name (`comm`).
-    pub name: String,
-    /// Resident set size in bytes.
-    pub rss: u64,
-}
-
-/// A process and its descendants, root first.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessTree {
-    /// Sum of every process's RSS (shared pages count once per process, as the kernel reports).
-    pub total_rss: u64,
-    /// The root and its descendants, breadth first.
-    pub processes: Vec<TreeProcess>,
-}
 
 fn children(proc_root: &Path, pid: u32) -> Vec<u32> {
     let mut out = Vec::new();

@@ -132,7 +132,7 @@ pub fn configure_from_env() -> Result<Option<u64>, String> {
             Ok(None)
         }
         Ok(v) => {
-            let bytes = crate::units::parse_size(v.trim())
+            let bytes = memsight_format::units::parse_size(v.trim())
                 .ok()
                 .filter(|b| *b >= 1)
                 .ok_or_else(|| format!("MEMSIGHT_HEAP_SAMPLE={v:?} is neither `off` nor a size"))?;
@@ -156,7 +156,7 @@ pub fn dump(path: &Path) -> Result<(), String> {
     if !enabled() {
         return Err(format!("heap profiling is not enabled: {HOW_TO_ENABLE}"));
     }
-    let tmp = crate::safe_file::Pending::new(path)
+    let tmp = memsight_format::safe_file::Pending::new(path)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     imp::dump(tmp.tmp_path())?;
     tmp.commit()

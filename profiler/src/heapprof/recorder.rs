@@ -9,41 +9,12 @@
 
 use super::control;
 use crate::sys::lock;
-use crate::wire::ring::RingWriter;
-use crate::wire::Record;
-use serde::{Deserialize, Serialize};
+use memsight_format::heap_profile::{DumpKind, DumpRecord};
+use memsight_format::wire::ring::RingWriter;
+use memsight_format::wire::Record;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// What made the job write a profile.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DumpKind {
-    /// The heap reached a new peak.
-    Peak,
-    /// A step boundary.
-    Step,
-    /// Asked for (`memsight heap dump`, [`crate::heap::dump`]).
-    Request,
-    /// The session finished.
-    Final,
-}
-
-/// One profile the job wrote.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DumpRecord {
-    /// Why it was written.
-    pub kind: DumpKind,
-    /// The `heap_v2` file.
-    pub path: String,
-    /// Milliseconds since the session started.
-    pub t_ms: u64,
-    /// Training step at the time.
-    pub step: u64,
-    /// jemalloc's allocated bytes at the time (all of the process's heap, Rust and C++).
-    pub heap_bytes: u64,
-}
 
 /// A peak dump needs the heap to have grown this much since the last one.
 const PEAK_GROWTH: f64 = 1.05;
@@ -54,6 +25,8 @@ struct Recorder {
     dir: PathBuf,
     started: Instant,
     ring: Option<&'static RingWriter>,
+    /// The job's current step (told at each step boundary).
+    step: u64,
     peak_every: Duration,
     step_every: Duration,
     peak_dumped_bytes: u64,
@@ -82,6 +55,7 @@ pub(crate) fn start(
     dir: &Path,
     started: Instant,
     ring: Option<&'static RingWriter>,
+    step: u64,
 ) -> Result<String, String> {
     let rate = control::configure_from_env()?;
     std::fs::create_dir_all(dir).map_err(|e| {
@@ -94,6 +68,7 @@ pub(crate) fn start(
         dir: dir.to_path_buf(),
         started,
         ring,
+        step,
         peak_every: env_ms("MEMSIGHT_HEAP_PEAK_EVERY_MS", 500),
         step_every: env_ms("MEMSIGHT_HEAP_STEP_EVERY_MS", 2000),
         peak_dumped_bytes: 0,
@@ -107,7 +82,7 @@ pub(crate) fn start(
     Ok(match rate {
         Some(b) => format!(
             "jemalloc sampling every {} into {}",
-            crate::units::fmt_bytes(b),
+            memsight_format::units::fmt_bytes(b),
             dir.display()
         ),
         None => format!(
@@ -193,6 +168,7 @@ pub(crate) fn on_sample(heap_bytes: u64, step: u64) {
 pub(crate) fn on_step(n: u64) {
     let mut guard = lock(&RECORDER);
     let Some(r) = guard.as_mut() else { return };
+    r.step = n;
     if n < FIRST_STEP || r.last_step.is_some_and(|t| t.elapsed() < r.step_every) || !sampling_now()
     {
         return;
@@ -229,8 +205,8 @@ pub(crate) fn finish(step: u64) -> Vec<DumpRecord> {
     r.records
 }
 
-/// Writes a profile now (the public [`crate::heap::dump`]).
-pub(crate) fn request(step: u64) -> Result<PathBuf, String> {
+/// Writes a profile now (the public [`super::dump`]).
+pub(crate) fn request() -> Result<PathBuf, String> {
     let mut guard = lock(&RECORDER);
     match guard.as_mut() {
         Some(r) => {
@@ -239,7 +215,7 @@ pub(crate) fn request(step: u64) -> Result<PathBuf, String> {
             r.write(
                 DumpKind::Request,
                 &format!("api-{n}.heap"),
-                step,
+                r.step,
                 heap_bytes_now(),
             )
             .ok_or_else(|| "the heap profile could not be written".to_string())

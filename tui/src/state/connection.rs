@@ -2,7 +2,7 @@
 //! whose job is gone, a job that ended, or a sidecar that speaks a newer wire major version end the
 //! retries with their reason instead of "reconnecting…" forever.
 
-use memsight::wire::WireError;
+use memsight_format::wire::WireError;
 use std::path::Path;
 
 /// The connection is down: why, and whether the viewer keeps trying.

@@ -4,12 +4,12 @@
 pub mod backoff;
 pub mod connection;
 
-use memsight::report::leak::LeakEstimate;
-use memsight::report::tips::Tip;
-use memsight::report::{HistogramBucket, PostMortem, Report};
-use memsight::wire::Record;
-use memsight::Snapshot;
 use memsight::{PhaseStats, StepStats};
+use memsight_format::report::leak::LeakEstimate;
+use memsight_format::report::tips::Tip;
+use memsight_format::report::{HistogramBucket, PostMortem, Report};
+use memsight_format::wire::Record;
+use memsight_format::Snapshot;
 
 /// Most snapshots kept for the charts (the sidecar keeps the bounded full history).
 pub const MAX_SAMPLES: usize = 20_000;
@@ -155,7 +155,7 @@ impl ViewerState {
             Record::State { timeline } => {
                 self.timeline = timeline;
                 self.steps = steps_of(&self.timeline);
-                self.leak = memsight::report::leak::estimate(&self.steps);
+                self.leak = memsight_format::report::leak::estimate(&self.steps);
             }
             Record::Snapshot(s) => self.push(*s),
             Record::Hello { interval_ms, .. } => self.interval_ms = Some(interval_ms),
@@ -178,12 +178,12 @@ impl ViewerState {
     }
 
     fn push(&mut self, s: Snapshot) {
-        if memsight::report::build::add_step_sample(&mut self.steps, &s) {
+        if memsight_format::report::build::add_step_sample(&mut self.steps, &s) {
             // A step just ended: the live leak slope over the steps so far (same estimator as
             // the report's, on sampled step ends; every 20th step once there are many).
             let n = self.steps.len();
             if n <= 200 || n.is_multiple_of(20) {
-                self.leak = memsight::report::leak::estimate(&self.steps);
+                self.leak = memsight_format::report::leak::estimate(&self.steps);
             }
         }
         self.timeline.push(s);
@@ -194,5 +194,5 @@ impl ViewerState {
 }
 
 fn steps_of(timeline: &[Snapshot]) -> Vec<StepStats> {
-    memsight::report::build::steps_from_snapshots(timeline)
+    memsight_format::report::build::steps_from_snapshots(timeline)
 }

@@ -2,7 +2,7 @@
 //! profiled peak (jemalloc's heap profiler), with what grew between step profiles.
 
 use crate::state::ViewerState;
-use memsight::units::fmt_bytes;
+use memsight_format::units::fmt_bytes;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::{Bar, BarChart, BarGroup, Block, Borders, Paragraph, Row, Table, Wrap};

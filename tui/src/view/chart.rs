@@ -1,8 +1,8 @@
 //! The memory-over-time chart: one line per series, y in bytes, x in seconds since the start, with
 //! a marker at each series' peak.
 
-use memsight::units::fmt_bytes;
-use memsight::Snapshot;
+use memsight_format::units::fmt_bytes;
+use memsight_format::Snapshot;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Style};
 use ratatui::symbols::Marker;

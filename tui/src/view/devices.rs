@@ -4,7 +4,7 @@
 use super::chart::{self, Series};
 use crate::state::ViewerState;
 use memsight::devices::DeviceSample;
-use memsight::units::fmt_bytes;
+use memsight_format::units::fmt_bytes;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::{Block, Borders, Paragraph, Row, Table, Wrap};

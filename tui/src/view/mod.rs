@@ -9,7 +9,7 @@ mod phases;
 mod tips;
 
 use crate::state::{Source, ViewerState};
-use memsight::units::fmt_bytes;
+use memsight_format::units::fmt_bytes;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -195,7 +195,7 @@ impl Ui {
     }
 
     /// The samples this view shows: up to the pause point and scroll, within the window.
-    pub fn visible<'a>(&self, s: &'a ViewerState) -> &'a [memsight::Snapshot] {
+    pub fn visible<'a>(&self, s: &'a ViewerState) -> &'a [memsight_format::Snapshot] {
         let end = self
             .frozen_len
             .unwrap_or(s.timeline.len())

@@ -2,7 +2,7 @@
 
 use super::bytes;
 use crate::state::ViewerState;
-use memsight::units::fmt_signed_bytes;
+use memsight_format::units::fmt_signed_bytes;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::widgets::{Block, Borders, Paragraph, Row, Sparkline, Table};

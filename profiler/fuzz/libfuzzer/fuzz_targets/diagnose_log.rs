@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use memsight::diagnose::{diagnose, render, Context};
+use memsight_analysis::diagnose::{diagnose, render, Context};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

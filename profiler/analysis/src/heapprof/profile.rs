@@ -1,0 +1,487 @@
+//! A symbolized heap profile: stacks of source frames with their estimated live bytes, the sites
+//! that hold the bytes (the first frame of the user's own code in each stack), and growth between
+//! two profiles.
+
+use super::dump::HeapDump;
+use super::symbolize::{Frame, Symbolizer};
+use memsight_format::heap_profile::{Site, SiteGrowth, SourceSite};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// One return address and the source frames there (innermost inlined function first).
+#[derive(Clone, Debug)]
+pub struct Location {
+    /// The return address in the dumped process.
+    pub addr: u64,
+    /// Frames at this address.
+    pub frames: Vec<Frame>,
+}
+
+/// A stack with the allocator's own frames removed, and what it holds.
+#[derive(Clone, Debug)]
+pub struct Stack {
+    /// Innermost (the allocating call) first.
+    pub locations: Vec<Location>,
+    /// Estimated live bytes.
+    pub bytes: f64,
+    /// Estimated live objects.
+    pub objects: f64,
+}
+
+impl Stack {
+    /// Every frame, innermost first.
+    pub fn frames(&self) -> impl DoubleEndedIterator<Item = &Frame> {
+        self.locations.iter().flat_map(|l| l.frames.iter())
+    }
+
+    /// The allocation site: the first frame in the user's own Rust code, else the innermost frame.
+    /// A closure is named after the function around it (`app::load::{closure#0}`).
+    pub fn site(&self) -> Option<Frame> {
+        let frames: Vec<&Frame> = self.frames().collect();
+        let i = frames.iter().position(|f| is_user_code(f)).unwrap_or(0);
+        let mut site = (*frames.get(i)?).clone();
+        if site.function.starts_with("{closure") {
+            if let Some(outer) = frames[i + 1..]
+                .iter()
+                .find(|f| is_user_code(f) && !f.function.starts_with("{closure"))
+            {
+                site.function = format!("{}::{}", outer.function, site.function);
+            }
+        }
+        Some(site)
+    }
+
+    /// Whether memsight's own bookkeeping made these allocations (its sampler's timeline, its
+    /// recorders): memsight frames and none of the user's.
+    pub fn is_memsight_own(&self) -> bool {
+        !self.frames().any(is_user_code) && self.frames().any(is_memsight)
+    }
+}
+
+/// A symbolized profile.
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    /// Mean bytes between samples.
+    pub sample_bytes: u64,
+    /// Every stack with live sampled bytes.
+    pub stacks: Vec<Stack>,
+}
+
+impl Profile {
+    /// Reads, parses and symbolizes a heap dump with `sym` (share one across the profiles of a
+    /// run: modules and addresses are resolved once).
+    pub fn load(path: &Path, sym: &mut Symbolizer) -> Result<Profile, String> {
+        Ok(Profile::symbolize(&HeapDump::read(path)?, sym))
+    }
+
+    /// Symbolizes a parsed dump (`sym.missing` then names the files it could not read).
+    pub fn symbolize(dump: &HeapDump, sym: &mut Symbolizer) -> Profile {
+        let stacks = dump
+            .stacks
+            .iter()
+            .map(|s| {
+                let mut locations: Vec<Location> = s
+                    .addrs
+                    .iter()
+                    .map(|&addr| Location {
+                        addr,
+                        frames: sym.frames(dump, addr),
+                    })
+                    .collect();
+                strip_allocator(&mut locations);
+                Stack {
+                    locations,
+                    bytes: s.bytes,
+                    objects: s.objects,
+                }
+            })
+            .collect();
+        Profile {
+            sample_bytes: dump.sample_bytes,
+            stacks,
+        }
+    }
+
+    /// Estimated live bytes over all stacks.
+    pub fn total_bytes(&self) -> f64 {
+        self.stacks.iter().map(|s| s.bytes).sum()
+    }
+
+    /// Estimated live bytes of memsight's own bookkeeping (left out of sites and growth).
+    pub fn own_bytes(&self) -> f64 {
+        self.stacks
+            .iter()
+            .filter(|s| s.is_memsight_own())
+            .map(|s| s.bytes)
+            .sum()
+    }
+
+    /// The stacks of the program's allocations: all but memsight's own.
+    fn program_stacks(&self) -> impl Iterator<Item = &Stack> {
+        self.stacks.iter().filter(|s| !s.is_memsight_own())
+    }
+
+    fn bytes_by_site(&self) -> HashMap<SourceSite, f64> {
+        let mut by: HashMap<SourceSite, f64> = HashMap::new();
+        for s in self.program_stacks() {
+            if let Some(f) = s.site() {
+                let at = SourceSite {
+                    function: f.function,
+                    file: f.file,
+                    line: f.line,
+                };
+                *by.entry(at).or_default() += s.bytes;
+            }
+        }
+        by
+    }
+
+    /// The `n` sites holding the most bytes, largest first; shares are of all profiled bytes.
+    pub fn top_sites(&self, n: usize) -> Vec<Site> {
+        let total = self.total_bytes().max(1.0);
+        let mut sites: Vec<Site> = self
+            .bytes_by_site()
+            .into_iter()
+            .map(|(at, bytes)| Site {
+                at,
+                bytes: bytes.round() as u64,
+                share: bytes / total,
+            })
+            .collect();
+        sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.at.cmp(&b.at)));
+        sites.truncate(n);
+        sites
+    }
+
+    /// Folded stacks (`root;…;leaf BYTES`), the flamegraph's input; identical stacks merged.
+    pub fn folded(&self) -> Vec<(String, u64)> {
+        fold(self.stacks.iter().map(|s| (s, s.bytes)))
+    }
+}
+
+/// The `n` sites that grew most from `a` to `b`, largest growth first (only sites that grew;
+/// memsight's own bookkeeping left out).
+pub fn growth(a: &Profile, b: &Profile, n: usize) -> Vec<SiteGrowth> {
+    let before = a.bytes_by_site();
+    let mut out: Vec<SiteGrowth> = b
+        .bytes_by_site()
+        .into_iter()
+        .map(|(at, to)| {
+            let from = before.get(&at).copied().unwrap_or(0.0);
+            SiteGrowth {
+                at,
+                from_bytes: from.round() as u64,
+                to_bytes: to.round() as u64,
+                grew_bytes: (to - from).round() as i64,
+            }
+        })
+        .filter(|g| g.grew_bytes > 0)
+        .collect();
+    out.sort_by(|x, y| y.grew_bytes.cmp(&x.grew_bytes).then(x.at.cmp(&y.at)));
+    out.truncate(n);
+    out
+}
+
+/// Folded stacks of what grew from `a` to `b` (stacks matched by their frames; memsight's own
+/// bookkeeping left out).
+pub fn growth_folded(a: &Profile, b: &Profile) -> Vec<(String, u64)> {
+    let program = |p: &Profile| fold(p.program_stacks().map(|s| (s, s.bytes)));
+    let before: HashMap<String, u64> = program(a).into_iter().collect();
+    program(b)
+        .into_iter()
+        .filter_map(|(stack, to)| {
+            let grew = to.saturating_sub(before.get(&stack).copied().unwrap_or(0));
+            (grew > 0).then_some((stack, grew))
+        })
+        .collect()
+}
+
+fn fold<'a>(stacks: impl Iterator<Item = (&'a Stack, f64)>) -> Vec<(String, u64)> {
+    let mut by: HashMap<String, f64> = HashMap::new();
+    for (s, bytes) in stacks {
+        let names: Vec<String> = s
+            .frames()
+            .rev()
+            .map(|f| f.function.replace(';', ":"))
+            .collect();
+        if !names.is_empty() {
+            *by.entry(names.join(";")).or_default() += bytes;
+        }
+    }
+    let mut out: Vec<(String, u64)> = by
+        .into_iter()
+        .map(|(k, v)| (k, v.round() as u64))
+        .filter(|(_, v)| *v > 0)
+        .collect();
+    out.sort();
+    out
+}
+
+/// Removes the allocator's frames (jemalloc, `malloc`, Rust's allocation shims, memsight's
+/// counting wrapper) from the inner end of a stack.
+fn strip_allocator(locations: &mut Vec<Location>) {
+    let last = locations
+        .iter()
+        .take(48)
+        .rposition(|l| l.frames.iter().any(is_allocator));
+    if let Some(i) = last {
+        locations.drain(..=i);
+    }
+}
+
+fn is_allocator(f: &Frame) -> bool {
+    const EXACT: &[&str] = &[
+        "malloc",
+        "calloc",
+        "realloc",
+        "free",
+        "posix_memalign",
+        "aligned_alloc",
+        "memalign",
+        "valloc",
+        "mallocx",
+        "rallocx",
+    ];
+    const PREFIX: &[&str] = &[
+        "_rjem_",
+        "je_",
+        "__rust_alloc",
+        "__rust_realloc",
+        "__rdl_",
+        "__rg_",
+        "alloc::alloc::",
+        "memsight::alloc::",
+        "tikv_jemallocator::",
+        "std::alloc::",
+        "operator new",
+        "prof_backtrace",
+    ];
+    let name = unwrap_impl(&f.function);
+    EXACT.contains(&f.function.as_str()) || PREFIX.iter().any(|p| name.starts_with(p))
+}
+
+/// memsight's crates: a frame named in one is memsight's.
+const OWN_CRATES: &[&str] = &[
+    "memsight::",
+    "memsight_format::",
+    "memsight_analysis::",
+    "memsight_sidecar::",
+    "memsight_integrations::",
+];
+
+/// Whether `file` is one of memsight's own sources (the crates under `profiler/`): a frame there is
+/// memsight's whatever its (possibly short, inlined) name.
+fn is_own_source(file: &str) -> bool {
+    let here = env!("CARGO_MANIFEST_DIR");
+    let profiler = here.strip_suffix("/analysis").unwrap_or(here);
+    file.strip_prefix(profiler).is_some_and(|rest| {
+        ["/src/", "/format/src/", "/analysis/src/", "/sidecar/src/"]
+            .iter()
+            .any(|dir| rest.starts_with(dir))
+    })
+}
+
+/// Whether a frame is memsight's own code (the library, not the program it profiles).
+fn is_memsight(f: &Frame) -> bool {
+    let name = unwrap_impl(&f.function);
+    OWN_CRATES.iter().any(|c| name.starts_with(c)) || f.file.as_deref().is_some_and(is_own_source)
+}
+
+/// Whether a frame is in the user's own code: Rust, and not in the standard library, memsight,
+/// or the libraries between a training loop and its allocations.
+fn is_user_code(f: &Frame) -> bool {
+    const LIBRARY: &[&str] = &[
+        "std::",
+        "core::",
+        "alloc::",
+        "hashbrown::",
+        "memsight::",
+        "memsight_integrations::",
+        "tch::",
+        "torch_sys::",
+        "memsight_format::",
+        "memsight_analysis::",
+        "memsight_sidecar::",
+        "tikv_jemalloc",
+        "serde",
+        "test::",
+        "[",
+        "(",
+        "_",
+    ];
+    // Inlined frames carry short names (`allocate_in`): their source file tells the standard
+    // library (`/rustc/…`) and dependencies (`~/.cargo/registry/…`) from the user's code.
+    let library_file = f.file.as_deref().is_some_and(|file| {
+        file.starts_with("/rustc/")
+            || file.contains("/.cargo/registry/")
+            || file.contains("/.cargo/git/")
+    });
+    f.rust && !library_file && !is_memsight(f) && {
+        let name = unwrap_impl(&f.function);
+        !LIBRARY.iter().any(|p| name.starts_with(p))
+    }
+}
+
+/// `<a::B as c::D>::f` → `a::B as c::D>::f`; `<&mut a::B …` → `a::B …`: the implementing type first.
+fn unwrap_impl(name: &str) -> &str {
+    let mut s = name.trim_start_matches('<');
+    for prefix in ["&mut ", "&", "*const ", "*mut ", "dyn "] {
+        s = s.strip_prefix(prefix).unwrap_or(s);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(function: &str, rust: bool, line: u32) -> Frame {
+        Frame {
+            function: function.into(),
+            file: Some("/src/app/src/main.rs".into()),
+            line: Some(line),
+            rust,
+            module: "app".into(),
+        }
+    }
+
+    fn stack(names: &[(&str, bool)], bytes: f64) -> Stack {
+        Stack {
+            locations: names
+                .iter()
+                .enumerate()
+                .map(|(i, (n, r))| Location {
+                    addr: i as u64,
+                    frames: vec![frame(n, *r, 10 + i as u32)],
+                })
+                .collect(),
+            bytes,
+            objects: 1.0,
+        }
+    }
+
+    #[test]
+    fn strips_the_allocator_and_finds_the_users_frame() {
+        let mut locs = stack(
+            &[
+                ("_rjem_je_prof_backtrace", false),
+                ("imalloc_body", false),
+                ("malloc", false),
+                (
+                    "<memsight::alloc::Allocator as core::alloc::global::GlobalAlloc>::alloc",
+                    true,
+                ),
+                ("alloc::raw_vec::RawVec<T,A>::allocate_in", true),
+                ("<alloc::vec::Vec<T> as core::clone::Clone>::clone", true),
+                ("app::model::forward", true),
+                ("main", false),
+            ],
+            1.0,
+        )
+        .locations;
+        strip_allocator(&mut locs);
+        assert_eq!(
+            locs[0].frames[0].function,
+            "alloc::raw_vec::RawVec<T,A>::allocate_in"
+        );
+        let s = Stack {
+            locations: locs,
+            bytes: 1.0,
+            objects: 1.0,
+        };
+        assert_eq!(s.site().unwrap().function, "app::model::forward");
+    }
+
+    #[test]
+    fn a_tensor_allocation_is_charged_to_the_rust_caller() {
+        let s = stack(
+            &[
+                ("c10::alloc_cpu(unsigned long)", false),
+                ("at::empty_cpu(...)", false),
+                ("atg_matmul", false),
+                ("tch::wrappers::tensor_generated::Tensor::matmul", true),
+                ("<app::Block as tch::nn::Module>::forward", true),
+            ],
+            1.0,
+        );
+        assert_eq!(
+            s.site().unwrap().function,
+            "<app::Block as tch::nn::Module>::forward"
+        );
+    }
+
+    #[test]
+    fn sites_and_growth_rank_by_bytes() {
+        let a = Profile {
+            sample_bytes: 1,
+            stacks: vec![
+                stack(&[("app::hold", true)], 100.0),
+                stack(&[("app::leak", true)], 10.0),
+            ],
+        };
+        let b = Profile {
+            sample_bytes: 1,
+            stacks: vec![
+                stack(&[("app::hold", true)], 100.0),
+                stack(&[("app::leak", true)], 60.0),
+                stack(&[("app::new", true)], 5.0),
+            ],
+        };
+        let top = b.top_sites(2);
+        assert_eq!(top[0].at.function, "app::hold");
+        assert!((top[0].share - 100.0 / 165.0).abs() < 1e-9);
+        assert_eq!(top[0].at.label(), "app::hold (src/main.rs:10)");
+        let g = growth(&a, &b, 5);
+        assert_eq!(g.len(), 2);
+        assert_eq!(
+            (g[0].at.function.as_str(), g[0].grew_bytes),
+            ("app::leak", 50)
+        );
+        assert_eq!(g[1].at.function, "app::new");
+        assert_eq!(
+            growth_folded(&a, &b),
+            vec![("app::leak".to_string(), 50), ("app::new".to_string(), 5)]
+        );
+    }
+
+    #[test]
+    fn memsights_own_bookkeeping_is_left_out_of_sites_and_growth() {
+        // The sampler's timeline: an inlined frame with a short name in memsight's sources, then
+        // memsight's thread entry; no frame of the program.
+        let own = |bytes| {
+            let mut s = stack(
+                &[
+                    ("alloc::raw_vec::finish_grow", true),
+                    ("run", true),
+                    ("memsight::session::Session::start::{closure#0}", true),
+                    ("start_thread", false),
+                ],
+                bytes,
+            );
+            let profiler = env!("CARGO_MANIFEST_DIR").trim_end_matches("/analysis");
+            s.locations[1].frames[0].file = Some(format!("{profiler}/src/session.rs"));
+            s
+        };
+        let a = Profile {
+            sample_bytes: 1,
+            stacks: vec![own(10.0), stack(&[("app::leak", true)], 10.0)],
+        };
+        let b = Profile {
+            sample_bytes: 1,
+            stacks: vec![own(500.0), stack(&[("app::leak", true)], 20.0)],
+        };
+        assert!(b.stacks[0].is_memsight_own());
+        assert!(!b.stacks[1].is_memsight_own());
+        assert_eq!(b.own_bytes(), 500.0);
+        let top = b.top_sites(5);
+        assert_eq!(top.len(), 1);
+        assert_eq!(top[0].at.function, "app::leak");
+        let g = growth(&a, &b, 5);
+        assert_eq!((g.len(), g[0].at.function.as_str()), (1, "app::leak"));
+        assert_eq!(growth_folded(&a, &b), vec![("app::leak".to_string(), 10)]);
+        // A program's call into memsight (a phase guard's name) stays the program's.
+        let call = stack(&[("memsight::phase", true), ("app::train", true)], 1.0);
+        assert!(!call.is_memsight_own());
+        assert_eq!(call.site().unwrap().function, "app::train");
+    }
+}

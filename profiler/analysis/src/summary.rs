@@ -1,0 +1,239 @@
+//! `memsight summary --format markdown`: a CI step summary of a report.
+
+use memsight_format::units::{fmt_bytes, fmt_signed_bytes};
+use memsight_format::Report;
+use std::fmt::Write;
+
+/// Renders the report as GitHub-flavoured markdown.
+pub fn markdown(r: &Report) -> String {
+    let mut s = String::new();
+    header(&mut s, r);
+    metrics(&mut s, r);
+    post_mortem(&mut s, r);
+    phases(&mut s, r);
+    heap_profile(&mut s, r);
+    tips_and_sources(&mut s, r);
+    s
+}
+
+/// `step N, phase `P``, or what of it is known.
+fn at(step: Option<u64>, phase: Option<&str>) -> String {
+    let mut w = Vec::new();
+    if let Some(st) = step {
+        w.push(format!("step {st}"));
+    }
+    if let Some(ph) = phase {
+        w.push(format!("phase `{ph}`"));
+    }
+    w.join(", ")
+}
+
+/// The title line: the command, its pid, duration, end and sampling interval.
+fn header(s: &mut String, r: &Report) {
+    let dur = r.job.end_unix_ms.saturating_sub(r.job.start_unix_ms) as f64 / 1000.0;
+    let _ = writeln!(s, "## memsight report: `{}`\n", r.job.command.join(" "));
+    let _ = writeln!(
+        s,
+        "pid {} · {:.1} s · {} · sampled every {} ms\n",
+        r.job.pid, dur, r.job.exit.description, r.interval_ms
+    );
+}
+
+/// The headline table: peaks with where they happened, leak, tensors, devices, OOMs.
+fn metrics(s: &mut String, r: &Report) {
+    let p = &r.peaks;
+    let _ = writeln!(s, "| metric | value | where |\n|---|---|---|");
+    let _ = writeln!(
+        s,
+        "| peak live heap | {} | {} |",
+        fmt_bytes(p.heap_peak_bytes),
+        if r.heap_peaked_outside_marks() {
+            memsight_format::report::OUTSIDE_MARKS.to_string()
+        } else {
+            at(p.heap_peak_step, p.heap_peak_phase.as_deref())
+        }
+    );
+    if let Some(rss) = p.rss_peak_bytes {
+        let w = p
+            .rss_peak_sample
+            .as_ref()
+            .map(|a| at(Some(a.step), a.phase.as_deref()))
+            .unwrap_or_default();
+        let _ = writeln!(s, "| peak RSS | {} | {} |", fmt_bytes(rss), w);
+    }
+    if let Some(res) = &p.jemalloc_resident_peak {
+        let _ = writeln!(
+            s,
+            "| peak jemalloc resident | {} | {} |",
+            fmt_bytes(res.bytes),
+            at(Some(res.step), res.phase.as_deref())
+        );
+    }
+    if let Some(f) = &r.fragmentation {
+        let _ = writeln!(
+            s,
+            "| fragmentation at peak resident | {:.1}% | (resident − allocated) / resident |",
+            f.resident_ratio * 100.0
+        );
+    }
+    if let Some(c) = &p.cgroup_usage_peak {
+        let lim = p
+            .cgroup_limit_bytes
+            .map(fmt_bytes)
+            .unwrap_or_else(|| "unlimited".into());
+        let _ = writeln!(
+            s,
+            "| peak cgroup usage | {} | limit {} |",
+            fmt_bytes(c.bytes),
+            lim
+        );
+    }
+    if let Some(l) = &r.leak {
+        let _ = writeln!(
+            s,
+            "| live-heap growth | {}/step | confidence {:.0}%, {} steps |",
+            fmt_signed_bytes(l.slope_bytes_per_step as i64),
+            l.confidence * 100.0,
+            l.steps_used
+        );
+    }
+    let _ = writeln!(
+        s,
+        "| live heap at end | {} | |",
+        fmt_bytes(p.final_live_bytes)
+    );
+    if let Some(t) = p.tensor_peak_bytes {
+        let _ = writeln!(
+            s,
+            "| peak tensor bytes | {} | {} |",
+            fmt_bytes(t),
+            at(p.tensor_peak_step, p.tensor_peak_phase.as_deref())
+        );
+    }
+    for d in &r.devices {
+        let opt = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "n/a".into());
+        let _ = writeln!(
+            s,
+            "| cuda:{} peak reserved / allocated | {} / {} | {}{} |",
+            d.index,
+            opt(d.peak_reserved_bytes.or(d.peak_used_bytes)),
+            opt(d.peak_allocated_bytes),
+            d.backend,
+            d.total_bytes
+                .map(|t| format!(", of {}", fmt_bytes(t)))
+                .unwrap_or_default()
+        );
+    }
+    for o in &r.device_ooms {
+        let _ = writeln!(
+            s,
+            "| **cuda:{} OOM** | asked {} with {} free | step {}{} |",
+            o.device,
+            fmt_bytes(o.requested_bytes),
+            fmt_bytes(o.free_bytes),
+            o.step,
+            o.phase
+                .as_ref()
+                .map(|p| format!(", phase `{p}`"))
+                .unwrap_or_default()
+        );
+    }
+}
+
+/// How the job ended and the diagnosis engine's findings.
+fn post_mortem(s: &mut String, r: &Report) {
+    if let Some(pm) = &r.post_mortem {
+        let _ = writeln!(s, "\n### Post-mortem: {}\n\n{}", pm.cause, pm.description);
+        for f in &pm.findings {
+            let _ = writeln!(s, "\n**{}** (`{}`): {}\n", f.verdict, f.kind, f.evidence);
+            for (i, rem) in f.remedies.iter().enumerate() {
+                let _ = writeln!(s, "{}. {rem}", i + 1);
+            }
+        }
+    }
+}
+
+/// The 15 phases with the highest peaks.
+fn phases(s: &mut String, r: &Report) {
+    if !r.phases.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n### Phases\n\n| phase | count | time | peak | net | tensor peak |\n|---|---:|---:|---:|---:|---:|"
+        );
+        let mut phases = r.phases.clone();
+        phases.sort_by_key(|p| std::cmp::Reverse(p.peak_bytes));
+        for ph in phases.iter().take(15) {
+            let _ = writeln!(
+                s,
+                "| `{}` | {} | {:.2} s | {} | {} | {} |",
+                ph.path,
+                ph.count,
+                ph.total_ms / 1000.0,
+                fmt_bytes(ph.peak_bytes),
+                fmt_signed_bytes(ph.net_bytes),
+                ph.tensor_peak_bytes
+                    .map(fmt_bytes)
+                    .unwrap_or_else(|| "–".into())
+            );
+        }
+    }
+}
+
+/// The sites holding the bytes at the profiled peak, and what grew.
+fn heap_profile(s: &mut String, r: &Report) {
+    if let Some(hp) = &r.heap_profile {
+        if let Some(p) = &hp.at_peak {
+            let _ = writeln!(
+                s,
+                "\n### Allocation sites at the profiled peak (step {}, {} allocated)\n\n\
+                 | bytes | share | site |\n|---:|---:|---|",
+                p.step,
+                fmt_bytes(p.heap_bytes)
+            );
+            for site in &p.top_sites {
+                let _ = writeln!(
+                    s,
+                    "| {} | {:.1}% | `{}` |",
+                    fmt_bytes(site.bytes),
+                    site.share * 100.0,
+                    site.at.label()
+                );
+            }
+            if let Some(svg) = &p.flamegraph_file {
+                let _ = writeln!(s, "\nFlamegraph: `{svg}`");
+            }
+        }
+        if let Some(g) = hp.growth.as_ref().filter(|g| !g.sites.is_empty()) {
+            let _ = writeln!(
+                s,
+                "\n### Grew from step {} to step {}\n\n| grew | site |\n|---:|---|",
+                g.from_step, g.to_step
+            );
+            for site in g.sites.iter().take(5) {
+                let _ = writeln!(
+                    s,
+                    "| +{} | `{}` |",
+                    fmt_bytes(site.grew_bytes.max(0) as u64),
+                    site.at.label()
+                );
+            }
+        }
+    }
+}
+
+/// Tips, and the sources that could not be read.
+fn tips_and_sources(s: &mut String, r: &Report) {
+    if !r.tips.is_empty() {
+        let _ = writeln!(s, "\n### Tips\n");
+        for t in &r.tips {
+            let _ = writeln!(s, "- **{}** ({}): {}", t.title, t.severity, t.advice);
+        }
+    }
+    let missing: Vec<_> = r.sources.iter().filter(|x| !x.available).collect();
+    if !missing.is_empty() {
+        let _ = writeln!(s, "\n### Sources not available\n");
+        for m in missing {
+            let _ = writeln!(s, "- {}: {}", m.name, m.detail);
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! The heap side of a snapshot: the tracking allocator's counters as plain data, and the shape of
+//! its size histogram. The allocator that fills them is `memsight::Allocator`.
+
+/// Number of power-of-two size buckets: bucket `i` counts sizes in `[2^(i-1), 2^i)`, bucket 0 is 0.
+/// One per bit position, so computing a bucket needs no clamp.
+pub const HISTOGRAM_BUCKETS: usize = usize::BITS as usize + 1;
+
+/// Heap statistics of the tracking allocator, read without allocating (also the `heap` part of
+/// every [`crate::snapshot::Snapshot`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HeapStats {
+    /// Bytes currently allocated through the tracking allocator (exact).
+    pub live_bytes: u64,
+    /// Highest live bytes since start or the last `memsight::reset_peak` (within 64 KiB per allocating
+    /// thread of the true peak).
+    pub peak_bytes: u64,
+    /// Allocation calls so far.
+    pub allocations: u64,
+    /// Deallocation calls so far.
+    pub deallocations: u64,
+    /// Reallocation calls so far.
+    pub reallocations: u64,
+    /// Cumulative bytes handed out.
+    pub bytes_allocated: u64,
+    /// Cumulative bytes returned.
+    pub bytes_freed: u64,
+}

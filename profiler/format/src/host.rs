@@ -1,0 +1,137 @@
+//! The host side of a snapshot: what the job's host sources (jemalloc, /proc, the memory cgroup,
+//! the process tree) read, as plain data. The readers live in `memsight::collect`.
+
+use serde::{Deserialize, Serialize};
+
+/// Whether a source could be read, and why not.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceStatus {
+    /// `jemalloc`, `process`, `system` or `cgroup`.
+    pub name: String,
+    /// True when the source delivered values.
+    pub available: bool,
+    /// Why it is unavailable (or where it reads from, when available).
+    pub detail: String,
+}
+
+/// One reading of every host source.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HostSample {
+    /// jemalloc statistics.
+    pub jemalloc: Option<JemallocStats>,
+    /// The process's RSS and its split.
+    pub process: Option<ProcessMemory>,
+    /// The machine's total and available memory.
+    pub system: Option<SystemMemory>,
+    /// The memory cgroup.
+    pub cgroup: Option<CgroupMemory>,
+}
+
+/// jemalloc's process-wide statistics in bytes, refreshed by an epoch advance at each read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JemallocStats {
+    /// Bytes handed to the application (Rust and C/C++ alike).
+    pub allocated: u64,
+    /// Bytes in active pages: allocated plus the unused tails of those pages.
+    pub active: u64,
+    /// Bytes in physically resident pages that jemalloc maps (data and metadata).
+    pub resident: u64,
+    /// Bytes in mapped extents.
+    pub mapped: u64,
+    /// Bytes retained (unmapped-but-reserved virtual memory; not resident).
+    pub retained: u64,
+    /// Bytes of jemalloc's own metadata.
+    pub metadata: u64,
+}
+
+impl JemallocStats {
+    /// (active − allocated) / active: page-level fragmentation inside used pages.
+    pub fn active_fragmentation(&self) -> f64 {
+        ratio(self.active.saturating_sub(self.allocated), self.active)
+    }
+
+    /// (resident − allocated) / resident: share of resident heap memory not holding live data
+    /// (fragmentation, dirty pages awaiting purge, metadata).
+    pub fn resident_fragmentation(&self) -> f64 {
+        ratio(self.resident.saturating_sub(self.allocated), self.resident)
+    }
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+/// A process's memory as the kernel reports it, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessMemory {
+    /// Resident set size (VmRSS).
+    pub rss: u64,
+    /// High-water mark of the RSS (VmHWM).
+    pub hwm: u64,
+    /// Anonymous resident memory (RssAnon): heap, stacks, anonymous mmaps.
+    pub anon: u64,
+    /// File-backed resident memory (RssFile): code, mapped files.
+    pub file: u64,
+    /// Shared-memory resident memory (RssShmem).
+    pub shmem: u64,
+    /// Swapped-out anonymous memory (VmSwap).
+    pub swap: u64,
+    /// Number of threads.
+    pub threads: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SystemMemory {
+    /// MemTotal.
+    pub total: u64,
+    /// MemAvailable: what can be allocated without swapping.
+    pub available: u64,
+}
+
+/// A memory cgroup's state, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupMemory {
+    /// 1 or 2.
+    pub version: u8,
+    /// Effective limit (smallest over the cgroup and its ancestors); `None` when unlimited.
+    pub limit: Option<u64>,
+    /// Current usage (v2 `memory.current`, v1 `memory.usage_in_bytes`; includes page cache).
+    pub usage: u64,
+    /// Highest usage (v2 `memory.peak`, kernel ≥ 5.19; v1 `memory.max_usage_in_bytes`).
+    pub peak: Option<u64>,
+    /// OOM kills inside this cgroup so far (`oom_kill` in v2 `memory.events` / v1 `memory.oom_control`).
+    pub oom_kills: Option<u64>,
+}
+
+impl CgroupMemory {
+    /// Bytes left before the limit; `None` when unlimited.
+    pub fn headroom(&self) -> Option<u64> {
+        self.limit.map(|l| l.saturating_sub(self.usage))
+    }
+}
+
+/// One process of the tree.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeProcess {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id.
+    pub ppid: u32,
+    /// Command name (`comm`).
+    pub name: String,
+    /// Resident set size in bytes.
+    pub rss: u64,
+}
+
+/// A process and its descendants, root first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessTree {
+    /// Sum of every process's RSS (shared pages count once per process, as the kernel reports).
+    pub total_rss: u64,
+    /// The root and its descendants, breadth first.
+    pub processes: Vec<TreeProcess>,
+}

@@ -1,0 +1,30 @@
+//! memsight-format: the one contract every side of memsight shares — the job (`memsight`), the
+//! sidecar (`memsight-sidecar`), the analysis (`memsight-analysis`) and the viewer (`memsight-tui`).
+//!
+//! It holds plain data and its (de)serialization, and depends on no other memsight crate:
+//!
+//! ```text
+//! units, clock, safe_file               (leaves)
+//! heap, host, device, phase, heap_profile (what one side measured)
+//!   └─ snapshot ─ timeline               (one instant; the run's series and peaks)
+//!        └─ report                       (the end of a run: peaks, tips, budgets' input)
+//!             └─ wire                    (flight-recorder ring and socket records)
+//! ```
+//!
+//! Each module imports only modules above it in this list, never below.
+
+pub mod clock;
+pub mod device;
+pub mod heap;
+pub mod heap_profile;
+pub mod host;
+pub mod phase;
+pub mod report;
+pub mod safe_file;
+pub mod snapshot;
+pub mod timeline;
+pub mod units;
+pub mod wire;
+
+pub use report::Report;
+pub use snapshot::Snapshot;

@@ -1,0 +1,274 @@
+//! The JSON report: one type written by sessions (and later the sidecar) and read by `check`,
+//! `summary` and the viewer. `schema_version` changes only on incompatible changes; new optional
+//! fields are additive. The documented example is `docs/report.example.json` (kept in sync by a
+//! test); field meanings are in `docs/report.md`.
+
+pub mod build;
+mod error;
+pub mod leak;
+mod postmortem;
+pub mod tips;
+
+pub use error::ReportError;
+
+/// How `check` and `summary` say where a peak was when [`Report::heap_peaked_outside_marks`].
+pub const OUTSIDE_MARKS: &str = "outside every step and phase";
+pub use postmortem::{PostMortem, PostMortemFinding};
+
+use crate::host::SourceStatus;
+use crate::phase::{PhaseStats, StepStats};
+use crate::snapshot::Snapshot;
+use crate::timeline::PeakAt;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The report schema this build writes and reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A finished (or dead) job's memory report.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Report schema version ([`SCHEMA_VERSION`]).
+    pub schema_version: u32,
+    /// Version of memsight that wrote the report.
+    pub memsight_version: String,
+    /// The process that was profiled.
+    pub job: Job,
+    /// Sampling interval in milliseconds.
+    pub interval_ms: u64,
+    /// Sampling intervals with no sample: the sampler ran late (a starved or stopped process).
+    /// The timeline's gaps are that many intervals long in all.
+    #[serde(default)]
+    pub missed_intervals: u64,
+    /// Peak values and where they happened.
+    pub peaks: Peaks,
+    /// Host heap fragmentation at the moment of peak jemalloc resident memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fragmentation: Option<Fragmentation>,
+    /// Per-step growth of live heap bytes (leak signal), when enough steps were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leak: Option<leak::LeakEstimate>,
+    /// Per-phase statistics.
+    pub phases: Vec<PhaseStats>,
+    /// Per-step statistics (bounded: old steps merge, keeping the higher peak).
+    pub steps: Vec<StepStats>,
+    /// Allocation counts per power-of-two size class (empty buckets omitted).
+    pub histogram: Vec<HistogramBucket>,
+    /// Bounded timeline of snapshots, oldest first.
+    pub timeline: Vec<Snapshot>,
+    /// Snapshots merged away to keep the timeline bounded.
+    pub timeline_merged: u64,
+    /// Which sources were read, and why any was not.
+    pub sources: Vec<SourceStatus>,
+    /// Accelerator peaks, per device and backend.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<crate::device::DevicePeak>,
+    /// Device out-of-memory events caught by an OOM observer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_ooms: Vec<crate::device::DeviceOom>,
+    /// Advice derived from the numbers above.
+    pub tips: Vec<tips::Tip>,
+    /// How the job ended, written by the sidecar (`memsight run`): cause, last sample, diagnosis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_mortem: Option<PostMortem>,
+    /// Where the heap is: the sites holding the bytes at the peak and what grew (jemalloc's
+    /// sampling profiler; absent when profiling was off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap_profile: Option<crate::heap_profile::HeapProfile>,
+}
+
+/// The profiled process.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// Process id.
+    pub pid: u32,
+    /// Command line.
+    pub command: Vec<String>,
+    /// Session start, Unix milliseconds.
+    pub start_unix_ms: u64,
+    /// Session end, Unix milliseconds.
+    pub end_unix_ms: u64,
+    /// How the job ended.
+    pub exit: JobExit,
+}
+
+/// How the job ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobExit {
+    /// `finished` (session finished in-process), `exited` (with a code) or `signaled`.
+    pub kind: String,
+    /// Exit code, for `exited`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    /// Signal number, for `signaled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// One line for people.
+    pub description: String,
+}
+
+/// Peaks and where they happened.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Peaks {
+    /// Peak live heap bytes (tracking allocator; resettable by `memsight::reset_peak`).
+    pub heap_peak_bytes: u64,
+    /// The step whose window held the highest heap peak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap_peak_step: Option<u64>,
+    /// The innermost phase whose window held the highest heap peak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap_peak_phase: Option<String>,
+    /// Live heap bytes when the session finished.
+    pub final_live_bytes: u64,
+    /// Highest RSS: the kernel's high-water mark when known, else the highest sampled RSS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_peak_bytes: Option<u64>,
+    /// The sample with the highest RSS (its time, step and phase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_peak_sample: Option<PeakAt>,
+    /// Highest jemalloc resident bytes sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jemalloc_resident_peak: Option<PeakAt>,
+    /// Highest cgroup usage sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_usage_peak: Option<PeakAt>,
+    /// The effective cgroup memory limit (none when unlimited or unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_limit_bytes: Option<u64>,
+    /// Peak live tensor bytes (libtorch CPU allocator hook; exact, not sampled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_peak_bytes: Option<u64>,
+    /// The step whose window held the tensor peak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_peak_step: Option<u64>,
+    /// The innermost phase whose window held the tensor peak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_peak_phase: Option<String>,
+}
+
+/// jemalloc fragmentation at the sample with the highest resident memory.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Fragmentation {
+    /// (resident − allocated) / resident: resident heap memory holding no live data.
+    pub resident_ratio: f64,
+    /// (active − allocated) / active: waste inside pages in use.
+    pub active_ratio: f64,
+    /// jemalloc allocated bytes at that sample.
+    pub allocated_bytes: u64,
+    /// jemalloc active bytes at that sample.
+    pub active_bytes: u64,
+    /// jemalloc resident bytes at that sample.
+    pub resident_bytes: u64,
+    /// When it was sampled.
+    pub at: PeakAt,
+}
+
+/// Allocation count of one size class.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistogramBucket {
+    /// Smallest size in the class, in bytes.
+    pub min_bytes: u64,
+    /// Largest size in the class, in bytes (inclusive).
+    pub max_bytes: u64,
+    /// Allocation calls whose requested size is in the class.
+    pub count: u64,
+}
+
+impl Report {
+    /// Whether the heap peaked outside every step and phase of a job that marked some (set-up,
+    /// say): `heap_peak_step` and `heap_peak_phase` are then absent for that reason.
+    pub fn heap_peaked_outside_marks(&self) -> bool {
+        self.peaks.heap_peak_step.is_none()
+            && self.peaks.heap_peak_phase.is_none()
+            && !(self.steps.is_empty() && self.phases.is_empty())
+    }
+
+    /// Sets the heap-profile section and derives the tips again (they name its top sites).
+    pub fn set_heap_profile(&mut self, heap_profile: Option<crate::heap_profile::HeapProfile>) {
+        self.heap_profile = heap_profile;
+        self.tips = tips::derive(self);
+    }
+
+    /// Reads and validates a report file.
+    pub fn load(path: &Path) -> Result<Report, ReportError> {
+        let bytes = std::fs::read(path).map_err(|e| ReportError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+        Self::from_slice(&bytes).map_err(|e| e.with_path(path))
+    }
+
+    /// Parses and validates a report from JSON bytes (a leading UTF-8 byte-order mark is skipped).
+    /// Fields this version does not know are ignored, as docs/report.md promises within a schema
+    /// version; a field of the wrong type is named by its path (`peaks.heap_peak_bytes`).
+    pub fn from_slice(bytes: &[u8]) -> Result<Report, ReportError> {
+        let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(ReportError::from_json)?;
+        let version = value.get("schema_version").ok_or(ReportError::NotAReport {
+            path: None,
+            why: "no schema_version field".into(),
+        })?;
+        let version = version.as_u64().ok_or(ReportError::NotAReport {
+            path: None,
+            why: format!("schema_version is {version}, not a number"),
+        })?;
+        if version != u64::from(SCHEMA_VERSION) {
+            return Err(ReportError::UnsupportedVersion {
+                path: None,
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            let at = e.path().to_string();
+            let inner = e.into_inner();
+            ReportError::Invalid {
+                path: None,
+                why: if at == "." {
+                    inner.to_string()
+                } else {
+                    format!("{at}: {inner}")
+                },
+            }
+        })
+    }
+
+    /// The report as pretty JSON.
+    pub fn to_json(&self) -> Result<Vec<u8>, ReportError> {
+        serde_json::to_vec_pretty(self).map_err(|e| ReportError::Invalid {
+            path: None,
+            why: e.to_string(),
+        })
+    }
+
+    /// Writes the report as pretty JSON through [`crate::safe_file`]: complete or not at all, and
+    /// only over a regular file.
+    pub fn save(&self, path: &Path) -> Result<(), ReportError> {
+        crate::safe_file::write(path, &self.to_json()?).map_err(|e| ReportError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })
+    }
+}
+
+/// Turns the allocator's bucket counts into report buckets, omitting empty ones.
+pub fn histogram_buckets(counts: &[u64]) -> Vec<HistogramBucket> {
+    counts
+        .iter()
+        .enumerate()
+        .filter(|(_, &c)| c > 0)
+        .map(|(i, &c)| {
+            let (min, max) = match i {
+                0 => (0, 0),
+                i if i + 1 == counts.len() => (1u64 << (i - 1), u64::MAX),
+                i => (1u64 << (i - 1), (1u64 << i) - 1),
+            };
+            HistogramBucket {
+                min_bytes: min,
+                max_bytes: max,
+                count: c,
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,309 @@
+//! The flight recorder: a fixed-size ring of slots in a shared file (tmpfs), written by the job
+//! without any lock it could wait on, read by the sidecar — also after the job died.
+//!
+//! Layout (little-endian; `docs/wire.md`): a 128-byte header, then `slot_count` slots of
+//! `slot_size` bytes. A writer claims record number `n` with one atomic add on the header's
+//! `next_record`, then writes slot `n % slot_count` under a per-slot sequence word (a seqlock):
+//! `2n+1` while writing, `2n+2` when complete. A reader copies a slot and accepts it only when the
+//! sequence word read before and after is the same even value for the record it expects; records
+//! overwritten before it read them are counted as dropped. If nobody reads, nothing accumulates.
+//!
+//! Neither side can fault on the file: the writer reserves every block with `posix_fallocate`
+//! before mapping it (on a full filesystem the ring is refused instead of raising SIGBUS at the
+//! first touch), and readers never map it: they copy with `pread`, which sees a file truncated
+//! under them as a short read.
+
+mod reader;
+mod request;
+
+pub use reader::{RingInfo, RingReader};
+pub use request::{request_heap, HeapRequest};
+
+use super::{Record, WireError, MAJOR, MINOR};
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
+
+/// File magic.
+pub const MAGIC: [u8; 8] = *b"MSIGHTRG";
+/// Header bytes.
+pub const HEADER_SIZE: usize = 128;
+/// Default slot size: a snapshot's JSON is well under 2 KiB.
+pub const DEFAULT_SLOT_SIZE: usize = 4096;
+/// Default slot count: 256 × 4 KiB = 1 MiB, 25 s of history at 10 Hz for a reader that fell behind.
+pub const DEFAULT_SLOTS: usize = 256;
+/// Bytes before a slot's payload: sequence word (8), length (4), kind (2), reserved (2).
+const SLOT_HEADER: usize = 16;
+/// Header offsets.
+const OFF_MAJOR: usize = 8;
+const OFF_MINOR: usize = 10;
+const OFF_HEADER_SIZE: usize = 12;
+const OFF_SLOT_SIZE: usize = 16;
+const OFF_SLOT_COUNT: usize = 20;
+const OFF_PID: usize = 24;
+const OFF_START: usize = 32;
+const OFF_INTERVAL: usize = 40;
+const OFF_NEXT: usize = 48;
+const OFF_ALLOC_FAILURES: usize = 56;
+const OFF_ALLOC_FAILED_BYTES: usize = 64;
+/// Control words written by a requester (`memsight heap dump|sampling PID`), read by the job.
+const OFF_HEAP_DUMP_REQUESTS: usize = 72;
+const OFF_HEAP_SAMPLING_REQUEST: usize = 80;
+/// Slot payload kind: a JSON-encoded [`Record`].
+const KIND_JSON: u16 = 1;
+
+/// Takes a shared `flock` on a ring file: held by its writer (and inherited by the writer's
+/// children) and by its readers for as long as they have it open, so clean-up can tell a ring in
+/// use — also by a process in another PID namespace — from a stale one ([`is_unused`]).
+fn hold(file: &File) {
+    // SAFETY: flock on a descriptor we own; a failure only weakens the clean-up's evidence.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+}
+
+/// Whether nobody holds the ring at `path` open (no writer, no reader): clean-up may remove it.
+/// Asks with a non-blocking exclusive `flock`, which fails while any holder's shared lock stands.
+pub fn is_unused(path: &Path) -> bool {
+    let Ok(file) = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor we own; it is released when `file` closes.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// A shared mapping of a ring file.
+struct Map {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; every concurrent access goes through atomics or
+// is validated by the seqlock.
+unsafe impl Send for Map {}
+unsafe impl Sync for Map {}
+
+impl Map {
+    fn new(file: &File, len: usize, writable: bool) -> Result<Self, WireError> {
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: mapping a file we hold open, with its checked length.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(WireError::Io(std::io::Error::last_os_error()));
+        }
+        Ok(Map {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
+    fn atomic(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= self.len);
+        // SAFETY: in bounds and 8-aligned (the mapping is page-aligned, offsets are multiples of 8).
+        unsafe { &*(self.ptr.add(off) as *const AtomicU64) }
+    }
+
+    /// The header's failed-allocation count and first failed size.
+    fn alloc_failures(&self) -> (u64, u64) {
+        (
+            self.atomic(OFF_ALLOC_FAILURES).load(Ordering::Acquire),
+            self.atomic(OFF_ALLOC_FAILED_BYTES).load(Ordering::Relaxed),
+        )
+    }
+
+    fn write(&self, off: usize, bytes: &[u8]) {
+        // SAFETY: callers pass ranges inside a writable mapping.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(off), bytes.len()) };
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: unmapping what `new` mapped.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// Where the allocator records a failed allocation: the header words of the session's ring
+/// (count, then size), or null when no ring is open. Set once per ring, never unmapped after.
+static ALLOC_FAILURE_WORDS: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Records a failed allocation of `size` bytes in the open ring's header, if any: the count, and
+/// the size of the first failure — the request that started the end, not whatever the dying
+/// process (its backtrace printer, say) failed to allocate afterwards. Called on the allocator's
+/// failure path: it never allocates, locks or blocks.
+pub fn note_alloc_failure(size: usize) {
+    let p = ALLOC_FAILURE_WORDS.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: points at two consecutive header words of a mapping that is never unmapped.
+        unsafe {
+            let _ =
+                (*p.add(1)).compare_exchange(0, size as u64, Ordering::Relaxed, Ordering::Relaxed);
+            (*p).fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+/// The job's side: appends records.
+pub struct RingWriter {
+    map: Map,
+    /// Held open for the life of the writer.
+    _file: File,
+    path: PathBuf,
+    slot_size: usize,
+    slots: usize,
+    /// Records too large for a slot (never written).
+    oversize: AtomicU64,
+}
+
+impl RingWriter {
+    /// Creates the ring file at `path` (mode 0600; it must not exist) with the default geometry.
+    pub fn create(
+        path: &Path,
+        pid: u32,
+        start_unix_ms: u64,
+        interval_ms: u64,
+    ) -> Result<Self, WireError> {
+        Self::create_with(
+            path,
+            pid,
+            start_unix_ms,
+            interval_ms,
+            DEFAULT_SLOT_SIZE,
+            DEFAULT_SLOTS,
+        )
+    }
+
+    /// Creates a ring with `slots` slots of `slot_size` bytes (a multiple of 8, at least 64).
+    pub fn create_with(
+        path: &Path,
+        pid: u32,
+        start_unix_ms: u64,
+        interval_ms: u64,
+        slot_size: usize,
+        slots: usize,
+    ) -> Result<Self, WireError> {
+        if slot_size < 64 || !slot_size.is_multiple_of(8) || slots == 0 {
+            return Err(WireError::NotARing(format!(
+                "bad geometry {slots} × {slot_size}"
+            )));
+        }
+        let len = HEADER_SIZE + slot_size * slots;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        hold(&file);
+        // Reserve every block now: a sparse file on a full tmpfs raises SIGBUS at the first touch.
+        // SAFETY: fallocate on a file we hold open.
+        let err = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+        if err != 0 {
+            let _ = std::fs::remove_file(path);
+            let e = std::io::Error::from_raw_os_error(err);
+            return Err(WireError::Io(std::io::Error::new(
+                e.kind(),
+                format!("cannot reserve {len} bytes for it: {e}"),
+            )));
+        }
+        let map = Map::new(&file, len, true)?;
+        map.write(OFF_MAJOR, &MAJOR.to_le_bytes());
+        map.write(OFF_MINOR, &MINOR.to_le_bytes());
+        map.write(OFF_HEADER_SIZE, &(HEADER_SIZE as u32).to_le_bytes());
+        map.write(OFF_SLOT_SIZE, &(slot_size as u32).to_le_bytes());
+        map.write(OFF_SLOT_COUNT, &(slots as u32).to_le_bytes());
+        map.write(OFF_PID, &pid.to_le_bytes());
+        map.write(OFF_START, &start_unix_ms.to_le_bytes());
+        map.write(OFF_INTERVAL, &interval_ms.to_le_bytes());
+        // The magic last: a reader never sees a half-written header as valid.
+        fence(Ordering::Release);
+        map.write(0, &MAGIC);
+        fence(Ordering::Release);
+        Ok(RingWriter {
+            map,
+            _file: file,
+            path: path.to_path_buf(),
+            slot_size,
+            slots,
+            oversize: AtomicU64::new(0),
+        })
+    }
+
+    /// Makes this ring the one the allocator reports failed allocations to. The mapping then stays
+    /// mapped for the rest of the process, even after the writer is dropped.
+    pub fn install_alloc_failure_words(self) -> &'static RingWriter {
+        let w: &'static RingWriter = Box::leak(Box::new(self));
+        let p = w.map.atomic(OFF_ALLOC_FAILURES) as *const AtomicU64 as *mut AtomicU64;
+        ALLOC_FAILURE_WORDS.store(p, Ordering::Release);
+        w
+    }
+
+    /// The ring file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends a record; never waits. Returns false when the record is larger than a slot.
+    pub fn append(&self, record: &Record) -> bool {
+        let Ok(payload) = serde_json::to_vec(record) else {
+            return false;
+        };
+        if payload.len() > self.slot_size - SLOT_HEADER {
+            self.oversize.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let n = self.map.atomic(OFF_NEXT).fetch_add(1, Ordering::AcqRel);
+        let slot = HEADER_SIZE + (n as usize % self.slots) * self.slot_size;
+        let seq = self.map.atomic(slot);
+        seq.store(n.wrapping_mul(2).wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.map
+            .write(slot + 8, &(payload.len() as u32).to_le_bytes());
+        self.map.write(slot + 12, &KIND_JSON.to_le_bytes());
+        self.map.write(slot + SLOT_HEADER, &payload);
+        seq.store(n.wrapping_mul(2).wrapping_add(2), Ordering::Release);
+        true
+    }
+
+    /// Failed allocations recorded in the header, and the size of the first one.
+    pub fn alloc_failures(&self) -> (u64, u64) {
+        self.map.alloc_failures()
+    }
+
+    /// Records dropped because they did not fit a slot.
+    pub fn oversize(&self) -> u64 {
+        self.oversize.load(Ordering::Relaxed)
+    }
+
+    /// Heap-profile dumps requested so far (a counter; the job dumps when it grew).
+    pub fn heap_dump_requests(&self) -> u64 {
+        self.map
+            .atomic(OFF_HEAP_DUMP_REQUESTS)
+            .load(Ordering::Acquire)
+    }
+
+    /// The heap-profile sampling state last requested: 0 none, 1 on, 2 off.
+    pub fn heap_sampling_request(&self) -> u64 {
+        self.map
+            .atomic(OFF_HEAP_SAMPLING_REQUEST)
+            .load(Ordering::Acquire)
+    }
+}

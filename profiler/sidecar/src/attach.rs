@@ -1,0 +1,173 @@
+//! `memsight attach PID`: a sidecar for a process it did not start. A process with a memsight
+//! session is followed through its flight recorder (`ring-<pid>.bin`); any other process — a
+//! Python PyTorch job, say — is sampled from outside: /proc status, the memory cgroup, and the
+//! process tree (data-loader workers and other children, each with its RSS).
+
+use crate::delivery::{RunOutcome, SidecarError};
+use crate::postmortem::{self, End, Ending};
+use crate::watch::Watch;
+use memsight::collect::{command_line, read_tree, HostCollector};
+use memsight_format::clock::unix_ms;
+use memsight_format::heap::HeapStats;
+use memsight_format::snapshot::Snapshot;
+use memsight_format::wire::default_ring_path;
+use memsight_format::wire::ring::RingReader;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// What to attach to.
+#[derive(Clone, Debug)]
+pub struct AttachOptions {
+    /// The process.
+    pub pid: u32,
+    /// Where the report goes.
+    pub report: PathBuf,
+    /// Sampling interval (uninstrumented mode).
+    pub interval: Duration,
+    /// Serve Prometheus metrics at this address.
+    pub metrics: Option<std::net::SocketAddr>,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// The process's start time in clock ticks after boot (field 22 of `stat`): a pid reused by a new
+/// process has another one. `None` once the process is gone or a zombie (it has ended; only its
+/// parent has not collected it yet).
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after.split_whitespace();
+    if fields.next()? == "Z" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
+/// The process's start as Unix milliseconds.
+fn start_unix_ms(ticks: u64) -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let btime: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(btime * 1000 + ticks * 1000 / hz)
+}
+
+/// Watches process `opts.pid` until it ends or this process gets SIGINT/SIGTERM, then writes the
+/// report.
+pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
+    let pid = opts.pid;
+    crate::delivery::check_report_path(&opts.report)?;
+    let ticks = start_ticks(pid).ok_or(SidecarError::NoProcess(pid))?;
+    let proc_start = start_unix_ms(ticks);
+    let mut command = command_line(pid);
+    let mut oom = crate::oomwatch::OomWatch::new(pid);
+    // SAFETY: installing a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(
+            libc::SIGINT,
+            on_stop_signal as *const () as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGTERM,
+            on_stop_signal as *const () as libc::sighandler_t,
+        );
+    }
+    let mut watch = Watch::new();
+    // A ring of this very process: same pid, written after it started (not a stale file).
+    let mut reader = default_ring_path(pid)
+        .ok()
+        .and_then(|p| RingReader::open(&p).ok())
+        .filter(|r| {
+            r.info().pid == pid && proc_start.is_none_or(|s| r.info().start_unix_ms + 1000 >= s)
+        });
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    let mut host = reader
+        .is_none()
+        .then(|| HostCollector::open(&proc_dir, Path::new("/proc"), Path::new("/"), false));
+    if let Some(r) = &reader {
+        watch.ring_start_unix_ms = Some(r.info().start_unix_ms);
+    }
+    let mut outputs = crate::outputs::Outputs::new(opts.metrics, &command)?;
+    outputs.listen(pid, &command);
+    let started = Instant::now();
+    let attach_unix_ms = unix_ms();
+    let mut next = Instant::now();
+    let end = loop {
+        if STOP.load(Ordering::SeqCst) {
+            break End::Detached;
+        }
+        if start_ticks(pid) != Some(ticks) {
+            break End::Ended;
+        }
+        if Instant::now() >= next {
+            next += opts.interval;
+            oom.refresh();
+            if let Some(r) = reader.as_mut() {
+                watch.poll(r, &outputs);
+            } else if let Some(h) = host.as_mut() {
+                let mut s = Snapshot::new(
+                    started.elapsed().as_millis() as u64,
+                    0,
+                    None,
+                    HeapStats::default(),
+                    h.sample(),
+                );
+                s.tree = read_tree(Path::new("/proc"), pid).ok();
+                // A sample taken as the process vanished says nothing. The command line is read
+                // again: wrappers (pyenv shims, `env`) exec into the real program.
+                if s.process.is_some() {
+                    let now = command_line(pid);
+                    if !now.is_empty() {
+                        command = now;
+                    }
+                    watch.take(
+                        vec![memsight_format::wire::Record::Snapshot(Box::new(s))],
+                        &outputs,
+                    );
+                }
+            }
+        }
+        std::thread::sleep(opts.interval.min(Duration::from_millis(20)));
+    };
+    let died_unix_ms = unix_ms();
+    // SAFETY: restoring default dispositions.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::signal(libc::SIGTERM, libc::SIG_DFL);
+    }
+    if let Some(r) = reader.as_mut() {
+        watch.drain(r, matches!(end, End::Ended), &outputs);
+    }
+    if let Some(h) = &host {
+        watch.sources = h.sources();
+    }
+    let oom_kills = oom.kills();
+    let report = postmortem::final_report(Ending {
+        watch: &watch,
+        end,
+        pid,
+        command: &command,
+        start_unix_ms: watch.ring_start_unix_ms.unwrap_or(attach_unix_ms),
+        died_unix_ms,
+        interval: opts.interval,
+        oom_kills,
+        job_report: None,
+    });
+    outputs.end(&report);
+    let report_error = crate::delivery::deliver(&report, &opts.report).err();
+    Ok(RunOutcome {
+        exit_code: 0,
+        report,
+        report_error,
+    })
+}

@@ -1,0 +1,206 @@
+//! How a job ended, judged: the post-mortem's cause, its one-line description, and the findings of
+//! the diagnosis engine for it (a Rust allocation failure, a device OOM, the OOM killer, a signal,
+//! a plain exit).
+
+use crate::watch::Watch;
+use memsight_analysis::diagnose::{judge, Context, Facts, Finding, Kind};
+use memsight_format::report::{PostMortemFinding, Report};
+use memsight_format::units::fmt_bytes;
+use std::path::Path;
+use std::process::ExitStatus;
+
+/// How watching ended.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum End {
+    /// Our child exited (its status, if `wait` gave one).
+    Child(Option<ExitStatus>),
+    /// An attached process ended; only its parent learns the status.
+    Ended,
+    /// The sidecar was asked to stop while the process ran on.
+    Detached,
+}
+
+/// A signal's name and number, as the post-mortem says them.
+pub(crate) fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGPIPE => "SIGPIPE",
+        _ => return format!("signal {sig}"),
+    };
+    format!("{name} (signal {sig})")
+}
+
+/// What the sidecar saw of the end.
+pub(crate) struct Seen {
+    pub end: End,
+    pub status: Option<ExitStatus>,
+    pub signal: Option<i32>,
+    pub pid: u32,
+    pub oom_kills: Option<u64>,
+    /// ` at step N in phase P` of the last sample, or empty.
+    pub place: String,
+}
+
+impl Seen {
+    fn code(&self) -> Option<i32> {
+        self.status.and_then(|s| s.code())
+    }
+
+    /// `killed by SIGKILL (signal 9)`, `exited with code 3`, or `ended`.
+    fn how(&self) -> String {
+        match (self.signal, self.code()) {
+            (Some(s), _) => format!("killed by {}", signal_name(s)),
+            (None, Some(c)) => format!("exited with code {c}"),
+            (None, None) => "ended".to_string(),
+        }
+    }
+
+    /// The cause (`out_of_memory`, `oom_killed`, `signaled`, `detached`, `ended`, `exited`), its
+    /// description, and the diagnosis engine's findings.
+    pub(crate) fn judge(
+        &self,
+        report: &Report,
+        w: &Watch,
+    ) -> (&'static str, String, Vec<PostMortemFinding>) {
+        let ctx = Context {
+            leak: report.leak.clone(),
+            ..Context::from_env()
+        };
+        let mut findings = Vec::new();
+        let (failures, failed_bytes) = w.alloc_failures;
+        let oom_killed =
+            self.signal == Some(libc::SIGKILL) && self.oom_kills.is_some_and(|k| k > 0);
+        let (cause, description) = if failures > 0 {
+            let mut f = Facts::default();
+            f.int("requested_bytes", failed_bytes);
+            findings.push(finding(Kind::RustAllocFailure, f, &ctx));
+            let how = match self.signal {
+                Some(s) => format!("aborted with {}", signal_name(s)),
+                None => self.how(),
+            };
+            (
+                "out_of_memory",
+                format!(
+                    "the job ran out of memory: a {} allocation failed{}; it {how}",
+                    fmt_bytes(failed_bytes),
+                    self.place
+                ),
+            )
+        } else if let Some(o) = report.device_ooms.last() {
+            let d = memsight_analysis::diagnose::device_oom::finding(o);
+            findings.push(finding(d.kind, d.facts, &ctx));
+            let earlier = match report.device_ooms.len() {
+                1 => String::new(),
+                n => format!(" (the last of {n} device OOMs)"),
+            };
+            let when = match o.phase.as_deref() {
+                Some(p) => format!(" at step {} in {p}", o.step),
+                None => format!(" at step {}", o.step),
+            };
+            (
+                "out_of_memory",
+                format!(
+                    "the job ran out of device memory: a {} request on cuda:{} failed with {} of {} free{when}{earlier}; {}",
+                    fmt_bytes(o.requested_bytes),
+                    o.device,
+                    fmt_bytes(o.free_bytes),
+                    fmt_bytes(o.total_bytes),
+                    match self.signal {
+                        Some(s) => format!("it was killed by {}", signal_name(s)),
+                        None => format!("it {}", self.how()),
+                    }
+                ),
+            )
+        } else if oom_killed {
+            findings.push(finding(
+                Kind::LinuxOomKiller,
+                self.oom_kill_facts(report, w),
+                &ctx,
+            ));
+            (
+                "oom_killed",
+                format!(
+                    "killed by the OOM killer (SIGKILL with a cgroup OOM kill){}",
+                    self.place
+                ),
+            )
+        } else {
+            self.plain_end()
+        };
+        (cause, description, findings)
+    }
+
+    /// The facts of a cgroup OOM kill, as the diagnosis engine reads them from a kernel log.
+    fn oom_kill_facts(&self, report: &Report, w: &Watch) -> Facts {
+        let mut f = Facts::default();
+        f.int("pid", self.pid);
+        if let Some(name) = report.job.command.first() {
+            let name = Path::new(name)
+                .file_name()
+                .map_or(name.as_str(), |n| n.to_str().unwrap_or(name));
+            f.text("process_name", name);
+        }
+        f.text("scope", "memcg");
+        let cg = w.last().and_then(|s| s.cgroup);
+        if let Some(limit) = cg.and_then(|c| c.limit) {
+            f.int("memory_limit_bytes", limit);
+        }
+        if let Some(usage) = cg.map(|c| c.usage) {
+            f.int("memory_usage_bytes", usage);
+        }
+        f
+    }
+
+    /// An end that is no memory failure: a signal, a detach, an exit.
+    fn plain_end(&self) -> (&'static str, String) {
+        let place = &self.place;
+        if let Some(sig) = self.signal {
+            return ("signaled", format!("killed by {}{place}", signal_name(sig)));
+        }
+        match (self.end, self.code()) {
+            (End::Detached, _) => (
+                "detached",
+                format!("memsight detached{place}; the process runs on"),
+            ),
+            (End::Ended, _) => ("ended", format!("the process ended{place}")),
+            (_, Some(c)) => ("exited", format!("exited with code {c}")),
+            (_, None) => ("exited", "ended".to_string()),
+        }
+    }
+}
+
+/// One judged finding, in the post-mortem's words.
+fn finding(kind: Kind, facts: Facts, ctx: &Context) -> PostMortemFinding {
+    let d = judge(
+        Finding {
+            kind,
+            facts,
+            line: 0,
+        },
+        ctx,
+    );
+    PostMortemFinding {
+        kind: kind.as_str().into(),
+        verdict: serde_json::to_value(d.verdict.verdict)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        evidence: d.verdict.evidence,
+        // The job already ran under memsight: "profile it" is no advice here.
+        remedies: d
+            .remedies
+            .into_iter()
+            .filter(|r| r.id != "profile")
+            .map(|r| r.action)
+            .collect(),
+    }
+}

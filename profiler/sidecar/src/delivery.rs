@@ -1,0 +1,101 @@
+//! How a run ends for the user: its outcome, the report delivered to its path (or standard
+//! output), the errors the sidecar can meet, and the shell's exit code of a job.
+
+use memsight_format::report::Report;
+use std::fmt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+
+/// How the run ended.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// The job's exit code, 128 + signal when it was killed.
+    pub exit_code: i32,
+    /// The report.
+    pub report: Report,
+    /// Why the report did not reach its path, when it did not (the job's code still stands).
+    pub report_error: Option<SidecarError>,
+}
+
+/// Whether `report` means standard output (`--report -`).
+pub fn to_stdout(report: &std::path::Path) -> bool {
+    report.as_os_str() == "-"
+}
+
+/// Checks, before the job starts, that `report` can be written (see [`memsight_format::safe_file`]).
+pub fn check_report_path(report: &std::path::Path) -> Result<(), SidecarError> {
+    if to_stdout(report) {
+        return Ok(());
+    }
+    memsight_format::safe_file::check_writable(report).map_err(|e| {
+        SidecarError::Report(memsight_format::report::ReportError::Io {
+            path: report.to_path_buf(),
+            source: e,
+        })
+    })
+}
+
+/// Writes the final report to its path, or to standard output for `-`.
+pub(crate) fn deliver(report: &Report, to: &std::path::Path) -> Result<(), SidecarError> {
+    if to_stdout(to) {
+        use std::io::Write;
+        let json = report.to_json().map_err(SidecarError::Report)?;
+        let mut out = std::io::stdout().lock();
+        return out
+            .write_all(&json)
+            .and_then(|()| out.write_all(b"\n"))
+            .and_then(|()| out.flush())
+            .map_err(|e| {
+                SidecarError::Report(memsight_format::report::ReportError::Io {
+                    path: to.to_path_buf(),
+                    source: e,
+                })
+            });
+    }
+    report.save(to).map_err(SidecarError::Report)
+}
+
+/// Why the sidecar could not do its job.
+#[derive(Debug)]
+pub enum SidecarError {
+    /// No command given.
+    NoCommand,
+    /// The command could not be started.
+    Spawn(String, std::io::Error),
+    /// The runtime directory could not be made.
+    RuntimeDir(PathBuf, std::io::Error),
+    /// The report could not be written.
+    Report(memsight_format::report::ReportError),
+    /// `attach` was given a pid with no process.
+    NoProcess(u32),
+    /// The metrics address could not be bound.
+    Metrics(std::net::SocketAddr, std::io::Error),
+}
+
+impl fmt::Display for SidecarError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SidecarError::NoCommand => {
+                f.write_str("no command given: memsight run [OPTIONS] -- CMD ARGS…")
+            }
+            SidecarError::Spawn(cmd, e) => write!(f, "cannot start `{cmd}`: {e}"),
+            SidecarError::RuntimeDir(p, e) => {
+                write!(f, "cannot use runtime directory {}: {e}", p.display())
+            }
+            SidecarError::Report(e) => write!(f, "cannot write the report: {e}"),
+            SidecarError::NoProcess(pid) => write!(f, "no process {pid} (see `ps`)"),
+            SidecarError::Metrics(a, e) => write!(f, "cannot serve metrics at {a}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SidecarError {}
+
+/// The exit code a shell would show: the code, or 128 + signal.
+pub fn shell_code(status: ExitStatus) -> i32 {
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1)
+}

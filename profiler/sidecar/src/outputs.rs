@@ -1,0 +1,83 @@
+//! Where the sidecar sends what it sees while the job runs: viewers' socket and Prometheus.
+
+use crate::delivery::SidecarError;
+use crate::{metrics, server};
+use memsight_format::report::Report;
+use memsight_format::wire::Record;
+use std::ffi::OsString;
+use std::sync::Arc;
+
+/// Where the sidecar sends what it sees while the job runs: viewers' socket, Prometheus.
+pub(crate) struct Outputs {
+    pub(crate) server: Option<server::Server>,
+    pub(crate) metrics: Option<Arc<metrics::Metrics>>,
+}
+
+impl Outputs {
+    /// Binds the metrics address (an explicit request: failing is an error).
+    pub(crate) fn new(
+        addr: Option<std::net::SocketAddr>,
+        command: &[OsString],
+    ) -> Result<Self, SidecarError> {
+        let metrics = match addr {
+            None => None,
+            Some(a) => {
+                let program = command
+                    .first()
+                    .map(|c| c.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let m = Arc::new(metrics::Metrics::new(metrics::job_labels(&program)));
+                let bound =
+                    metrics::serve(a, Arc::clone(&m)).map_err(|e| SidecarError::Metrics(a, e))?;
+                if !bound.ip().is_loopback() {
+                    eprintln!(
+                        "memsight: metrics on {bound} are readable by anyone who can reach it"
+                    );
+                }
+                eprintln!("memsight · Prometheus metrics at http://{bound}/metrics");
+                Some(m)
+            }
+        };
+        Ok(Outputs {
+            server: None,
+            metrics,
+        })
+    }
+
+    /// Opens the viewers' socket for `pid`; without one the sidecar still writes its report.
+    pub(crate) fn listen(&mut self, pid: u32, command: &[OsString]) {
+        let command = command
+            .iter()
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect();
+        let started = server::socket_path(pid)
+            .map_err(|(p, e)| format!("{}: {e}", p.display()))
+            .and_then(|p| {
+                server::Server::start(&p, pid, command).map_err(|e| format!("{}: {e}", p.display()))
+            });
+        match started {
+            Ok(s) => self.server = Some(s),
+            Err(e) => eprintln!("memsight: no live socket for viewers: {e}"),
+        }
+    }
+
+    /// Sends a record to viewers and updates the metrics.
+    pub(crate) fn emit(&self, r: &Record) {
+        if let Some(s) = &self.server {
+            s.publish(r);
+        }
+        if let (Some(m), Record::Snapshot(s)) = (&self.metrics, r) {
+            m.update(s);
+        }
+    }
+
+    /// Tells viewers how the job ended, then closes the socket.
+    pub(crate) fn end(self, report: &Report) {
+        if let Some(pm) = &report.post_mortem {
+            self.emit(&Record::Ended {
+                description: pm.description.clone(),
+                post_mortem: Some(Box::new(pm.clone())),
+            });
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! What the sidecar gathers from the job's flight recorder while it runs: the timeline, the
+//! job's greeting, phases, device OOMs, heap profiles, drops and allocation failures.
+
+use crate::outputs::Outputs;
+use memsight_format::snapshot::Snapshot;
+use memsight_format::timeline::Timeline;
+use memsight_format::wire::ring::RingReader;
+use memsight_format::wire::Record;
+use std::path::PathBuf;
+
+/// What the sidecar gathered while the job ran.
+pub(crate) struct Watch {
+    pub timeline: Timeline,
+    pub hello: Option<Record>,
+    pub finished_report: Option<PathBuf>,
+    pub ring_start_unix_ms: Option<u64>,
+    pub dropped: u64,
+    /// Ring drops already told to viewers.
+    dropped_told: u64,
+    pub alloc_failures: (u64, u64),
+    pub ring_error: Option<String>,
+    /// Sources the sidecar read itself (uninstrumented `attach`).
+    pub sources: Vec<memsight::collect::SourceStatus>,
+    /// The job's latest phase statistics.
+    pub phases: Vec<memsight_format::phase::PhaseStats>,
+    /// Device OOMs the job's observer recorded.
+    pub device_ooms: Vec<memsight_format::device::DeviceOom>,
+    /// Heap profiles the job announced, one per file still on disk.
+    pub heap_dumps: Vec<memsight_format::heap_profile::DumpRecord>,
+}
+
+impl Watch {
+    pub(crate) fn new() -> Self {
+        Watch {
+            timeline: Timeline::with_capacity(memsight_format::timeline::DEFAULT_CAPACITY),
+            hello: None,
+            finished_report: None,
+            ring_start_unix_ms: None,
+            dropped: 0,
+            dropped_told: 0,
+            alloc_failures: (0, 0),
+            ring_error: None,
+            sources: Vec::new(),
+            phases: Vec::new(),
+            device_ooms: Vec::new(),
+            heap_dumps: Vec::new(),
+        }
+    }
+
+    /// Opens the job's ring once it exists; a ring that cannot be read is remembered as the reason.
+    pub(crate) fn open_ring(&mut self, reader: &mut Option<RingReader>, path: &std::path::Path) {
+        if reader.is_some() || !path.exists() {
+            return;
+        }
+        match RingReader::open(path) {
+            Ok(r) => {
+                self.ring_start_unix_ms = Some(r.info().start_unix_ms);
+                self.ring_error = None;
+                *reader = Some(r);
+            }
+            Err(e) => self.ring_error = Some(e.to_string()),
+        }
+    }
+
+    /// The latest snapshot (compaction only merges older ones).
+    pub fn last(&self) -> Option<&Snapshot> {
+        self.timeline.last()
+    }
+
+    /// Reads the records written since the last poll; records lost from the ring meanwhile are
+    /// told to viewers as a `dropped` notice (their count of missed records includes them).
+    pub(crate) fn poll(&mut self, r: &mut RingReader, out: &Outputs) {
+        let records = r.poll();
+        self.take(records, out);
+        self.tell_drops(r, out);
+    }
+
+    fn tell_drops(&mut self, r: &RingReader, out: &Outputs) {
+        let lost = r.dropped().saturating_sub(self.dropped_told);
+        if lost > 0 {
+            out.emit(&Record::Dropped { count: lost });
+            self.dropped_told = r.dropped();
+        }
+    }
+
+    /// Reads what the writer left once watching stops: every remaining record (`writer_gone`:
+    /// one it died writing counts as dropped), the drop count and the failed allocations.
+    pub(crate) fn drain(&mut self, r: &mut RingReader, writer_gone: bool, out: &Outputs) {
+        let records = if writer_gone {
+            r.poll_final()
+        } else {
+            r.poll()
+        };
+        self.take(records, out);
+        self.tell_drops(r, out);
+        self.dropped = r.dropped();
+        self.alloc_failures = r.alloc_failures();
+    }
+
+    pub(crate) fn take(&mut self, records: Vec<Record>, out: &Outputs) {
+        for r in records {
+            out.emit(&r);
+            match r {
+                Record::Snapshot(s) => self.timeline.push(*s),
+                Record::Finished { report_path } => {
+                    self.finished_report = report_path.map(PathBuf::from);
+                }
+                h @ Record::Hello { .. } => self.hello = Some(h),
+                Record::Phases { phases } => self.phases = phases,
+                Record::DeviceOom(o) => self.device_ooms.push(*o),
+                Record::HeapProfile(d) => {
+                    // One record per file still on disk (rotated step profiles are deleted), so a
+                    // long job's list stays short.
+                    self.heap_dumps
+                        .retain(|o| o.path != d.path && std::path::Path::new(&o.path).exists());
+                    self.heap_dumps.push(d);
+                }
+                _ => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! The running session's flight recorder as the rest of the job sees it: the ring records go to and
+//! the session's clock. The session installs it when it starts and removes it when it finishes, so
+//! writers that are not the session (device OOMs from a backend's observer) need not know it.
+
+use crate::sys::lock;
+use memsight_format::wire::ring::RingWriter;
+use memsight_format::wire::Record;
+use std::sync::Mutex;
+use std::time::Instant;
+
+struct Flight {
+    ring: Option<&'static RingWriter>,
+    started: Instant,
+}
+
+static FLIGHT: Mutex<Option<Flight>> = Mutex::new(None);
+
+/// Called by the session as it starts: records now go to `ring` (none when the ring is off), and
+/// times count from `started`.
+pub(crate) fn install(ring: Option<&'static RingWriter>, started: Instant) {
+    *lock(&FLIGHT) = Some(Flight { ring, started });
+}
+
+/// Called by the session as it finishes.
+pub(crate) fn remove() {
+    *lock(&FLIGHT) = None;
+}
+
+/// Milliseconds since the running session started; `None` without a session.
+pub(crate) fn session_ms() -> Option<u64> {
+    lock(&FLIGHT)
+        .as_ref()
+        .map(|f| f.started.elapsed().as_millis() as u64)
+}
+
+/// Appends `record` to the running session's ring, if it has one.
+pub(crate) fn append(record: &Record) {
+    if let Some(ring) = lock(&FLIGHT).as_ref().and_then(|f| f.ring) {
+        ring.append(record);
+    }
+}

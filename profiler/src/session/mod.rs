@@ -1,0 +1,423 @@
+//! The session: a builder, the sampler thread that fills the timeline, and the final report.
+//!
+//! Environment overrides (so `memsight run` can switch a binary's session without code changes):
+//! `MEMSIGHT_REPORT` (report path), `MEMSIGHT_INTERVAL_MS` (sampling interval), `MEMSIGHT_QUIET=1`
+//! (no snapshot blocks on stderr), `MEMSIGHT_RING` (the flight-recorder ring's path, set by
+//! `memsight run`; `off` for none), `MEMSIGHT_PROFILE_DIR` (where heap profiles go; by default
+//! beside the report, see [`crate::heapprof::dir_for_report`]), `MEMSIGHT_HEAP_SAMPLE` (`off` or
+//! the mean bytes between heap-profile samples; `heap-profile` builds). They take precedence over the builder. Without `MEMSIGHT_RING`
+//! a session writes its ring to `ring-<pid>.bin` in the runtime directory, where `memsight attach`
+//! finds it, and removes it when it finishes.
+
+use crate::alloc;
+use crate::collect::{HostCollector, HostSample};
+use crate::devices;
+use crate::flight;
+use crate::heapprof;
+use crate::phases;
+use crate::sys::{lock, unix_ms};
+use memsight_format::report::{self, Job, JobExit, Report, ReportError};
+use memsight_format::snapshot::Snapshot;
+use sampler::{append_snapshot, Shared};
+
+mod sampler;
+use memsight_format::timeline::{Timeline, DEFAULT_CAPACITY};
+use memsight_format::wire::ring::RingWriter;
+use memsight_format::wire::{self, Record};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static CURRENT: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
+
+/// Why a session could not start or finish.
+#[derive(Debug)]
+pub enum SessionError {
+    /// Another session is running in this process.
+    AlreadyRunning,
+    /// A setting is out of range.
+    InvalidConfig(String),
+    /// The sampler thread could not be spawned.
+    Spawn(std::io::Error),
+    /// The report could not be written.
+    Report(ReportError),
+}
+
+impl fmt::Display for SessionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SessionError::AlreadyRunning => {
+                f.write_str("a memsight session is already running in this process")
+            }
+            SessionError::InvalidConfig(why) => {
+                write!(f, "invalid memsight session setting: {why}")
+            }
+            SessionError::Spawn(e) => write!(f, "cannot start the memsight sampler thread: {e}"),
+            SessionError::Report(e) => write!(f, "cannot write the memsight report: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SessionError {}
+
+/// Configures a [`Session`]. Every setting is optional.
+#[derive(Clone, Debug)]
+pub struct SessionBuilder {
+    interval: Duration,
+    report_path: Option<PathBuf>,
+    timeline_capacity: usize,
+    quiet: bool,
+    ring: RingChoice,
+}
+
+/// Where the session's flight recorder goes.
+#[derive(Clone, Debug)]
+enum RingChoice {
+    /// `ring-<pid>.bin` in the runtime directory, removed at finish.
+    Default,
+    /// A path a sidecar chose (it removes the file).
+    At(PathBuf),
+    /// No flight recorder.
+    Off,
+}
+
+impl Default for SessionBuilder {
+    fn default() -> Self {
+        SessionBuilder {
+            interval: Duration::from_millis(100),
+            report_path: None,
+            timeline_capacity: DEFAULT_CAPACITY,
+            quiet: false,
+            ring: RingChoice::Default,
+        }
+    }
+}
+
+impl SessionBuilder {
+    /// Sampling interval (default 100 ms; at least 1 ms).
+    ///
+    /// ```
+    /// let b = memsight::Session::builder().interval(std::time::Duration::from_millis(50));
+    /// ```
+    pub fn interval(mut self, d: Duration) -> Self {
+        self.interval = d;
+        self
+    }
+
+    /// Where [`Session::finish`] writes the JSON report (default: no file).
+    ///
+    /// ```
+    /// let b = memsight::Session::builder().report_path("memsight-report.json");
+    /// ```
+    pub fn report_path(mut self, p: impl Into<PathBuf>) -> Self {
+        self.report_path = Some(p.into());
+        self
+    }
+
+    /// Most snapshots kept in the timeline (default 3000); older history is merged, peaks kept.
+    ///
+    /// ```
+    /// let b = memsight::Session::builder().timeline_capacity(10_000);
+    /// ```
+    pub fn timeline_capacity(mut self, n: usize) -> Self {
+        self.timeline_capacity = n;
+        self
+    }
+
+    /// Do not print the snapshot block to stderr at start and finish.
+    ///
+    /// ```
+    /// let b = memsight::Session::builder().quiet();
+    /// ```
+    pub fn quiet(mut self) -> Self {
+        self.quiet = true;
+        self
+    }
+
+    fn apply_env(mut self) -> Result<Self, SessionError> {
+        if let Some(p) = std::env::var_os("MEMSIGHT_REPORT").filter(|p| !p.is_empty()) {
+            self.report_path = Some(p.into());
+        }
+        if let Ok(ms) = std::env::var("MEMSIGHT_INTERVAL_MS") {
+            let ms: u64 = ms.trim().parse().map_err(|_| {
+                SessionError::InvalidConfig(format!(
+                    "MEMSIGHT_INTERVAL_MS={ms:?} is not a number of milliseconds"
+                ))
+            })?;
+            self.interval = Duration::from_millis(ms);
+        }
+        if std::env::var("MEMSIGHT_QUIET").is_ok_and(|v| v == "1") {
+            self.quiet = true;
+        }
+        match std::env::var_os("MEMSIGHT_RING").filter(|p| !p.is_empty()) {
+            Some(p) if p == "off" => self.ring = RingChoice::Off,
+            Some(p) => self.ring = RingChoice::At(p.into()),
+            None => {}
+        }
+        Ok(self)
+    }
+
+    /// Starts sampling. Fails if a session is already running in this process.
+    pub fn start(self) -> Result<Session, SessionError> {
+        let cfg = self.apply_env()?;
+        if cfg.interval < Duration::from_millis(1) {
+            return Err(SessionError::InvalidConfig(format!(
+                "interval {:?} is below 1 ms",
+                cfg.interval
+            )));
+        }
+        if ACTIVE.swap(true, Ordering::SeqCst) {
+            return Err(SessionError::AlreadyRunning);
+        }
+        let started_unix_ms = unix_ms();
+        // The job never fails because its watcher's ring cannot be made: it says so and runs on.
+        let ring_path = match &cfg.ring {
+            RingChoice::Off => None,
+            RingChoice::At(p) => Some(p.clone()),
+            // A file left by a dead process that had our pid is stale, unless someone holds it
+            // (a job with our pid in another PID namespace sharing the directory).
+            RingChoice::Default => wire::default_ring_path(std::process::id())
+                .ok()
+                .inspect(|p| {
+                    wire::remove_stale_rings();
+                    if wire::ring::is_unused(p) {
+                        let _ = std::fs::remove_file(p);
+                    }
+                }),
+        };
+        let ring = ring_path.as_deref().and_then(|p| {
+            let interval_ms = cfg.interval.as_millis() as u64;
+            match RingWriter::create(p, std::process::id(), started_unix_ms, interval_ms) {
+                Ok(w) => {
+                    let w = w.install_alloc_failure_words();
+                    w.append(&Record::Hello {
+                        pid: std::process::id(),
+                        command: std::env::args().collect(),
+                        start_unix_ms: started_unix_ms,
+                        interval_ms,
+                        memsight_version: env!("CARGO_PKG_VERSION").into(),
+                    });
+                    Some(w)
+                }
+                Err(e) => {
+                    eprintln!("memsight: no flight recorder at {}: {e}", p.display());
+                    None
+                }
+            }
+        });
+        let started = Instant::now();
+        let profile_dir = std::env::var_os("MEMSIGHT_PROFILE_DIR")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| cfg.report_path.as_deref().map(heapprof::dir_for_report));
+        let heap_profile = match &profile_dir {
+            Some(dir) => heapprof::start(dir, started, ring, phases::current_step()),
+            None => Err("no report path, so no heap profiles are written".into()),
+        };
+        let shared = Arc::new(Shared {
+            started,
+            heap_profile,
+            started_unix_ms,
+            ring,
+            timeline: Mutex::new(Timeline::with_capacity(cfg.timeline_capacity)),
+            collector: Mutex::new(HostCollector::for_self()),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+            missed: AtomicU64::new(0),
+        });
+        let first = shared.sample();
+        if !cfg.quiet {
+            eprint!("{}", first.render_block("session start"));
+        }
+        shared.record(first);
+        let worker = Arc::clone(&shared);
+        let interval = cfg.interval;
+        let sampler = std::thread::Builder::new()
+            .name("memsight-sampler".into())
+            .spawn(move || worker.run(interval))
+            .map_err(|e| {
+                ACTIVE.store(false, Ordering::SeqCst);
+                SessionError::Spawn(e)
+            })?;
+        *lock(&CURRENT) = Some(Arc::clone(&shared));
+        flight::install(ring, started);
+        Ok(Session {
+            shared,
+            sampler: Some(sampler),
+            cfg,
+            finished: false,
+        })
+    }
+}
+
+/// A running profiling session: samples memory until [`Session::finish`] (or drop).
+pub struct Session {
+    shared: Arc<Shared>,
+    sampler: Option<JoinHandle<()>>,
+    cfg: SessionBuilder,
+    finished: bool,
+}
+
+impl Session {
+    /// A builder with the defaults (100 ms interval, no report file).
+    pub fn builder() -> SessionBuilder {
+        SessionBuilder::default()
+    }
+
+    /// The report path in effect (builder or `MEMSIGHT_REPORT`).
+    pub fn report_path(&self) -> Option<&std::path::Path> {
+        self.cfg.report_path.as_deref()
+    }
+
+    /// A copy of the timeline so far.
+    pub fn timeline(&self) -> Vec<Snapshot> {
+        lock(&self.shared.timeline).samples().to_vec()
+    }
+
+    /// Stops sampling, takes a last snapshot, writes the report (when a path is set) and returns it.
+    pub fn finish(mut self) -> Result<Report, SessionError> {
+        self.finish_inner()
+    }
+
+    fn finish_inner(&mut self) -> Result<Report, SessionError> {
+        self.finished = true;
+        *lock(&self.shared.stop) = true;
+        self.shared.wake.notify_all();
+        if let Some(h) = self.sampler.take() {
+            let _ = h.join();
+        }
+        let last = self.shared.sample();
+        if !self.cfg.quiet {
+            eprint!("{}", last.render_block("session end"));
+        }
+        if let Some(r) = &self.shared.ring {
+            append_snapshot(r, &last);
+        }
+        self.shared.record_phases();
+        let dumps = heapprof::finish(phases::current_step());
+        let report = {
+            let mut tl = lock(&self.shared.timeline);
+            tl.push(last);
+            let mut sources = lock(&self.shared.collector).sources();
+            sources.extend(devices::statuses());
+            sources.push(crate::collect::SourceStatus {
+                name: "heap profile".into(),
+                available: self.shared.heap_profile.is_ok(),
+                detail: match &self.shared.heap_profile {
+                    Ok(what) => what.clone(),
+                    Err(why) => why.clone(),
+                },
+            });
+            let end_unix_ms = unix_ms();
+            report::build::build(report::build::Parts {
+                job: Job {
+                    pid: std::process::id(),
+                    command: std::env::args().collect(),
+                    start_unix_ms: self.shared.started_unix_ms,
+                    end_unix_ms,
+                    exit: JobExit {
+                        kind: "finished".into(),
+                        code: None,
+                        signal: None,
+                        description: "session finished in-process".into(),
+                    },
+                },
+                interval_ms: self.cfg.interval.as_millis() as u64,
+                timeline: &tl,
+                heap: alloc::stats(),
+                phases: phases::phase_stats(),
+                steps: phases::step_stats(),
+                histogram: report::histogram_buckets(&alloc::size_histogram()),
+                sources,
+                tensors: devices::tensors::stats(),
+                device_ooms: devices::ooms(),
+            })
+        };
+        // Under `memsight run` the sidecar symbolizes (it outlives the job); otherwise a
+        // `heap-profile` build does it here (other builds write no profiles).
+        #[cfg(feature = "heap-profile")]
+        let report = {
+            let mut report = report;
+            if !matches!(self.cfg.ring, RingChoice::At(_)) {
+                let dir = self
+                    .cfg
+                    .report_path
+                    .as_deref()
+                    .and_then(std::path::Path::parent)
+                    .map(PathBuf::from)
+                    .unwrap_or_default();
+                report.set_heap_profile(memsight_analysis::heapprof::summarize(&dumps, &dir));
+            }
+            report
+        };
+        #[cfg(not(feature = "heap-profile"))]
+        drop(dumps);
+        *lock(&CURRENT) = None;
+        flight::remove();
+        ACTIVE.store(false, Ordering::SeqCst);
+        if let Some(p) = &self.cfg.report_path {
+            report.save(p).map_err(SessionError::Report)?;
+            if !self.cfg.quiet {
+                eprintln!("memsight · report written to {}", p.display());
+            }
+        }
+        if let Some(r) = &self.shared.ring {
+            r.append(&Record::Finished {
+                report_path: self
+                    .cfg
+                    .report_path
+                    .as_ref()
+                    .map(|p| p.display().to_string()),
+            });
+            // The default ring is ours to remove; a sidecar's is the sidecar's.
+            if matches!(self.cfg.ring, RingChoice::Default) {
+                let _ = std::fs::remove_file(r.path());
+            }
+        }
+        Ok(report)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if !self.finished {
+            if let Err(e) = self.finish_inner() {
+                eprintln!("memsight: {e}");
+            }
+        }
+    }
+}
+
+/// A snapshot taken now: through the running session's collectors, or fresh ones without a session.
+pub fn snapshot() -> Snapshot {
+    let current = lock(&CURRENT).clone();
+    match current {
+        Some(shared) => shared.sample(),
+        None => own_snapshot(0, HostCollector::for_self().sample()),
+    }
+}
+
+/// This process's snapshot at `t_ms`: its heap counters, step and phase, the host sample, and
+/// what its tensor and device backends report.
+fn own_snapshot(t_ms: u64, host: HostSample) -> Snapshot {
+    let mut s = Snapshot::new(
+        t_ms,
+        phases::current_step(),
+        phases::current_phase(),
+        alloc::stats(),
+        host,
+    );
+    s.tensors = devices::tensors::stats();
+    s.devices = devices::sample_all();
+    s
+}
+
+/// Prints the human-readable snapshot block (Allocated / In use / Peak / System RSS / Available)
+/// to stderr.
+pub fn print_snapshot(title: &str) {
+    eprint!("{}", snapshot().render_block(title));
+}

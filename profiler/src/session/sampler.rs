@@ -1,0 +1,169 @@
+//! The session's sampler: the state a session shares with its sampling thread, one snapshot per
+//! interval into the timeline and the flight recorder, and missed intervals counted.
+
+use super::own_snapshot;
+use crate::collect::HostCollector;
+use crate::heapprof;
+use crate::phases;
+use crate::sys::lock;
+use memsight_format::snapshot::Snapshot;
+use memsight_format::timeline::Timeline;
+use memsight_format::wire::ring::RingWriter;
+use memsight_format::wire::Record;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// What a session shares with its sampling thread.
+pub(super) struct Shared {
+    pub(super) started: Instant,
+    /// Where heap profiles go, or why there are none.
+    pub(super) heap_profile: Result<String, String>,
+    pub(super) started_unix_ms: u64,
+    pub(super) ring: Option<&'static RingWriter>,
+    pub(super) timeline: Mutex<Timeline>,
+    pub(super) collector: Mutex<HostCollector>,
+    pub(super) stop: Mutex<bool>,
+    pub(super) wake: Condvar,
+    /// Sampling intervals that passed without a sample (the sampler ran late).
+    pub(super) missed: AtomicU64,
+}
+
+/// Writes a sample to the flight recorder. A sample whose device segment maps make it larger than
+/// a ring slot (48 segments of an H100 training job: 10 KB against 4 KiB slots, docs/gpu.md) keeps
+/// only its largest segments, halving until it fits, so the sample itself is never lost; the
+/// job's own report keeps the full maps.
+pub(super) fn append_snapshot(ring: &RingWriter, s: &Snapshot) {
+    let mut rec = Record::Snapshot(Box::new(s.clone()));
+    while !ring.append(&rec) {
+        let Record::Snapshot(t) = &mut rec else {
+            return;
+        };
+        let longest = t
+            .devices
+            .iter()
+            .map(|d| d.segments.len())
+            .max()
+            .unwrap_or(0);
+        if longest == 0 {
+            return;
+        }
+        for d in &mut t.devices {
+            d.segments.truncate(longest / 2);
+        }
+    }
+}
+
+impl Shared {
+    /// Keeps a snapshot in the timeline and, when a sidecar watches, in the flight recorder.
+    pub(super) fn record(&self, s: Snapshot) {
+        if let Some(r) = &self.ring {
+            append_snapshot(r, &s);
+        }
+        lock(&self.timeline).push(s);
+    }
+
+    /// Writes the phase statistics to the flight recorder (when a sidecar may be reading).
+    pub(super) fn record_phases(&self) {
+        if let Some(r) = &self.ring {
+            r.append(&Record::Phases {
+                phases: phases::phase_stats(),
+            });
+        }
+    }
+
+    pub(super) fn sample(&self) -> Snapshot {
+        let host = lock(&self.collector).sample();
+        let mut s = own_snapshot(self.started.elapsed().as_millis() as u64, host);
+        s.missed_intervals = self.missed.load(Ordering::Relaxed);
+        s
+    }
+
+    pub(super) fn run(&self, interval: Duration) {
+        let mut next = Instant::now() + interval;
+        let mut ticks: u64 = 0;
+        let phase_every = (250 / interval.as_millis().max(1) as u64).max(1);
+        loop {
+            let mut stop = lock(&self.stop);
+            while !*stop {
+                let now = Instant::now();
+                if now >= next {
+                    break;
+                }
+                stop = self
+                    .wake
+                    .wait_timeout(stop, next - now)
+                    .map(|r| r.0)
+                    .unwrap_or_else(|p| p.into_inner().0);
+            }
+            if *stop {
+                return;
+            }
+            drop(stop);
+            let s = self.sample();
+            let heap = s.jemalloc.map_or(s.heap.live_bytes, |j| j.allocated);
+            heapprof::on_sample(heap, s.step);
+            self.record(s);
+            ticks += 1;
+            // Phase totals about 4 times a second, so a sidecar has them even if the job is killed.
+            if ticks.is_multiple_of(phase_every) {
+                self.record_phases();
+            }
+            // Fixed-rate schedule; after a stall, resume from now instead of bursting, and count
+            // the intervals that got no sample.
+            next += interval;
+            let now = Instant::now();
+            if next < now {
+                let late = (now - next).as_nanos().div_ceil(interval.as_nanos().max(1));
+                self.missed
+                    .fetch_add(u64::try_from(late).unwrap_or(u64::MAX), Ordering::Relaxed);
+                next = now + interval;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod ring_sample_tests {
+    use super::*;
+    use crate::devices::{DeviceSample, SegmentMap};
+    use memsight_format::wire::ring::RingReader;
+
+    #[test]
+    fn a_sample_with_an_h100_sized_segment_map_still_reaches_the_ring() {
+        let dir = std::env::temp_dir().join(format!("memsight-seg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ring.bin");
+        let _ = std::fs::remove_file(&path);
+        let ring = RingWriter::create(&path, 1, 0, 100).unwrap();
+        // 48 segments, largest first, with uneven cells: about 10 KB of JSON.
+        let segments: Vec<SegmentMap> = (0..48u64)
+            .map(|i| SegmentMap {
+                bytes: (48 - i) << 21,
+                allocated_bytes: (47 - i) << 20,
+                cells: (0..32).map(|c| ((c * 37 + i * 11) % 256) as u8).collect(),
+            })
+            .collect();
+        let s = Snapshot {
+            devices: vec![DeviceSample {
+                backend: "libtorch-cuda".into(),
+                segments: segments.clone(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        append_snapshot(&ring, &s);
+        let got = RingReader::open(&path).unwrap().poll_final();
+        let _ = std::fs::remove_dir_all(&dir);
+        let Some(Record::Snapshot(back)) = got.first() else {
+            panic!("the sample was lost: {got:?}");
+        };
+        let kept = &back.devices[0].segments;
+        assert!(!kept.is_empty() && kept.len() < 48, "{}", kept.len());
+        assert_eq!(
+            kept[..],
+            segments[..kept.len()],
+            "the largest segments are kept"
+        );
+    }
+}
