@@ -65,6 +65,16 @@ fn contract_job_peak_malloc_baseline_and_budget_gate() {
 
     let r = memsight::Report::load(&report).unwrap();
     assert_eq!(r.peaks.heap_peak_bytes as i64, v["report_peak"]);
+    // `reset_peak()` before `finish()` resets what the program reads, never the report's peak.
+    assert!(
+        v["peak_after_reset"] - v["baseline_live"] < 1 << 20,
+        "reset_peak did not reset the peak the program reads: {v:?}"
+    );
+    let reported = v["report_peak"] - v["baseline_live"];
+    assert!(
+        (reported - mib100).abs() < mib100 / 100,
+        "report peak above baseline {reported} not within 1% of 100 MiB after reset_peak"
+    );
     assert_eq!(r.peaks.heap_peak_step, Some(1));
     assert_eq!(r.peaks.heap_peak_phase.as_deref(), Some("hold-100MiB"));
     // The sampler saw the C malloc too.

@@ -14,6 +14,11 @@ pub struct HeapStats {
     /// Highest live bytes since start or the last `memsight::reset_peak` (within 64 KiB per allocating
     /// thread of the true peak).
     pub peak_bytes: u64,
+    /// Highest live bytes since the process started, with the same bound as `peak_bytes`; never
+    /// lowered by `memsight::reset_peak`, so a report's peak is the run's even when the program
+    /// resets the peak it reads back (0 in reports written before it existed).
+    #[serde(default)]
+    pub run_peak_bytes: u64,
     /// Allocation calls so far.
     pub allocations: u64,
     /// Deallocation calls so far.

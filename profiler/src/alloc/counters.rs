@@ -158,14 +158,16 @@ pub(crate) static SHARED: Counts = Counts::new();
 /// Published live bytes (Σ published deltas). Exact live bytes come from the sums.
 static LIVE: AtomicI64 = AtomicI64::new(0);
 
-/// Which peak tracker: the resettable process peak, the current phase window, the current step window.
+/// Which peak tracker: the resettable process peak, the current phase window, the current step
+/// window, and the run's peak (never reset: the report's).
 #[derive(Clone, Copy)]
 pub(crate) enum Tracker {
     Global = 0,
     Phase = 1,
     Step = 2,
+    Run = 3,
 }
-static PEAKS: [AtomicI64; 3] = [const { AtomicI64::new(0) }; 3];
+static PEAKS: [AtomicI64; 4] = [const { AtomicI64::new(0) }; 4];
 
 #[inline(always)]
 fn bucket_of(size: usize) -> usize {

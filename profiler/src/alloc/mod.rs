@@ -180,6 +180,7 @@ pub fn stats() -> HeapStats {
     HeapStats {
         live_bytes: live,
         peak_bytes: counters::peak(counters::Tracker::Global, live),
+        run_peak_bytes: counters::peak(counters::Tracker::Run, live),
         allocations: t.allocations,
         deallocations: t.deallocations,
         reallocations: t.reallocations,
@@ -188,7 +189,8 @@ pub fn stats() -> HeapStats {
     }
 }
 
-/// Resets the peak to the current live bytes.
+/// Resets the peak that [`stats`] reads back to the current live bytes. The run's peak
+/// ([`HeapStats::run_peak_bytes`], the one reports and budgets use) is never reset.
 pub fn reset_peak() {
     let live = counters::totals().live();
     counters::swap_peak(counters::Tracker::Global, live);

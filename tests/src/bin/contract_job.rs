@@ -1,5 +1,6 @@
 //! A job written against exactly the public contract of the README: it holds a known 100 MiB
-//! buffer, then a 64 MiB C `malloc`, frees both, and writes its report to the path in argv[1].
+//! buffer, then a 64 MiB C `malloc`, frees both, resets the peak it reads back, and writes its
+//! report to the path in argv[1].
 //! It prints one `key=value` line per checkpoint for the test to read.
 
 use std::hint::black_box;
@@ -68,6 +69,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "allocations={} deallocations={}",
         end.allocations, end.deallocations
     );
+    // As the README's snippet does: the program resets the peak it reads back; the report keeps
+    // the run's.
+    memsight::reset_peak();
+    println!("peak_after_reset={}", memsight::stats().peak_bytes);
     let report = session.finish()?;
     println!("report_peak={}", report.peaks.heap_peak_bytes);
     Ok(())

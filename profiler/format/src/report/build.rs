@@ -39,10 +39,12 @@ pub fn build(p: Parts) -> Report {
     let tl = p.timeline;
     let heap = p.heap;
     let sp = tl.peaks();
+    // The run's peak: the program may have reset the peak it reads back (`reset_peak`).
+    let heap_peak_bytes = heap.run_peak_bytes.max(heap.peak_bytes);
     let (heap_peak_step, heap_peak_phase) = where_peaked(
         &p.steps,
         &p.phases,
-        heap.peak_bytes,
+        heap_peak_bytes,
         |s| Some(s.peak_bytes),
         |ph| Some(ph.peak_bytes),
     );
@@ -79,7 +81,7 @@ pub fn build(p: Parts) -> Report {
         interval_ms: p.interval_ms,
         missed_intervals: tl.last().map_or(0, |s| s.missed_intervals),
         peaks: Peaks {
-            heap_peak_bytes: heap.peak_bytes,
+            heap_peak_bytes,
             heap_peak_step,
             heap_peak_phase,
             final_live_bytes: heap.live_bytes,
@@ -110,8 +112,8 @@ pub fn build(p: Parts) -> Report {
     report
 }
 
-/// The latest step and the innermost phase whose peak windows (read by `step_peak` and
-/// `phase_peak`) reached `peak`.
+/// The first step and the innermost phase whose peak windows (read by `step_peak` and
+/// `phase_peak`) reached `peak`: where it was first reached.
 fn where_peaked(
     steps: &[StepStats],
     phases: &[PhaseStats],
@@ -121,7 +123,6 @@ fn where_peaked(
 ) -> (Option<u64>, Option<String>) {
     let step = steps
         .iter()
-        .rev()
         .find(|s| step_peak(s).is_some_and(|v| v >= peak))
         .map(|s| s.step);
     let phase = phases
