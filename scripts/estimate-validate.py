@@ -85,6 +85,12 @@ def full_grid():
         cfg(layers=4, hidden=256, heads=8, seq=128, batch=4, keep_logits=False, autocast=True,
             **big),
         cfg(layers=2, hidden=512, heads=8, seq=64, batch=2, **big),
+        cfg(layers=2, hidden=512, heads=8, seq=64, batch=1, optimizer_impl="foreach", **big),
+        cfg(layers=2, hidden=512, heads=8, seq=64, batch=1, optimizer_impl="fused", **big),
+        cfg(layers=2, hidden=512, heads=8, seq=64, batch=1, accum=2, autocast=True, **big),
+        cfg(layers=4, hidden=256, heads=8, seq=128, batch=16, attention="sdpa"),
+        cfg(layers=4, hidden=256, heads=4, seq=512, batch=2, dropout=0.1, checkpointing=True,
+            keep_logits=False, vocab=32000),
         cfg(layers=8, hidden=192, heads=6, seq=512, batch=1),
         cfg(layers=3, hidden=256, heads=4, seq=512, batch=2, attention="sdpa", dropout=0.1,
             autocast=True, checkpointing=True, accum=2, optimizer_impl="foreach", **big),
@@ -316,18 +322,26 @@ CACHE_FILE = None
 
 def run_measure(python, c):
     """Measures `c` in a fresh process (or takes the result from `--cache FILE`)."""
-    key = json.dumps(c, sort_keys=True)
-    if key in CACHE:
-        return CACHE[key]
-    out = subprocess.run([python, os.path.abspath(__file__), "--measure", json.dumps(c)],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"measuring {label(c)} failed: {out.stderr.strip()[-2000:]}")
-    CACHE[key] = json.loads(out.stdout.strip().splitlines()[-1])
-    if CACHE_FILE:
-        with open(CACHE_FILE, "w") as f:
-            json.dump(CACHE, f, indent=0)
-    return CACHE[key]
+    return run_measure_many(python, [c])[0]
+
+
+def run_measure_many(python, cs):
+    """Measures the configurations not in the cache, one after another in one fresh process
+    (each under its own profiler session, started before its model exists)."""
+    keys = [json.dumps(c, sort_keys=True) for c in cs]
+    todo = [c for c, k in zip(cs, keys) if k not in CACHE]
+    if todo:
+        out = subprocess.run([python, os.path.abspath(__file__), "--measure", json.dumps(todo)],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"measuring failed: {out.stderr.strip()[-2000:]}")
+        results = json.loads(out.stdout.strip().splitlines()[-1])
+        for c, r in zip(todo, results):
+            CACHE[json.dumps(c, sort_keys=True)] = r
+        if CACHE_FILE:
+            with open(CACHE_FILE, "w") as f:
+                json.dump(CACHE, f, indent=0)
+    return [CACHE[k] for k in keys]
 
 
 def mib(b):
@@ -336,6 +350,9 @@ def mib(b):
 
 def validate(args, grid):
     rows, bad = [], 0
+    if args.grid == "quick":
+        # One process for the handful of small configurations: torch is imported once.
+        run_measure_many(args.python, grid)
     if not args.json:
         print("| # | configuration | measured MiB | estimate MiB | error |")
         print("|---|---|---|---|---|")
@@ -413,7 +430,10 @@ def main():
     p.add_argument("--self-test", action="store_true")
     args = p.parse_args()
     if args.measure:
-        print(json.dumps(measure(json.loads(args.measure))))
+        todo = json.loads(args.measure)
+        one = isinstance(todo, dict)
+        results = [measure(c) for c in ([todo] if one else todo)]
+        print(json.dumps(results[0] if one else results))
         return 0
     if args.self_test:
         return self_test()

@@ -256,8 +256,8 @@ pub struct Estimate {
     pub activations_per_layer_bytes: Option<u64>,
     /// What one block keeps with checkpointing (its input).
     pub activations_per_layer_checkpointed_bytes: Option<u64>,
-    /// Attention scores kept by one block (naive: probabilities, with dropout its mask and
-    /// output; efficient: one log-sum-exp per row).
+    /// Attention's score-sized memory per block (naive: the probabilities, with dropout its mask
+    /// and output; efficient: the output B·H·S·D, kept once as the projection's input).
     pub attention_scores_bytes_per_layer: Option<u64>,
     /// All activations kept at the start of backward (one block's worth in forward-only runs).
     pub activations_bytes: Option<u64>,
@@ -452,7 +452,10 @@ fn estimate_batch(input: &EstimateInput, batch: u64) -> Estimate {
     est.activations_per_layer_checkpointed_bytes = Some(sat(a.checkpointed));
     est.attention_scores_bytes_per_layer = Some(sat(a.scores));
     est.kv_cache_bytes = Some(sat(kv));
-    est.workspace_bytes = Some(sat(a.forward_transient.max(a.backward_transient)));
+    est.workspace_bytes = Some(sat(a
+        .forward_transient
+        .max(a.mlp_backward)
+        .max(a.attention_backward.saturating_sub(a.mlp_share))));
     if !training {
         // Forward only: weights, one block's activations, the logits once, the KV cache.
         let logits = x * 4;
@@ -469,6 +472,9 @@ fn estimate_batch(input: &EstimateInput, batch: u64) -> Estimate {
         optimizer: w(est.optimizer_bytes),
         head_gradients: w(trainable_blocks * shape.vocab * shape.hidden * grad_bytes),
         block_gradients: w(trainable_blocks * shape.block_params() * grad_bytes),
+        mlp_gradients: w(trainable_blocks
+            * (8 * shape.hidden * shape.hidden + 5 * shape.hidden)
+            * grad_bytes),
         optimizer_transient: w(opt_transient),
         autocast_head,
         autocast_block,

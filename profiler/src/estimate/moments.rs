@@ -23,16 +23,24 @@ pub struct Activations {
     pub per_layer: u128,
     /// What one checkpointed block keeps (its input).
     pub checkpointed: u128,
-    /// The attention-score share of `per_layer` (naive: probabilities, dropout mask and output;
-    /// fused: the log-sum-exp rows).
+    /// Attention's score-sized memory per layer (naive: probabilities, dropout mask and output;
+    /// fused: the output, B·H·S·D, which the projection keeps as its input).
     pub scores: u128,
-    /// Kept outside the blocks: the embedding dropout's mask, the final norm's input and output.
-    pub outside: u128,
+    /// The embedding dropout's mask (kept until the embedding's backward).
+    pub embedding: u128,
+    /// The final norm's input, output and statistics.
+    pub head: u128,
     /// The largest transient of a block's forward beyond what it keeps.
     pub forward_transient: u128,
-    /// The largest transient of a block's backward beyond what is kept (new gradients minus the
-    /// activations already released at that point).
-    pub backward_transient: u128,
+    /// A block's MLP activations, released before its attention's backward starts.
+    pub mlp_share: u128,
+    /// New tensors at the MLP's backward (incoming gradient, the hidden's two gradients) less
+    /// the GELU output already released.
+    pub mlp_backward: u128,
+    /// New tensors at the attention's backward (incoming gradient, the probabilities' and
+    /// scores' gradients; fused: the output's and q, k, v's) less the attention's own released
+    /// tensors.
+    pub attention_backward: u128,
 }
 
 /// Element sizes of the activations of one run.
@@ -79,14 +87,19 @@ pub fn activations(i: &EstimateInput, s: ModelShape, b: u64) -> Activations {
     let n = b * t * d;
     let scores_el = b * h * t * t;
     let dropout = i.dropout > 0.0;
+    // On CPU, SDPA with dropout runs PyTorch's math fallback, which materializes the scores as
+    // naive attention does (the fused CPU kernel has no dropout).
+    let naive = i.attention == Attention::Naive || (dropout && i.device == Device::Cpu);
     // LayerNorm statistics: mean and 1/std in fp32 per row, two norms.
     let stats = 2 * 2 * b * t * 4;
     // LN1 and LN2 inputs (residual), their outputs as the next matmul keeps them, MLP hidden
     // before and after GELU, the attention output feeding the projection.
     let common = 2 * n * by.residual + 2 * n * by.low + 8 * n * by.low + n * by.low + stats;
     let dropout_masks = if dropout { 2 * n * by.mask } else { 0 };
-    let (attention, scores) = match i.attention {
-        Attention::Naive => {
+    // `attention`: what the attention keeps besides `common`; `scores`: the score-sized share
+    // reported per layer (fused kernels: their output, B·H·S·D, kept once in `common`).
+    let (attention, scores) = match naive {
+        true => {
             // q and k·ᵀ and v copied contiguous for the batched matmuls; the probabilities; with
             // dropout its mask and output; the causal mask's bool (masked_fill keeps it).
             let mut sc = scores_el * by.probs;
@@ -99,43 +112,45 @@ pub fn activations(i: &EstimateInput, s: ModelShape, b: u64) -> Activations {
                     sc += scores_el * by.probs_dropped;
                 }
             }
-            (3 * n * by.low + t * t, sc)
+            (3 * n * by.low + t * t + sc, sc)
         }
-        Attention::Efficient => {
-            // q, k, v (views of the projection's output) and one log-sum-exp per row; the
-            // output is already laid out as the projection's input (counted in `common`).
-            (3 * n * by.low, b * h * t * 4)
-        }
+        // q, k, v (views of the projection's output) and one fp32 log-sum-exp per row; the
+        // output is already laid out as the projection's input.
+        false => (3 * n * by.low + b * h * t * 4, n * by.low),
     };
-    let per_layer = common + dropout_masks + attention + scores;
+    let per_layer = common + dropout_masks + attention;
     let checkpointed = n * by.residual;
-    let emb_mask = if dropout { n * by.mask_residual } else { 0 };
-    let outside = emb_mask + n * by.residual + n * by.low + 2 * b * t * 4;
+    let embedding = if dropout { n * by.mask_residual } else { 0 };
+    let head = n * by.residual + n * by.low + 2 * b * t * 4;
     // Forward: a second score tensor while the next one is computed (naive), or the MLP's
     // output before the residual add.
-    let forward_transient = match i.attention {
-        Attention::Naive => (scores_el * by.low).max(n * by.low),
-        Attention::Efficient => n * by.residual,
+    let forward_transient = if naive {
+        (scores_el * by.low).max(n * by.low)
+    } else {
+        n * by.residual
     };
-    // Backward of the MLP: the incoming residual gradient, the gradients of the hidden before
-    // and after GELU, less the GELU output already released.
-    let mlp = n * by.residual + 8 * n * by.low - 4 * n * by.low;
-    // Backward of naive attention: the gradient of the probabilities and of the scores (and of
-    // the dropout output) at once, while this block's MLP activations are released.
-    let attn = match i.attention {
-        Attention::Naive => {
-            let grads = scores_el * by.probs * if dropout { 3 } else { 2 };
-            (grads + 4 * n * by.low).saturating_sub(2 * n * by.residual + 9 * n * by.low)
-        }
-        Attention::Efficient => 4 * n * by.low,
+    let mlp_share = n * by.residual + 9 * n * by.low + if dropout { n * by.mask } else { 0 };
+    let mlp_backward = n * by.residual + 8 * n * by.low - 4 * n * by.low;
+    // Naive: the value's gradient replaces the released value copy and attention output, and
+    // the probabilities' and the scores' gradients exist at once (with dropout the dropped
+    // probabilities and the mask are released first: one more score tensor in all). Fused: the
+    // output's gradient and those of q, k and v.
+    let attention_backward = if naive {
+        let grads = scores_el * by.probs * if dropout { 1 } else { 2 };
+        (n * by.residual + grads).saturating_sub(n * by.low)
+    } else {
+        n * by.residual + 4 * n * by.low
     };
     Activations {
         per_layer,
         checkpointed,
         scores,
-        outside,
+        embedding,
+        head,
         forward_transient,
-        backward_transient: mlp.max(attn),
+        mlp_share,
+        mlp_backward,
+        attention_backward,
     }
 }
 
@@ -151,6 +166,8 @@ pub struct States {
     pub head_gradients: u128,
     /// Gradients of one block.
     pub block_gradients: u128,
+    /// Gradients of one block's MLP (the first of the block's to exist in backward).
+    pub mlp_gradients: u128,
     /// The optimizer step's transient.
     pub optimizer_transient: u128,
     /// Autocast's 2-byte copies of the matmul weights (head share, one block's share).
@@ -191,44 +208,39 @@ pub fn training_moments(
     let (bb, t, d, v) = (w(b), w(i.seq), w(s.hidden), w(s.vocab));
     let l = w(layers);
     let n = bb * t * d;
+    let by = bytes(i);
+    let g = i.dtype.bytes() as u128;
     // Token ids and targets (int64).
     let data = 2 * bb * t * 8;
-    let base = st.weights + st.optimizer + data;
-    // Under gradient accumulation every micro-step after the first runs with all gradients.
-    let acc = if i.grad_accumulation > 1 {
-        st.gradients
-    } else {
-        0
-    };
-    let autocast = st.autocast_head + l * st.autocast_block;
-    let by = bytes(i);
+    let base = st.weights + st.optimizer + data + a.embedding;
+    // Under gradient accumulation every micro-step after the first runs with all gradients, and
+    // each new gradient is a transient added in place.
+    let accumulating = i.grad_accumulation > 1;
+    let acc = if accumulating { st.gradients } else { 0 };
     // Logits: B·K·V in the matmul dtype; the loss in fp32 under autocast, else the activation
     // dtype: log-probabilities, the NLL gradient and the log-softmax gradient.
     let positions = w(i.logits_to_keep.unwrap_or(i.seq).min(i.seq));
     let x = bb * positions * v;
-    let logit_b = by.low;
     let loss_b = if i.autocast {
         4
     } else {
         i.activation_dtype.bytes() as u128
     };
-    let kept_logits = if i.keep_logits { x * logit_b } else { 0 };
-    let g = i.dtype.bytes() as u128;
+    let logits_kept = if i.keep_logits { x * by.low } else { 0 };
+    // Blocks' activations at the end of forward; checkpointed: their inputs.
     let kept = if i.checkpointing {
         l * a.checkpointed
     } else {
         l * a.per_layer
     };
-    let outside = a.outside;
-    // The recomputed block under checkpointing.
-    let recomputed = if i.checkpointing { a.per_layer } else { 0 };
+    // Autocast copies: checkpointed blocks drop theirs when forward leaves autocast.
     let blocks_autocast = if i.checkpointing {
         st.autocast_block
     } else {
         l * st.autocast_block
     };
     let head_autocast = st.autocast_head + blocks_autocast;
-    let mut m = Vec::with_capacity(8);
+    let mut m = Vec::with_capacity(10);
     let mut push = |name: &'static str, bytes: u128| {
         m.push(Moment {
             name,
@@ -238,62 +250,68 @@ pub fn training_moments(
     // Inside the loss's log-softmax: the previous step's logits (kept by the loop until the
     // new ones replace them), the new logits, their fp32 cast under autocast, the output.
     let cast = if i.autocast { x * 4 } else { 0 };
+    let at_head = base + acc + head_autocast + kept + a.head;
     push(
         "forward end (loss)",
-        base + acc + head_autocast + kept + outside + 2 * kept_logits + cast + x * loss_b,
+        at_head + 2 * logits_kept + cast + x * loss_b,
     );
     // Last block's forward (checkpointed: the block's activations exist until it returns).
+    let last_block = if i.checkpointing { a.per_layer } else { 0 };
     push(
         "forward, last block",
-        base + acc + autocast + kept + recomputed + a.forward_transient + kept_logits,
+        base + acc + head_autocast + kept + last_block + a.forward_transient + logits_kept,
     );
-    let logits_kept = if i.keep_logits { x * logit_b } else { 0 };
     push(
         "loss backward start",
-        base + acc + head_autocast + kept + outside + logits_kept + 3 * x * loss_b,
+        at_head + logits_kept + 3 * x * loss_b,
     );
     // LM head's backward: the logits' gradient, the new (tied) weight gradient (autocast: in
     // 2 bytes, then its fp32 cast), the hidden state's gradient.
     let head_grad_new = v * d * (g + if i.autocast { 2 } else { 0 });
     push(
         "LM head backward",
-        base + acc
-            + head_autocast
-            + kept
-            + outside
-            + logits_kept
-            + x * logit_b
-            + head_grad_new
-            + n * by.low,
+        at_head + logits_kept + x * by.low + head_grad_new + n * by.low,
     );
-    let grads_top = if i.grad_accumulation > 1 {
+    // A block's backward, at its MLP and at its attention, given the gradients that exist
+    // before it and the activations alive (its own included).
+    let new_mlp = if accumulating {
+        4 * d * d * g
+    } else {
+        st.mlp_gradients
+    };
+    let new_block = if accumulating {
+        4 * d * d * g
+    } else {
+        st.block_gradients
+    };
+    let block = |grads: u128, alive: u128, autocast: u128| {
+        let common = base + grads + alive + autocast + logits_kept;
+        (
+            common + new_mlp + a.mlp_backward,
+            (common + new_block + a.attention_backward).saturating_sub(a.mlp_share),
+        )
+    };
+    let top_grads = if accumulating {
         st.gradients
     } else {
         st.head_gradients
     };
-    push(
-        "backward, last block",
-        base + grads_top + blocks_autocast + kept + recomputed + a.backward_transient + logits_kept,
-    );
-    let grads_bottom = if i.grad_accumulation > 1 {
+    let top_alive = if i.checkpointing {
+        l.saturating_sub(1) * a.checkpointed + a.per_layer
+    } else {
+        l * a.per_layer
+    };
+    let (mlp, attn) = block(top_grads, top_alive, blocks_autocast);
+    push("backward, last block's MLP", mlp);
+    push("backward, last block's attention", attn);
+    let bottom_grads = if accumulating {
         st.gradients
     } else {
         st.head_gradients + l.saturating_sub(1) * st.block_gradients
     };
-    let first = if i.checkpointing {
-        a.checkpointed + a.per_layer
-    } else {
-        a.per_layer
-    };
-    push(
-        "backward, first block",
-        base + grads_bottom
-            + st.autocast_block
-            + first
-            + a.backward_transient
-            + logits_kept
-            + st.block_gradients,
-    );
+    let (mlp, attn) = block(bottom_grads, a.per_layer, st.autocast_block);
+    push("backward, first block's MLP", mlp);
+    push("backward, first block's attention", attn);
     // The embedding's backward builds a dense V·d gradient, then adds it to the tied one.
     push(
         "embedding backward",
@@ -301,7 +319,7 @@ pub fn training_moments(
     );
     push(
         "optimizer step",
-        base + st.gradients + st.optimizer_transient + logits_kept,
+        base - a.embedding + st.gradients + st.optimizer_transient + logits_kept,
     );
     m
 }
