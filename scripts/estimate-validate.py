@@ -52,7 +52,7 @@ def cfg(**kw):
 
 
 def full_grid():
-    """The committed table: shapes x vocabularies x loop switches."""
+    """The committed table: shapes x vocabularies x loop switches (SGD with momentum 0.9)."""
     g = []
     big = dict(vocab=50257)
     for shape in [dict(layers=2, hidden=128, heads=4), dict(layers=4, hidden=256, heads=8),
@@ -89,10 +89,13 @@ def full_grid():
         cfg(layers=2, hidden=512, heads=8, seq=64, batch=1, optimizer_impl="fused", **big),
         cfg(layers=2, hidden=512, heads=8, seq=64, batch=1, accum=2, autocast=True, **big),
         cfg(layers=4, hidden=256, heads=8, seq=128, batch=16, attention="sdpa"),
+        cfg(layers=2, hidden=512, heads=8, seq=64, batch=1, optimizer="sgd", **big),
+        cfg(layers=4, hidden=256, heads=8, seq=256, batch=4, optimizer="sgd",
+            optimizer_impl="foreach", attention="sdpa", autocast=True),
         cfg(layers=4, hidden=256, heads=4, seq=512, batch=2, dropout=0.1, checkpointing=True,
             keep_logits=False, vocab=32000),
         cfg(layers=8, hidden=192, heads=6, seq=512, batch=1),
-        cfg(layers=3, hidden=256, heads=4, seq=512, batch=2, attention="sdpa", dropout=0.1,
+        cfg(layers=3, hidden=256, heads=4, seq=256, batch=2, attention="sdpa", dropout=0.1,
             autocast=True, checkpointing=True, accum=2, optimizer_impl="foreach", **big),
     ]
     return g
@@ -119,6 +122,8 @@ def label(c):
         parts.append("ckpt")
     if c["dropout"]:
         parts.append(f"drop{c['dropout']}")
+    if c.get("optimizer", "adamw") != "adamw":
+        parts.append(c["optimizer"])
     parts.append(c["optimizer_impl"])
     if c["accum"] > 1:
         parts.append(f"accum{c['accum']}")
@@ -231,8 +236,12 @@ def measure(c):
         model = GPT()
         model.train()
         impl = c["optimizer_impl"]
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1,
-                                foreach=impl == "foreach", fused=impl == "fused" or None)
+        if c.get("optimizer", "adamw") == "sgd":
+            opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9,
+                                  foreach=impl == "foreach")
+        else:
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1,
+                                    foreach=impl == "foreach", fused=impl == "fused" or None)
         x = torch.randint(0, c["vocab"], (c["batch"], c["seq"]))
         y = torch.randint(0, c["vocab"], (c["batch"], c["seq"]))
         state = {}
@@ -299,7 +308,8 @@ def estimate_args(c):
          "--heads", str(c["heads"]), "--vocab", str(c["vocab"]), "--seq", str(c["seq"]),
          "--batch", str(c["batch"]), "--device", "cpu",
          "--attention", "naive" if c["attention"] == "naive" else "efficient",
-         "--dropout", str(c["dropout"]), "--optimizer-impl", c["optimizer_impl"],
+         "--dropout", str(c["dropout"]), "--optimizer", c.get("optimizer", "adamw"),
+         "--optimizer-impl", c["optimizer_impl"],
          "--grad-accumulation", str(c["accum"]),
          "--keep-logits" if c["keep_logits"] else "--drop-logits", "--json"]
     if c["autocast"]:
