@@ -424,7 +424,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--grid", choices=["quick", "full"], default="quick")
     p.add_argument("--check-batch", action="store_true")
-    p.add_argument("--device-memory", type=int, default=1 << 30, help="bytes (check-batch)")
+    p.add_argument("--device-memory", type=int, default=2 << 30, help="bytes (check-batch; default 2 GiB)")
     p.add_argument("--headroom", type=float, default=0.15)
     p.add_argument("--memsight", default=os.path.join(ROOT, "target", "release", "memsight"))
     p.add_argument("--python", default=sys.executable)

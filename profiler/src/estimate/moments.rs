@@ -139,7 +139,12 @@ pub fn activations(i: &EstimateInput, s: ModelShape, b: u64) -> Activations {
         let grads = scores_el * by.probs * if dropout { 1 } else { 2 };
         (n * by.residual + grads).saturating_sub(n * by.low)
     } else {
-        n * by.residual + 4 * n * by.low
+        // Attention in key blocks by tensor ops (not a fused kernel): one block's scores,
+        // probabilities and their gradients (4 × B·H·S·block, fp32) at once.
+        let chunk = i
+            .attention_block
+            .map_or(0, |k| 4 * b * h * t * w(k.min(i.seq)) * 4);
+        n * by.residual + 4 * n * by.low + chunk
     };
     Activations {
         per_layer,
@@ -312,10 +317,12 @@ pub fn training_moments(
     let (mlp, attn) = block(bottom_grads, a.per_layer, st.autocast_block);
     push("backward, first block's MLP", mlp);
     push("backward, first block's attention", attn);
-    // The embedding's backward builds a dense V·d gradient, then adds it to the tied one.
+    // The embedding's backward builds a dense V·d gradient; autograd's input buffer then adds
+    // the LM head's (transposed) gradient of the tied weight to it out of place: the head's,
+    // the embedding's and their sum exist at once (the sum becomes the weight's gradient).
     push(
         "embedding backward",
-        base + st.gradients + v * d * g + logits_kept,
+        base + st.gradients + 2 * v * d * g + logits_kept,
     );
     push(
         "optimizer step",
