@@ -317,12 +317,15 @@ pub fn training_moments(
     let (mlp, attn) = block(bottom_grads, a.per_layer, st.autocast_block);
     push("backward, first block's MLP", mlp);
     push("backward, first block's attention", attn);
-    // The embedding's backward builds a dense V·d gradient; autograd's input buffer then adds
-    // the LM head's (transposed) gradient of the tied weight to it out of place: the head's,
-    // the embedding's and their sum exist at once (the sum becomes the weight's gradient).
+    // The embedding's backward builds a dense V·d gradient, and autograd's input buffer adds
+    // the LM head's gradient of the tied weight to it. Without autocast that gradient is a
+    // transposed view and the sum is made out of place (head's, embedding's and the sum at
+    // once); under autocast it comes from the cast back to fp32 and is summed in place
+    // (measured). Under accumulation the sum is then added to the existing gradient.
+    let tied = 1 + u128::from(!i.autocast) + u128::from(accumulating);
     push(
         "embedding backward",
-        base + st.gradients + 2 * v * d * g + logits_kept,
+        base + st.gradients + tied * v * d * g + logits_kept,
     );
     push(
         "optimizer step",
