@@ -90,6 +90,21 @@ pub fn activations(i: &EstimateInput, s: ModelShape, b: u64) -> Activations {
     // On CPU, SDPA with dropout runs PyTorch's math fallback, which materializes the scores as
     // naive attention does (the fused CPU kernel has no dropout).
     let naive = i.attention == Attention::Naive || (dropout && i.device == Device::Cpu);
+    // That fallback computes in fp32 from 2-byte inputs (`query.to(kFloat)` in PyTorch's
+    // `_scaled_dot_product_attention_math`): q, k, v, probabilities, mask and output in 4 bytes.
+    let math_fp32 = naive && i.attention == Attention::Efficient && i.autocast;
+    // `ab`: element sizes inside the attention (the scores and q, k, v copies).
+    let ab = if math_fp32 {
+        Bytes {
+            low: 4,
+            probs: 4,
+            probs_dropped: 4,
+            mask: 4,
+            ..bytes(i)
+        }
+    } else {
+        bytes(i)
+    };
     // LayerNorm statistics: mean and 1/std in fp32 per row, two norms.
     let stats = 2 * 2 * b * t * 4;
     // LN1 and LN2 inputs (residual), their outputs as the next matmul keeps them, MLP hidden
@@ -102,17 +117,17 @@ pub fn activations(i: &EstimateInput, s: ModelShape, b: u64) -> Activations {
         true => {
             // q and k·ᵀ and v copied contiguous for the batched matmuls; the probabilities; with
             // dropout its mask and output; the causal mask's bool (masked_fill keeps it).
-            let mut sc = scores_el * by.probs;
+            let mut sc = scores_el * ab.probs;
             if i.autocast && i.device == Device::Cuda {
-                sc += scores_el * by.probs_dropped;
+                sc += scores_el * ab.probs_dropped;
             }
             if dropout {
-                sc += scores_el * by.mask;
+                sc += scores_el * ab.mask;
                 if !(i.autocast && i.device == Device::Cuda) {
-                    sc += scores_el * by.probs_dropped;
+                    sc += scores_el * ab.probs_dropped;
                 }
             }
-            (3 * n * by.low + t * t + sc, sc)
+            (3 * n * ab.low + t * t + sc, sc)
         }
         // q, k, v (views of the projection's output) and one fp32 log-sum-exp per row; the
         // output is already laid out as the projection's input.
@@ -136,7 +151,7 @@ pub fn activations(i: &EstimateInput, s: ModelShape, b: u64) -> Activations {
     // probabilities and the mask are released first: one more score tensor in all). Fused: the
     // output's gradient and those of q, k and v.
     let attention_backward = if naive {
-        let grads = scores_el * by.probs * if dropout { 1 } else { 2 };
+        let grads = scores_el * ab.probs * if dropout { 1 } else { 2 };
         (n * by.residual + grads).saturating_sub(n * by.low)
     } else {
         // Attention in key blocks by tensor ops (not a fused kernel): one block's scores,
