@@ -397,12 +397,14 @@ def check_batch(args):
     device = args.device_memory
     cases = [
         cfg(layers=4, hidden=256, heads=8, seq=256, vocab=50257),
-        cfg(layers=4, hidden=256, heads=8, seq=256, vocab=50257, autocast=True,
-            attention="sdpa"),
+        cfg(layers=4, hidden=256, heads=8, seq=256, vocab=50257, attention="sdpa",
+            optimizer_impl="foreach", keep_logits=False),
         cfg(layers=6, hidden=384, heads=6, seq=256, vocab=8192, checkpointing=True,
             dropout=0.1),
     ]
     failed = 0
+    if args.cases:
+        cases = [cases[int(k) - 1] for k in args.cases.split(",")]
     for c in cases:
         e = memsight_estimate(args.memsight, c, ["--device-memory", str(device),
                                                  "--headroom", str(args.headroom)])
@@ -426,6 +428,7 @@ def main():
     p.add_argument("--check-batch", action="store_true")
     p.add_argument("--device-memory", type=int, default=2 << 30, help="bytes (check-batch; default 2 GiB)")
     p.add_argument("--headroom", type=float, default=0.15)
+    p.add_argument("--cases", help="check-batch: only these cases (1-based, comma-separated)")
     p.add_argument("--memsight", default=os.path.join(ROOT, "target", "release", "memsight"))
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--tolerance", type=float, default=0.10)
