@@ -1,4 +1,6 @@
-//! `memsight estimate` reproduces the seeds' arithmetic exactly, fits a device, and rejects bad input.
+//! `memsight estimate` reproduces the seeds' arithmetic exactly, fits a device, rejects bad input,
+//! and lands within ±10% of real PyTorch training steps (a quick run of
+//! `scripts/estimate-validate.py`; skipped with a reason when the torch venv is missing).
 
 use memsight_e2e::run_memsight;
 
@@ -96,9 +98,137 @@ fn bad_input_is_a_clear_error() {
         (vec!["--preset", "gpt2", "--batch", "0"], "--batch must be"),
         (vec!["--params", "lots"], "not a parameter count"),
         (vec!["--preset", "gpt2", "--quant-bits", "3"], "8 or 4"),
+        (
+            vec!["--preset", "gpt2", "--dropout", "1.5"],
+            "--dropout 1.5",
+        ),
+        (
+            vec!["--preset", "gpt2", "--optimizer-impl", "magic"],
+            "foreach, per-tensor or fused",
+        ),
+        (
+            vec!["--preset", "gpt2", "--device", "tpu"],
+            "use cpu or cuda",
+        ),
+        (
+            vec!["--preset", "gpt2", "--grad-accumulation", "0"],
+            "--grad-accumulation must be",
+        ),
     ] {
         let (code, _, err) = estimate(&args);
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(err.contains(msg), "{args:?}: {err}");
     }
+}
+
+/// The torch venv's python that `scripts/setup.sh` makes (`make build` runs it), if present.
+fn torch_python() -> Option<std::path::PathBuf> {
+    let cache = std::env::var_os("MEMSIGHT_CACHE")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME").map(|d| std::path::PathBuf::from(d).join("memsight"))
+        })
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/memsight"))
+        })?;
+    let py = cache.join("torch-2.11.0/bin/python");
+    py.exists().then_some(py)
+}
+
+#[test]
+fn the_estimate_is_within_10_percent_of_real_pytorch_steps() {
+    let Some(python) = torch_python() else {
+        println!("skipped: no torch venv (run scripts/setup.sh; make build does)");
+        return;
+    };
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/estimate-validate.py");
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .args(["--grid", "quick", "--memsight"])
+        .arg(memsight_e2e::memsight_bin())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("5 of 5 within ±10%"), "{text}");
+}
+
+#[test]
+fn the_harness_measures_known_tensors_exactly() {
+    let Some(python) = torch_python() else {
+        println!("skipped: no torch venv (run scripts/setup.sh; make build does)");
+        return;
+    };
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/estimate-validate.py");
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .arg("--self-test")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains(": ok"), "{text}");
+}
+
+#[test]
+fn the_loop_switches_are_inputs() {
+    let base = [
+        "--layers", "4", "--hidden", "256", "--heads", "8", "--vocab", "50257", "--seq", "256",
+        "--batch", "4",
+    ];
+    let with = |extra: &[&str]| {
+        let mut a = base.to_vec();
+        a.extend(extra);
+        json(&a)
+    };
+    let kept = with(&[]);
+    let dropped = with(&["--drop-logits"]);
+    let x = 4 * 256 * 50257u64;
+    assert_eq!(kept["logits_bytes"], 16 * x);
+    assert_eq!(dropped["logits_bytes"], 12 * x);
+    assert_eq!(kept["peak_moment"], "loss backward start");
+    // Dropout adds masks: more per layer on CPU (input dtype) than on CUDA (1-byte bools).
+    let per_layer = |e: &serde_json::Value| e["activations_per_layer_bytes"].as_u64().unwrap();
+    let cuda = per_layer(&with(&["--dropout", "0.1"]));
+    let cpu = per_layer(&with(&["--dropout", "0.1", "--device", "cpu"]));
+    assert!(per_layer(&kept) < cuda && cuda < cpu, "{cuda} {cpu}");
+    // The optimizer's transient: foreach √v of every parameter, none fused.
+    let p = kept["params"].as_u64().unwrap();
+    assert_eq!(
+        with(&["--optimizer-impl", "foreach"])["optimizer_transient_bytes"],
+        4 * p
+    );
+    assert_eq!(
+        with(&["--optimizer-impl", "fused"])["optimizer_transient_bytes"],
+        0
+    );
+    // Accumulation keeps the gradients alive at the loss head.
+    let head = |e: &serde_json::Value| {
+        e["moments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "loss backward start")
+            .unwrap()["bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(
+        head(&with(&["--grad-accumulation", "4"])) - head(&kept),
+        kept["gradients_bytes"].as_u64().unwrap()
+    );
+}
+
+#[test]
+fn a_preset_keeps_its_position_table_under_seq() {
+    let full = json(&["--preset", "gpt2"]);
+    let short = json(&["--preset", "gpt2", "--seq", "128"]);
+    assert_eq!(full["params"], 124_439_808u64);
+    assert_eq!(short["params"], 124_439_808u64);
 }

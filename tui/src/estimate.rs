@@ -2,7 +2,8 @@
 //! its peak, and the largest micro-batch that fits a device.
 
 use memsight_analysis::estimate::{
-    estimate, preset, Attention, Dtype, EstimateInput, ModelShape, Optimizer, PRESETS,
+    estimate, preset, Attention, Device, Dtype, EstimateInput, ModelShape, Optimizer,
+    OptimizerImpl, PRESETS,
 };
 use memsight_format::units::{fmt_bytes, parse_size};
 use std::process::ExitCode;
@@ -31,6 +32,9 @@ pub struct Args {
     /// Sequence length (default: the preset's context, 1024).
     #[arg(long)]
     seq: Option<u64>,
+    /// Positions of the learned position table (default: the preset's, else --seq).
+    #[arg(long)]
+    positions: Option<u64>,
     /// Micro-batch.
     #[arg(long, default_value_t = 1)]
     batch: u64,
@@ -47,6 +51,25 @@ pub struct Args {
     /// adamw, sgd, or none (forward only).
     #[arg(long, default_value = "adamw", value_parser = parse_optimizer)]
     optimizer: Optimizer,
+    /// The optimizer step's implementation: foreach, per-tensor or fused (default: PyTorch's for
+    /// the device: foreach on cuda, per-tensor on cpu).
+    #[arg(long, value_parser = OptimizerImpl::parse)]
+    optimizer_impl: Option<OptimizerImpl>,
+    /// cuda or cpu: autocast's dtypes and dropout's masks differ.
+    #[arg(long, default_value = "cuda", value_parser = Device::parse)]
+    device: Device,
+    /// Dropout probability (embeddings, attention probabilities, both residual branches).
+    #[arg(long, default_value_t = 0.0, value_name = "P")]
+    dropout: f64,
+    /// Micro-steps per optimizer step (gradients stay alive through the later micro-steps).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    grad_accumulation: u64,
+    /// The loop keeps the logits (`logits, loss = model(x, y)`): the default.
+    #[arg(long, conflicts_with = "drop_logits")]
+    keep_logits: bool,
+    /// The loop drops the logits (only the loss is kept): 4 bytes less per logit at the peak.
+    #[arg(long)]
+    drop_logits: bool,
     /// LoRA rank (adapters on the attention projections; base weights frozen).
     #[arg(long)]
     lora_rank: Option<u64>,
@@ -146,19 +169,20 @@ fn input(a: &Args) -> Result<EstimateInput, String> {
     };
     let given = [a.layers, a.hidden, a.heads];
     let shape = match (base, given) {
+        // A preset keeps its position table whatever sequence length is trained.
         (Some(s), _) => Some(ModelShape {
             layers: a.layers.unwrap_or(s.layers),
             hidden: a.hidden.unwrap_or(s.hidden),
             heads: a.heads.unwrap_or(s.heads),
             vocab: a.vocab.unwrap_or(s.vocab),
-            positions: a.seq.unwrap_or(s.positions),
+            positions: a.positions.unwrap_or(s.positions),
         }),
         (None, [Some(layers), Some(hidden), Some(heads)]) => Some(ModelShape {
             layers,
             hidden,
             heads,
             vocab: a.vocab.unwrap_or(50257),
-            positions: a.seq.unwrap_or(1024),
+            positions: a.positions.or(a.seq).unwrap_or(1024),
         }),
         (None, [None, None, None]) => None,
         (None, _) => return Err("give all of --layers, --hidden and --heads (or --preset)".into()),
@@ -170,7 +194,14 @@ fn input(a: &Args) -> Result<EstimateInput, String> {
                 ("hidden", s.hidden),
                 ("heads", s.heads),
                 ("vocab", s.vocab),
-                ("seq", s.positions),
+                (
+                    if a.positions.is_some() {
+                        "positions"
+                    } else {
+                        "seq"
+                    },
+                    s.positions,
+                ),
             ] {
                 if v == 0 || v > LIMIT {
                     return Err(format!("--{name} must be between 1 and {LIMIT}"));
@@ -208,10 +239,32 @@ fn input(a: &Args) -> Result<EstimateInput, String> {
             a.headroom
         ));
     }
+    if !(0.0..1.0).contains(&a.dropout) {
+        return Err(format!(
+            "--dropout {} must be at least 0 and below 1",
+            a.dropout
+        ));
+    }
+    if a.grad_accumulation == 0 {
+        return Err("--grad-accumulation must be at least 1".into());
+    }
     if a.first_layers == Some(0) {
         return Err("--first-layers must be at least 1".into());
     }
+    if let Some(seq) = a.seq {
+        if seq == 0 || seq > LIMIT {
+            return Err(format!("--seq must be between 1 and {LIMIT}"));
+        }
+        if i.shape.is_some() {
+            i.seq = seq;
+        }
+    }
     i.batch = a.batch;
+    i.device = a.device;
+    i.optimizer_impl = a.optimizer_impl;
+    i.dropout = a.dropout;
+    i.grad_accumulation = a.grad_accumulation;
+    i.keep_logits = !a.drop_logits;
     i.dtype = a.dtype;
     i.activation_dtype = a.activation_dtype.unwrap_or(a.dtype);
     i.autocast = a.autocast;
@@ -276,7 +329,7 @@ pub fn run(a: Args) -> ExitCode {
         i.seq, i.batch
     );
     println!(
-        "  {} weights, {} activations, optimizer {}, {} attention{}{}\n",
+        "  {} weights, {} activations, optimizer {} ({}), {} attention{}{}",
         name(i.dtype),
         if i.autocast {
             "autocast (mixed)".to_string()
@@ -284,6 +337,7 @@ pub fn run(a: Args) -> ExitCode {
             name(i.activation_dtype)
         },
         name(i.optimizer),
+        name(i.optimizer_impl_or_default()),
         name(i.attention),
         if i.checkpointing {
             ", checkpointing"
@@ -297,6 +351,17 @@ pub fn run(a: Args) -> ExitCode {
         }
     );
     println!(
+        "  {} loop: dropout {}, {} micro-step(s) per optimizer step, logits {}\n",
+        name(i.device),
+        i.dropout,
+        i.grad_accumulation,
+        if i.keep_logits {
+            "kept by the loop"
+        } else {
+            "dropped"
+        }
+    );
+    println!(
         "  {:<32}{}  ({} params, {} trainable)",
         "weights",
         both(e.weights_bytes),
@@ -305,6 +370,14 @@ pub fn run(a: Args) -> ExitCode {
     );
     println!("  {:<32}{}", "gradients", both(e.gradients_bytes));
     println!("  {:<32}{}", "optimizer state", both(e.optimizer_bytes));
+    let nonzero = |name: &str, v: u64| {
+        if v > 0 {
+            println!("  {name:<32}{}", both(v));
+        }
+    };
+    nonzero("optimizer step transient", e.optimizer_transient_bytes);
+    nonzero("autocast weight copies", e.autocast_weight_copies_bytes);
+    nonzero("buffers (causal masks)", e.buffers_bytes);
     let opt = |name: &str, v: Option<u64>, extra: &str| {
         if let Some(v) = v {
             println!("  {name:<32}{}{extra}", both(v));
@@ -333,7 +406,23 @@ pub fn run(a: Args) -> ExitCode {
             "  (not in the training peak)"
         },
     );
-    println!("  {:<32}{}", "PEAK", both(e.peak_bytes));
+    if !e.moments.is_empty() {
+        println!("\n  moments of a training step (live bytes):");
+        for m in &e.moments {
+            let mark = if Some(m.name) == e.peak_moment {
+                "  ← peak"
+            } else {
+                ""
+            };
+            println!("    {:<30}{}{mark}", m.name, both(m.bytes));
+        }
+    }
+    println!(
+        "  {:<32}{}{}",
+        "PEAK",
+        both(e.peak_bytes),
+        e.peak_moment.map_or(String::new(), |m| format!("  ({m})"))
+    );
     match (e.device_memory_bytes, e.max_micro_batch) {
         (Some(d), Some(m)) => println!(
             "\n  device {} with {:.0}% headroom: {} · largest micro-batch that fits: {m}",

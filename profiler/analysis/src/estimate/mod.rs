@@ -1,15 +1,19 @@
 //! Analytic memory model of training (or running) a GPT-style model: weights, gradients, optimizer
 //! state, activations per layer with and without checkpointing, attention scores, logits, KV cache
-//! and workspace; the peak; the largest micro-batch that fits a device.
+//! and workspace; the peak *moment* of a training step (which tensors are alive together); the
+//! largest micro-batch that fits a device.
 //!
-//! The arithmetic is written out in `docs/estimate.md`. It reproduces the seeds' numbers exactly
-//! (B·H·S²·4 attention scores, params × dtype bytes) and is checked against the reference model's
-//! measured peaks in its ablation table.
+//! The arithmetic is written out in `docs/estimate.md` with each term's source. It reproduces the
+//! seeds' numbers exactly (B·H·S²·4 attention scores, params × dtype bytes) and is validated
+//! against real PyTorch training steps by `scripts/estimate-validate.py` (the table in the docs).
 
 mod model;
+mod moments;
 
 pub use model::{preset, ModelShape, PRESETS};
+pub use moments::{Activations, Moment};
 
+use moments::States;
 use serde::Serialize;
 
 /// Bytes per element of a tensor type.
@@ -56,13 +60,60 @@ pub enum Optimizer {
     None,
 }
 
+/// How the optimizer's step is computed (PyTorch's `foreach=` / `fused=` switches).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OptimizerImpl {
+    /// `torch._foreach_*` over all parameters at once (PyTorch's default on CUDA).
+    Foreach,
+    /// One parameter at a time (PyTorch's default on CPU).
+    PerTensor,
+    /// One fused kernel (`fused=True`): no transient.
+    Fused,
+}
+
+impl OptimizerImpl {
+    /// Parses `foreach`, `per-tensor` (also `for-loop`, `single`) and `fused`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "foreach" => Ok(OptimizerImpl::Foreach),
+            "per-tensor" | "for-loop" | "single" => Ok(OptimizerImpl::PerTensor),
+            "fused" => Ok(OptimizerImpl::Fused),
+            _ => Err(format!(
+                "unknown optimizer implementation `{s}`: use foreach, per-tensor or fused"
+            )),
+        }
+    }
+}
+
+/// The device kind: autocast's dtypes and dropout's masks differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    /// CPU: autocast keeps softmax in bf16; dropout masks are in the input's dtype.
+    Cpu,
+    /// CUDA: autocast runs softmax and norms in fp32; dropout masks are 1-byte bools.
+    Cuda,
+}
+
+impl Device {
+    /// Parses `cpu` or `cuda` (also `gpu`).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" | "gpu" => Ok(Device::Cuda),
+            _ => Err(format!("unknown device `{s}`: use cpu or cuda")),
+        }
+    }
+}
+
 /// How attention is computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Attention {
     /// Scores (B·H·S²) materialised and kept for backward.
     Naive,
-    /// Fused kernels: only B·H·S·D outputs are kept.
+    /// Fused kernels (SDPA): only the output and one log-sum-exp per row are kept.
     Efficient,
 }
 
@@ -82,10 +133,21 @@ pub struct EstimateInput {
     /// Activation dtype: every kept activation in this dtype.
     pub activation_dtype: Dtype,
     /// bf16/fp16 autocast (mixed precision) instead of one activation dtype: matmul inputs and
-    /// outputs in 2 bytes, the residual stream, LayerNorms and softmax in fp32.
+    /// outputs in 2 bytes, the residual stream in fp32; softmax in fp32 on CUDA, bf16 on CPU.
     pub autocast: bool,
+    /// The device kind (autocast dtypes, dropout masks, the optimizer's default path).
+    pub device: Device,
     /// Optimizer.
     pub optimizer: Optimizer,
+    /// The optimizer step's implementation (`None`: PyTorch's default for the device).
+    pub optimizer_impl: Option<OptimizerImpl>,
+    /// Dropout probability (0: no dropout, no masks).
+    pub dropout: f64,
+    /// Micro-steps per optimizer step (gradients exist through every micro-step after the first).
+    pub grad_accumulation: u64,
+    /// Whether the loop keeps the logits (`logits, loss = model(x, y)`, as nanoGPT): alive
+    /// through backward and the optimizer step, until the next forward replaces them.
+    pub keep_logits: bool,
     /// LoRA rank: base weights frozen, adapters on the attention projections trained.
     pub lora_rank: Option<u64>,
     /// Activation checkpointing (per block).
@@ -113,7 +175,8 @@ pub struct EstimateInput {
 }
 
 impl EstimateInput {
-    /// Defaults for a shape: seq = its positions, batch 1, fp32, AdamW, naive attention.
+    /// Defaults for a shape: seq = its positions, batch 1, fp32, AdamW (the device's default
+    /// implementation), naive attention, no dropout, no accumulation, kept logits, CUDA.
     pub fn for_shape(shape: ModelShape) -> Self {
         EstimateInput {
             shape: Some(shape),
@@ -122,7 +185,12 @@ impl EstimateInput {
             batch: 1,
             dtype: Dtype::Fp32,
             activation_dtype: Dtype::Fp32,
+            device: Device::Cuda,
             optimizer: Optimizer::Adamw,
+            optimizer_impl: None,
+            dropout: 0.0,
+            grad_accumulation: 1,
+            keep_logits: true,
             lora_rank: None,
             checkpointing: false,
             autocast: false,
@@ -153,6 +221,15 @@ impl EstimateInput {
             })
         }
     }
+
+    /// The optimizer implementation, or PyTorch's default for the device (CUDA: foreach; CPU:
+    /// per-tensor, since `_default_to_fused_or_foreach` picks foreach only for CUDA tensors).
+    pub fn optimizer_impl_or_default(&self) -> OptimizerImpl {
+        self.optimizer_impl.unwrap_or(match self.device {
+            Device::Cuda => OptimizerImpl::Foreach,
+            Device::Cpu => OptimizerImpl::PerTensor,
+        })
+    }
 }
 
 /// The estimate: every term in bytes.
@@ -164,26 +241,39 @@ pub struct Estimate {
     pub trainable_params: u64,
     /// Weights (this GPU's share under ZeRO-3).
     pub weights_bytes: u64,
+    /// Buffers: naive attention's causal mask, one P×P fp32 per block (nanoGPT's layout).
+    pub buffers_bytes: u64,
     /// Gradients of the trainable parameters.
     pub gradients_bytes: u64,
     /// Optimizer state (moments, fp32 master weights under mixed precision).
     pub optimizer_bytes: u64,
+    /// The optimizer step's transient (AdamW foreach: √v of every parameter; per-tensor: two
+    /// temporaries of the largest parameter; fused: none).
+    pub optimizer_transient_bytes: u64,
+    /// Autocast's 2-byte copies of the matmul weights, alive from forward into backward.
+    pub autocast_weight_copies_bytes: u64,
     /// Activations one block keeps for backward.
     pub activations_per_layer_bytes: Option<u64>,
     /// What one block keeps with checkpointing (its input).
     pub activations_per_layer_checkpointed_bytes: Option<u64>,
-    /// Attention scores (naive: B·H·S²; efficient: B·H·S·D) of one block, in the activation dtype.
+    /// Attention's score-sized memory per block (naive: the probabilities, with dropout its mask
+    /// and output; efficient: the output B·H·S·D, kept once as the projection's input).
     pub attention_scores_bytes_per_layer: Option<u64>,
     /// All activations kept at the start of backward (one block's worth in forward-only runs).
     pub activations_bytes: Option<u64>,
-    /// Logits and their log-softmax for the loss (fp32).
+    /// Logit-sized tensors at the start of the loss's backward: the kept logits, the
+    /// log-probabilities and the two gradients cross-entropy's backward makes.
     pub logits_bytes: Option<u64>,
     /// KV cache for generating `seq` tokens (not part of the training peak).
     pub kv_cache_bytes: Option<u64>,
     /// Transient memory inside one block (the largest temporary besides what is kept).
     pub workspace_bytes: Option<u64>,
-    /// The peak: the sum of the terms in use at the start of backward (forward-only: weights,
-    /// one block, logits, KV cache).
+    /// The moments of a training step and the bytes alive at each (empty for forward-only runs
+    /// and when the shape is unknown).
+    pub moments: Vec<Moment>,
+    /// The moment that is the peak.
+    pub peak_moment: Option<&'static str>,
+    /// The peak: the largest moment (forward only: weights, one block, logits, KV cache).
     pub peak_bytes: u64,
     /// Device memory fitted into.
     pub device_memory_bytes: Option<u64>,
@@ -191,19 +281,54 @@ pub struct Estimate {
     pub headroom: f64,
     /// Whether the peak fits the device with the headroom.
     pub fits: Option<bool>,
-    /// The largest micro-batch that fits (0: not even one sample).
+    /// The largest micro-batch whose peak fits (0: not even one sample).
     pub max_micro_batch: Option<u64>,
 }
 
-/// Bytes that do not depend on the micro-batch, and those per sample.
-struct Terms {
-    fixed: u64,
-    per_sample: u64,
+fn sat(v: u128) -> u64 {
+    u64::try_from(v).unwrap_or(u64::MAX)
 }
 
 /// Estimates memory for `input`.
 pub fn estimate(input: &EstimateInput) -> Estimate {
-    let e = input.activation_dtype.bytes();
+    let mut est = estimate_batch(input, input.batch);
+    if let Some(device) = input.device_memory {
+        let budget = (device as f64 * (1.0 - input.headroom.clamp(0.0, 1.0))) as u64;
+        est.fits = Some(est.peak_bytes <= budget);
+        est.max_micro_batch = Some(max_batch(input, budget));
+    }
+    est
+}
+
+/// The largest micro-batch whose peak is within `budget`: the peak grows with the batch, so a
+/// doubling search and a bisection find it.
+fn max_batch(input: &EstimateInput, budget: u64) -> u64 {
+    let peak = |b: u64| estimate_batch(input, b).peak_bytes;
+    if peak(1) > budget {
+        return 0;
+    }
+    if peak(2) == peak(1) {
+        // Nothing scales with the batch (only the parameter count is known).
+        return input.batch;
+    }
+    let (mut lo, mut hi) = (1u64, 2u64);
+    while hi < (1 << 40) && peak(hi) <= budget {
+        lo = hi;
+        hi *= 2;
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if peak(mid) <= budget {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// The estimate at micro-batch `batch` (no fit).
+fn estimate_batch(input: &EstimateInput, batch: u64) -> Estimate {
     let gpus = input.gpus.max(1);
     let shard = |bytes: u64, from_stage: u8| {
         if input.zero_stage >= from_stage {
@@ -251,7 +376,7 @@ pub fn estimate(input: &EstimateInput) -> Estimate {
         input.dtype.bytes()
     };
     let gradients = trainable * grad_bytes;
-    let moments = match input.optimizer {
+    let moments_per_param = match input.optimizer {
         Optimizer::Adamw => 8,
         Optimizer::Sgd => 4,
         Optimizer::None => 0,
@@ -261,14 +386,43 @@ pub fn estimate(input: &EstimateInput) -> Estimate {
     } else {
         0
     };
-    let optimizer = trainable * (moments + master);
+    let optimizer = trainable * (moments_per_param + master);
+    // The largest trainable tensor (the per-tensor optimizer's transient): the tied embedding,
+    // the position table or an MLP matrix; a LoRA adapter's A or B of the qkv projection.
+    let largest = match (input.shape, input.lora_rank) {
+        (Some(s), Some(r)) => r * 3 * s.hidden,
+        (Some(s), None) => (s.vocab * s.hidden)
+            .max(s.positions * s.hidden)
+            .max(4 * s.hidden * s.hidden),
+        (None, _) => 0,
+    };
+    let buffers = match (input.shape, input.attention) {
+        (Some(s), Attention::Naive) => layers * s.positions * s.positions * 4,
+        _ => 0,
+    };
+    let opt_transient = if training {
+        shard(
+            sat(moments::optimizer_transient(
+                input,
+                trainable,
+                largest,
+                grad_bytes.max(if master > 0 { 4 } else { 0 }),
+            )),
+            1,
+        )
+    } else {
+        0
+    };
 
     let mut est = Estimate {
         params,
         trainable_params: trainable,
         weights_bytes: shard(weights, 3),
+        buffers_bytes: buffers,
         gradients_bytes: shard(gradients, 2),
         optimizer_bytes: shard(optimizer, 1),
+        optimizer_transient_bytes: opt_transient,
+        autocast_weight_copies_bytes: 0,
         activations_per_layer_bytes: None,
         activations_per_layer_checkpointed_bytes: None,
         attention_scores_bytes_per_layer: None,
@@ -276,247 +430,82 @@ pub fn estimate(input: &EstimateInput) -> Estimate {
         logits_bytes: None,
         kv_cache_bytes: None,
         workspace_bytes: None,
+        moments: Vec::new(),
+        peak_moment: None,
         peak_bytes: 0,
         device_memory_bytes: input.device_memory,
         headroom: input.headroom,
         fits: None,
         max_micro_batch: None,
     };
-    let fixed = est.weights_bytes + est.gradients_bytes + est.optimizer_bytes;
-
+    let fixed = est.weights_bytes + est.buffers_bytes + est.gradients_bytes + est.optimizer_bytes;
     let Some(shape) = input.shape.filter(|_| input.seq > 0) else {
-        est.peak_bytes = fixed;
-        fit(
-            &mut est,
-            input,
-            Terms {
-                fixed,
-                per_sample: 0,
-            },
-        );
+        est.peak_bytes = fixed.saturating_add(opt_transient);
         return est;
     };
-    let per_sample = activation_terms(&mut est, input, shape, layers, e, training, 1);
-    activation_terms(&mut est, input, shape, layers, e, training, input.batch);
-    est.peak_bytes = fixed.saturating_add(per_sample.saturating_mul(input.batch));
-    fit(&mut est, input, Terms { fixed, per_sample });
+    let a = moments::activations(input, shape, batch);
+    let w = |v: u64| v as u128;
+    let positions = w(input.logits_to_keep.unwrap_or(input.seq).min(input.seq));
+    let x = w(batch) * positions * w(shape.vocab);
+    let kv = 2 * w(layers) * w(batch) * w(input.seq) * w(shape.hidden) * w(input.dtype.bytes());
+    est.activations_per_layer_bytes = Some(sat(a.per_layer));
+    est.activations_per_layer_checkpointed_bytes = Some(sat(a.checkpointed));
+    est.attention_scores_bytes_per_layer = Some(sat(a.scores));
+    est.kv_cache_bytes = Some(sat(kv));
+    est.workspace_bytes = Some(sat(a
+        .forward_transient
+        .max(a.mlp_backward)
+        .max(a.attention_backward.saturating_sub(a.mlp_share))));
+    if !training {
+        // Forward only: weights, one block's activations, the logits once, the KV cache.
+        let logits = x * 4;
+        est.activations_bytes = Some(sat(a.per_layer));
+        est.logits_bytes = Some(sat(logits));
+        est.peak_bytes = sat(w(fixed) + a.per_layer + a.forward_transient + logits + kv);
+        return est;
+    }
+    let (autocast_head, autocast_block) = moments::autocast_copies(input, shape);
+    let trainable_blocks = if lora.is_some() { 0 } else { 1 };
+    let states = States {
+        weights: w(est.weights_bytes) + w(buffers),
+        gradients: w(est.gradients_bytes),
+        optimizer: w(est.optimizer_bytes),
+        head_gradients: w(trainable_blocks * shape.vocab * shape.hidden * grad_bytes),
+        block_gradients: w(trainable_blocks * shape.block_params() * grad_bytes),
+        mlp_gradients: w(trainable_blocks
+            * (8 * shape.hidden * shape.hidden + 5 * shape.hidden)
+            * grad_bytes),
+        optimizer_transient: w(opt_transient),
+        autocast_head,
+        autocast_block,
+    };
+    est.autocast_weight_copies_bytes = sat(autocast_head + w(layers) * autocast_block);
+    est.activations_bytes = Some(sat(if input.checkpointing {
+        w(layers) * a.checkpointed
+    } else {
+        w(layers) * a.per_layer
+    }));
+    let loss_bytes = if input.autocast {
+        4
+    } else {
+        w(input.activation_dtype.bytes())
+    };
+    let logit_bytes = if input.autocast {
+        2
+    } else {
+        w(input.activation_dtype.bytes())
+    };
+    est.logits_bytes =
+        Some(sat(x
+            * (3 * loss_bytes
+                + if input.keep_logits { logit_bytes } else { 0 })));
+    est.moments = moments::training_moments(input, shape, layers, &states, batch);
+    if let Some(top) = est.moments.iter().max_by_key(|m| m.bytes) {
+        est.peak_bytes = top.bytes;
+        est.peak_moment = Some(top.name);
+    }
     est
 }
 
-/// Fills the activation terms for `batch` and returns the batch-proportional bytes of the peak.
-fn activation_terms(
-    est: &mut Estimate,
-    input: &EstimateInput,
-    s: ModelShape,
-    layers: u64,
-    e: u64,
-    training: bool,
-    batch: u64,
-) -> u64 {
-    // In u128: B·H·S² passes u64 for absurd (but accepted) inputs; results saturate.
-    let w = |v: u64| v as u128;
-    let (b, t, h, e) = (w(batch), w(input.seq), w(s.hidden), w(e));
-    let sbh = b * t * h * e;
-    let u = b * t * h;
-    let (per_layer, checkpointed, scores, workspace) = if input.autocast {
-        // fp32: LN1 and LN2 inputs (the residual stream, kept by the norms); the norms' fp32
-        // outputs are transient: the matmuls keep their 2-byte casts (2). 2 bytes also: q, k, v,
-        // attention output (4), MLP hidden before and after GELU (8). Scores: the fp32 softmax
-        // output and its 2-byte cast for the value matmul.
-        let scores = match input.attention {
-            Attention::Naive => b * w(s.heads) * t * t * (4 + 2),
-            Attention::Efficient => b * w(s.heads) * t * w(s.head_dim()) * 2,
-        };
-        let workspace = match input.attention {
-            Attention::Naive => (b * w(s.heads) * t * t * 4).max(4 * u * 2),
-            Attention::Efficient => 4 * u * 2,
-        };
-        (2 * 4 * u + 14 * 2 * u + scores, 4 * u, scores, workspace)
-    } else {
-        // Scores: naive keeps the softmax output (B·H·S²); efficient kernels keep B·H·S·D.
-        let scores = match input.attention {
-            Attention::Naive => b * w(s.heads) * t * t * e,
-            Attention::Efficient => b * w(s.heads) * t * w(s.head_dim()) * e,
-        };
-        // Kept per block: LN1 in/out, q, k, v, attention output, LN2 in/out (8·sbh), MLP hidden
-        // before and after GELU (8·sbh), plus the scores.
-        // The largest transient next to what is kept: a second score tensor (naive) or the MLP's.
-        let workspace = match input.attention {
-            Attention::Naive => scores.max(4 * sbh),
-            Attention::Efficient => 4 * sbh,
-        };
-        (16 * sbh + scores, sbh, scores, workspace)
-    };
-    // A non-fused efficient attention's backward holds one key block's scores, probabilities and
-    // their gradients at once.
-    let workspace = match (input.attention, input.attention_block) {
-        (Attention::Efficient, Some(blk)) if training => {
-            workspace.max(4 * b * w(s.heads) * t * w(blk.min(input.seq)) * 4)
-        }
-        _ => workspace,
-    };
-    let kept = if !training {
-        per_layer
-    } else if input.checkpointing {
-        w(layers) * checkpointed + per_layer
-    } else {
-        w(layers) * per_layer
-    };
-    // Logits and their log-softmax in fp32 (once in forward-only runs).
-    let positions = w(input.logits_to_keep.unwrap_or(input.seq).min(input.seq));
-    let logits = b * positions * w(s.vocab) * 4 * if training { 2 } else { 1 };
-    let kv = 2 * w(layers) * b * t * h * w(input.dtype.bytes());
-    let sat = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
-    let (per_layer, checkpointed, scores, kept, logits, workspace, kv) = (
-        sat(per_layer),
-        sat(checkpointed),
-        sat(scores),
-        sat(kept),
-        sat(logits),
-        sat(workspace),
-        sat(kv),
-    );
-    est.activations_per_layer_bytes = Some(per_layer);
-    est.activations_per_layer_checkpointed_bytes = Some(checkpointed);
-    est.attention_scores_bytes_per_layer = Some(scores);
-    est.activations_bytes = Some(kept);
-    est.logits_bytes = Some(logits);
-    est.workspace_bytes = Some(workspace);
-    est.kv_cache_bytes = Some(kv);
-    kept.saturating_add(logits)
-        .saturating_add(workspace)
-        .saturating_add(if training { 0 } else { kv })
-}
-
-fn fit(est: &mut Estimate, input: &EstimateInput, t: Terms) {
-    let Some(device) = input.device_memory else {
-        return;
-    };
-    let budget = (device as f64 * (1.0 - input.headroom.clamp(0.0, 1.0))) as u64;
-    est.fits = Some(est.peak_bytes <= budget);
-    est.max_micro_batch = Some(match budget.checked_sub(t.fixed) {
-        None => 0,
-        Some(_) if t.per_sample == 0 => input.batch,
-        Some(room) => room / t.per_sample,
-    });
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn gpt(layers: u64, hidden: u64, heads: u64, seq: u64, batch: u64) -> EstimateInput {
-        let mut i = EstimateInput::for_shape(ModelShape {
-            layers,
-            hidden,
-            heads,
-            vocab: 50257,
-            positions: seq,
-        });
-        i.batch = batch;
-        i
-    }
-
-    #[test]
-    fn autocast_keeps_the_residual_stream_norms_and_softmax_in_fp32() {
-        // B=1, S=4, d=8, H=2: one (B, S, d) tensor is 32 elements.
-        let mut i = gpt(1, 8, 2, 4, 1);
-        i.autocast = true;
-        let e = estimate(&i);
-        // 2 fp32 tensors (128 B each) + 14 two-byte ones (64 B each) + scores 2·4·4·(4 + 2).
-        assert_eq!(e.activations_per_layer_bytes, Some(2 * 128 + 14 * 64 + 192));
-        assert_eq!(e.activations_per_layer_checkpointed_bytes, Some(128));
-        assert_eq!(e.attention_scores_bytes_per_layer, Some(192));
-        // Between all-fp32 (16 · 128 + 128) and all-bf16 (16 · 64 + 64) activations.
-        i.autocast = false;
-        assert_eq!(
-            estimate(&i).activations_per_layer_bytes,
-            Some(16 * 128 + 128)
-        );
-    }
-
-    #[test]
-    fn chunked_efficient_attention_needs_its_block_workspace() {
-        let mut i = gpt(2, 128, 4, 128, 16);
-        i.attention = Attention::Efficient;
-        let fused = estimate(&i).workspace_bytes;
-        // MLP hidden: 4 · B·S·d · 4 bytes = 4 MiB.
-        assert_eq!(fused, Some(4 * 16 * 128 * 128 * 4));
-        i.attention_block = Some(64);
-        // 4 tensors of B·H·S·64 fp32 = 8 MiB.
-        assert_eq!(
-            estimate(&i).workspace_bytes,
-            Some(4 * 16 * 4 * 128 * 64 * 4)
-        );
-    }
-
-    #[test]
-    fn seed_000_attention_scores_naive_and_efficient() {
-        let mut i = gpt(12, 768, 12, 2048, 4);
-        assert_eq!(
-            estimate(&i).attention_scores_bytes_per_layer,
-            Some(805_306_368)
-        );
-        i.attention = Attention::Efficient;
-        assert_eq!(
-            estimate(&i).attention_scores_bytes_per_layer,
-            Some(25_165_824)
-        );
-    }
-
-    #[test]
-    fn seed_002_32k_tokens_32_heads_is_128_gib_per_layer() {
-        let i = gpt(32, 4096, 32, 32768, 1);
-        assert_eq!(
-            estimate(&i).attention_scores_bytes_per_layer,
-            Some(128 << 30)
-        );
-    }
-
-    #[test]
-    fn seeds_003_004_weights_are_params_times_dtype() {
-        let mut i = EstimateInput::for_params(33_000_000_000);
-        i.dtype = Dtype::Fp16;
-        assert_eq!(estimate(&i).weights_bytes, 66_000_000_000);
-        let mut i = EstimateInput::for_params(1_300_000_000);
-        i.dtype = Dtype::Bf16;
-        assert_eq!(estimate(&i).weights_bytes, 2_600_000_000);
-    }
-
-    #[test]
-    fn max_micro_batch_is_the_largest_that_fits() {
-        let mut i = gpt(12, 768, 12, 1024, 8);
-        i.device_memory = Some(16 << 30);
-        let e = estimate(&i);
-        let m = e.max_micro_batch.unwrap();
-        assert!(m > 0);
-        for (b, fits) in [(m, true), (m + 1, false)] {
-            i.batch = b;
-            let budget = (16u64 << 30) as f64 * 0.85;
-            assert_eq!(
-                (estimate(&i).peak_bytes as f64) <= budget,
-                fits,
-                "batch {b}"
-            );
-        }
-    }
-
-    #[test]
-    fn every_saving_lowers_the_peak() {
-        let base = gpt(12, 768, 12, 1024, 8);
-        let p = estimate(&base).peak_bytes;
-        let variants: [fn(&mut EstimateInput); 6] = [
-            |i| i.checkpointing = true,
-            |i| i.attention = Attention::Efficient,
-            |i| i.activation_dtype = Dtype::Bf16,
-            |i| i.logits_to_keep = Some(1),
-            |i| i.lora_rank = Some(8),
-            |i| i.first_layers = Some(1),
-        ];
-        for v in variants {
-            let mut i = base.clone();
-            v(&mut i);
-            assert!(estimate(&i).peak_bytes < p, "{i:?}");
-        }
-    }
-}
+mod tests;
