@@ -11,12 +11,22 @@ use std::path::{Path, PathBuf};
 const MIB: u64 = 1 << 20;
 
 fn job(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tree_jobs").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/tree_jobs")
+        .join(name)
 }
 
-/// Runs `python script out.json` under `memsight run`; the report, and what the job measured
-/// itself (`None` when the kernel hid page-frame numbers).
-fn run_tree_job(python: &str, script: &str, dir: &Path) -> (Value, Option<u64>) {
+/// What a tree job measured itself while holding still, and the sidecar's samples of that window.
+struct Held {
+    /// Distinct physical bytes of the tree at the window's start and end (`None`: page frames
+    /// hidden by the kernel).
+    machine: Option<(u64, u64)>,
+    /// The trees sampled inside the window (200 ms margins).
+    trees: Vec<Value>,
+}
+
+/// Runs `python script out.json` under `memsight run`: the report and what was held.
+fn run_tree_job(python: &str, script: &str, dir: &Path) -> (Value, Held) {
     let report = dir.join("r.json");
     let measured = dir.join("measured.json");
     let r = run_memsight(
@@ -36,37 +46,78 @@ fn run_tree_job(python: &str, script: &str, dir: &Path) -> (Value, Option<u64>) 
     assert_eq!(r.code, 0, "{}", r.err);
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let m: Value = serde_json::from_str(&std::fs::read_to_string(&measured).unwrap()).unwrap();
-    (v, m["tree_bytes"].as_u64())
+    let machine = m["tree_bytes"].as_u64().zip(m["tree_bytes_end"].as_u64());
+    let start = v["job"]["start_unix_ms"].as_u64().unwrap();
+    let from = m["from_unix_ms"].as_u64().unwrap() + 200;
+    let to = m["to_unix_ms"].as_u64().unwrap() - 200;
+    let trees: Vec<Value> = v["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| (from..=to).contains(&(start + s["t_ms"].as_u64().unwrap())))
+        .filter_map(|s| s.get("tree").cloned())
+        .collect();
+    assert!(
+        trees.len() >= 5,
+        "{} samples in the held window",
+        trees.len()
+    );
+    (v, Held { machine, trees })
 }
 
-/// The report's tree at its peak: (PSS total, USS total, RSS total) and its processes.
-fn tree_at_peak(v: &Value) -> (u64, u64, u64, Vec<Value>) {
-    let t = &v["process_tree"]["tree"];
+/// A tree's (PSS total, USS total, RSS total) and its processes.
+fn totals(t: &Value) -> (u64, u64, u64, Vec<Value>) {
     let n = |k: &str| t[k].as_u64().unwrap_or_else(|| panic!("no {k} in {t}"));
     let ps = t["processes"].as_array().cloned().unwrap_or_default();
     (n("total_pss"), n("total_uss"), n("total_rss"), ps)
 }
 
-fn assert_within_5_percent(pss: u64, machine: u64) {
-    let diff = pss.abs_diff(machine) as f64 / machine as f64;
-    assert!(
-        diff <= 0.05,
-        "tree PSS total {} MiB vs {} MiB of distinct physical pages: {:.1}% apart",
+/// Every tree sampled while the job held still is within 5% of the distinct physical pages the
+/// job measured at the window's start and end.
+fn assert_within_5_percent(held: &Held) {
+    let Some((first, last)) = held.machine else {
+        println!("SKIP the 5% check: /proc/<pid>/pagemap hides page frames (needs CAP_SYS_ADMIN)");
+        return;
+    };
+    let (lo, hi) = (first.min(last) as f64 * 0.95, first.max(last) as f64 * 1.05);
+    for t in &held.trees {
+        let pss = totals(t).0;
+        assert!(
+            (lo..=hi).contains(&(pss as f64)),
+            "tree PSS total {} MiB vs {}..{} MiB of distinct physical pages: more than 5% apart",
+            pss / MIB,
+            first / MIB,
+            last / MIB
+        );
+    }
+}
+
+fn print_totals(what: &str, t: &Value, held: &Held) {
+    let (pss, uss, rss, _) = totals(t);
+    println!(
+        "{what}: PSS {} MiB, USS {} MiB, RSS {} MiB, distinct physical pages {:?} MiB",
         pss / MIB,
-        machine / MIB,
-        diff * 100.0
+        uss / MIB,
+        rss / MIB,
+        held.machine.map(|m| (m.0 / MIB, m.1 / MIB))
     );
 }
 
 #[test]
 fn a_forked_tree_is_counted_by_pss_and_each_worker_by_its_private_pages() {
     let dir = scratch("tree-fork");
-    let (v, machine) = run_tree_job("python3", "fork_tree.py", &dir);
-    let (pss, _, rss, ps) = tree_at_peak(&v);
+    let (v, held) = run_tree_job("python3", "fork_tree.py", &dir);
+    let t = &held.trees[held.trees.len() / 2];
+    print_totals("fork tree", t, &held);
+    let (pss, _, rss, ps) = totals(t);
     assert_eq!(ps.len(), 3, "{ps:?}");
     // RSS counts the parent's 200 MiB three times; PSS once.
     assert!(rss >= 600 * MIB, "RSS total {}", rss / MIB);
-    assert!(pss >= 250 * MIB && pss < 300 * MIB, "PSS total {}", pss / MIB);
+    assert!(
+        pss >= 250 * MIB && pss < 300 * MIB,
+        "PSS total {}",
+        pss / MIB
+    );
     let uss = |p: &Value| p["uss"].as_u64().unwrap();
     for (i, child) in ps[1..].iter().enumerate() {
         assert!(child["rss"].as_u64().unwrap() >= 200 * MIB, "{child}");
@@ -78,14 +129,21 @@ fn a_forked_tree_is_counted_by_pss_and_each_worker_by_its_private_pages() {
             own / MIB
         );
     }
-    match machine {
-        Some(m) => assert_within_5_percent(pss, m),
-        None => println!("SKIP the 5% check: /proc/<pid>/pagemap hides page frames (needs CAP_SYS_ADMIN)"),
-    }
+    assert_within_5_percent(&held);
+    assert_eq!(
+        v["process_tree"]["tree"]["processes"]
+            .as_array()
+            .map(Vec::len),
+        Some(3)
+    );
     let md = run_memsight(&["summary".as_ref(), dir.join("r.json").as_os_str()], None);
-    assert!(md.out.contains("### Process tree at its peak"), "{}", md.out);
-    assert!(md.out.contains("| PSS | USS (private) | RSS |"), "{}", md.out);
-    assert!(md.out.contains("**total (3 processes)**"), "{}", md.out);
+    for want in [
+        "### Process tree at its PSS peak",
+        "| PSS | USS (private) | RSS |",
+        "**total (3 processes)**",
+    ] {
+        assert!(md.out.contains(want), "{want:?} not in\n{}", md.out);
+    }
 }
 
 #[test]
@@ -99,26 +157,19 @@ fn a_two_worker_dataloader_shows_pss_totals_that_sum_to_the_machine_figure() {
         return;
     }
     let dir = scratch("tree-dataloader");
-    let (v, machine) = run_tree_job(&python, "dataloader.py", &dir);
-    let (pss, uss, rss, ps) = tree_at_peak(&v);
+    let (v, held) = run_tree_job(&python, "dataloader.py", &dir);
+    let t = &held.trees[held.trees.len() / 2];
+    print_totals("DataLoader tree", t, &held);
+    let (pss, _, rss, ps) = totals(t);
     assert_eq!(ps.len(), 3, "the job and its two workers: {ps:?}");
-    println!(
-        "DataLoader tree: PSS {} MiB, USS {} MiB, RSS {} MiB, distinct pages {:?} MiB",
-        pss / MIB,
-        uss / MIB,
-        rss / MIB,
-        machine.map(|m| m / MIB)
-    );
     // Each worker maps the 200 MiB dataset but holds little of its own.
     for w in &ps[1..] {
         let (w_uss, w_rss) = (w["uss"].as_u64().unwrap(), w["rss"].as_u64().unwrap());
         assert!(w_rss >= 200 * MIB && w_uss < w_rss / 2, "{w}");
     }
     assert!(rss > pss + 300 * MIB, "RSS {} PSS {}", rss / MIB, pss / MIB);
-    match machine {
-        Some(m) => assert_within_5_percent(pss, m),
-        None => println!("SKIP the 5% check: /proc/<pid>/pagemap hides page frames (needs CAP_SYS_ADMIN)"),
-    }
+    assert_within_5_percent(&held);
+    assert!(v["process_tree"]["tree"]["total_pss"].as_u64() >= Some(pss));
 }
 
 const HOLDS_300_MB: &str = "import time\nkeep = b'\\x01' * 300_000_000\ntime.sleep(1.5)\n";
@@ -160,7 +211,7 @@ fn a_job_without_memsight_is_sampled_from_outside_and_gated_by_check() {
     );
     assert_eq!(check.code, 1, "{}{}", check.out, check.err);
     assert!(
-        format!("{}{}", check.out, check.err).contains("RSS"),
+        format!("{}{}", check.out, check.err).contains("rss peak"),
         "{}{}",
         check.out,
         check.err

@@ -250,7 +250,11 @@ fn the_fragmentation_gauge_shows_the_reports_fragmentation_live_and_replayed() {
     let latest = format!("{:.1}%", last.resident_fragmentation() * 100.0);
     let shown = frame(&live, &ui, 120, 35);
     assert!(shown.contains(&want), "{want} not in\n{shown}");
-    assert_ne!(want, format!("{latest} resident not live"), "the fixture cannot tell them apart");
+    assert_ne!(
+        want,
+        format!("{latest} resident not live"),
+        "the fixture cannot tell them apart"
+    );
 }
 
 #[test]

@@ -152,7 +152,7 @@ fn process_tree(s: &mut String, r: &Report) {
     let t = &tp.tree;
     let _ = writeln!(
         s,
-        "\n### Process tree at its peak ({}, {})\n\n\
+        "\n### Process tree at its PSS peak ({}, {})\n\n\
          | pid | name | PSS | USS (private) | RSS |\n|---:|---|---:|---:|---:|",
         fmt_bytes(tp.at.bytes),
         at(Some(tp.at.step), tp.at.phase.as_deref())

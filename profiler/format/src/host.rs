@@ -176,9 +176,7 @@ pub struct ProcessTree {
 impl ProcessTree {
     /// A tree of `processes` (root first) with its totals summed.
     pub fn new(processes: Vec<TreeProcess>) -> Self {
-        let sum = |f: fn(&TreeProcess) -> Option<u64>| {
-            processes.iter().map(f).sum::<Option<u64>>()
-        };
+        let sum = |f: fn(&TreeProcess) -> Option<u64>| processes.iter().map(f).sum::<Option<u64>>();
         ProcessTree {
             total_rss: processes.iter().map(|p| p.rss).sum(),
             total_pss: sum(|p| p.pss),
@@ -192,7 +190,6 @@ impl ProcessTree {
     pub fn footprint(&self) -> u64 {
         self.total_pss.unwrap_or(self.total_rss)
     }
-
 }
 
 #[cfg(test)]
@@ -216,7 +213,10 @@ mod tests {
             ..Default::default()
         };
         let t = ProcessTree::new(vec![p(Some(250)), p(Some(150))]);
-        assert_eq!((t.total_rss, t.total_pss, t.total_uss), (800, Some(400), Some(200)));
+        assert_eq!(
+            (t.total_rss, t.total_pss, t.total_uss),
+            (800, Some(400), Some(200))
+        );
         assert_eq!(t.footprint(), 400);
         let partial = ProcessTree::new(vec![p(Some(250)), p(None)]);
         assert_eq!((partial.total_pss, partial.footprint()), (None, 800));

@@ -66,9 +66,12 @@ pub fn raise_resident(slot: &mut Option<(PeakAt, Snapshot)>, s: &Snapshot) {
     }
 }
 
+/// Keeps in `slot` the first tree with the highest footprint; a sample whose PSS could not be read
+/// (a process exiting as it was read) does not win on its larger RSS sum.
 fn raise_tree(slot: &mut Option<(PeakAt, crate::host::ProcessTree)>, s: &Snapshot) {
+    let key = |t: &crate::host::ProcessTree| (t.total_pss.is_some(), t.footprint());
     if let Some(t) = &s.tree {
-        if slot.as_ref().is_none_or(|(p, _)| t.footprint() > p.bytes) {
+        if slot.as_ref().is_none_or(|(_, old)| key(t) > key(old)) {
             *slot = Some((PeakAt::at(t.footprint(), s), t.clone()));
         }
     }

@@ -4,9 +4,9 @@
 //! process tree (data-loader workers and other children, each with its RSS).
 
 use crate::delivery::{RunOutcome, SidecarError};
+use crate::outside::Outside;
 use crate::postmortem::{self, End, Ending};
 use crate::watch::Watch;
-use crate::outside::Outside;
 use memsight::collect::command_line;
 use memsight_format::clock::unix_ms;
 use memsight_format::wire::default_ring_path;

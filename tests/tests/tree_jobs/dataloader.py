@@ -1,9 +1,9 @@
 # A PyTorch job with a two-worker DataLoader over a 200 MiB dataset held by the main process
-# (the workers are forked and share it copy-on-write). Writes the tree's distinct physical bytes
-# to argv[1] while the workers are running, then keeps iterating for the sidecar.
+# (the workers are forked and share it copy-on-write). With the workers running, measures the
+# tree's distinct physical bytes while holding still (frames.hold_and_measure), writing to argv[1].
 import json, os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from frames import tree_bytes
+from frames import hold_and_measure
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -26,8 +26,7 @@ start = time.time()
 for epoch in range(20):
     for i, batch in enumerate(loader):
         if not written and i == 10:
-            with open(sys.argv[1], "w") as f:
-                json.dump({"tree_bytes": tree_bytes(os.getpid())}, f)
+            hold_and_measure(sys.argv[1])  # the workers idle meanwhile (their prefetch is full)
             written = True
     if time.time() - start > 4:
         break

@@ -53,3 +53,17 @@ def tree_bytes(root):
             pass
     union.discard(0)
     return len(union) * PAGE if union else None
+
+
+def hold_and_measure(out_path, seconds=1.5):
+    """Measures the tree's distinct physical bytes, holds still for `seconds` (the sidecar samples
+    meanwhile), measures again, and writes both with the window in Unix milliseconds."""
+    import json, time
+    t0 = time.time()
+    first = tree_bytes(os.getpid())
+    time.sleep(seconds)
+    last = tree_bytes(os.getpid())
+    t1 = time.time()
+    with open(out_path, "w") as f:
+        json.dump({"tree_bytes": first, "tree_bytes_end": last,
+                   "from_unix_ms": int(t0 * 1000), "to_unix_ms": int(t1 * 1000)}, f)

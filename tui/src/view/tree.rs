@@ -53,11 +53,11 @@ pub fn render(f: &mut Frame, area: Rect, tree: &ProcessTree) {
         Constraint::Length(11),
     ];
     f.render_widget(
-        Table::new(rows, widths).header(header).block(
-            Block::default()
-                .borders(Borders::ALL)
-                .title(" process tree: PSS = footprint, USS = private, RSS counts shared pages per process "),
-        ),
+        Table::new(rows, widths)
+            .header(header)
+            .block(Block::default().borders(Borders::ALL).title(
+            " process tree: PSS = footprint, USS = private, RSS counts shared pages per process ",
+        )),
         area,
     );
 }
