@@ -114,7 +114,7 @@ fn a_forked_tree_is_counted_by_pss_and_each_worker_by_its_private_pages() {
     // RSS counts the parent's 200 MiB three times; PSS once.
     assert!(rss >= 600 * MIB, "RSS total {}", rss / MIB);
     assert!(
-        pss >= 250 * MIB && pss < 300 * MIB,
+        (250 * MIB..300 * MIB).contains(&pss),
         "PSS total {}",
         pss / MIB
     );
@@ -123,7 +123,7 @@ fn a_forked_tree_is_counted_by_pss_and_each_worker_by_its_private_pages() {
         assert!(child["rss"].as_u64().unwrap() >= 200 * MIB, "{child}");
         let own = if i == 1 { 50 * MIB } else { 0 };
         assert!(
-            uss(child) >= own && uss(child) < own + 20 * MIB,
+            (own..own + 20 * MIB).contains(&uss(child)),
             "child {i} USS {} MiB: its private part is {} MiB",
             uss(child) / MIB,
             own / MIB

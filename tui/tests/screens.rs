@@ -270,16 +270,18 @@ fn the_overview_lists_each_worker_with_pss_uss_and_rss() {
         uss: Some(uss * mib),
         ..Default::default()
     };
-    let mut s = memsight_format::Snapshot::default();
-    s.process = Some(ProcessMemory {
-        rss: 432 * mib,
+    let s = memsight_format::Snapshot {
+        process: Some(ProcessMemory {
+            rss: 432 * mib,
+            ..Default::default()
+        }),
+        tree: Some(ProcessTree::new(vec![
+            p(100, 0, "python", 300, 250, 432),
+            p(101, 100, "pt_data_worker", 150, 8, 432),
+            p(102, 100, "pt_data_worker", 150, 8, 432),
+        ])),
         ..Default::default()
-    });
-    s.tree = Some(ProcessTree::new(vec![
-        p(100, 0, "python", 300, 250, 432),
-        p(101, 100, "pt_data_worker", 150, 8, 432),
-        p(102, 100, "pt_data_worker", 150, 8, 432),
-    ]));
+    };
     let mut live = ViewerState::live("s.sock");
     live.apply(Record::Snapshot(Box::new(s)));
     let shown = frame(&live, &Ui::default(), 120, 35);
