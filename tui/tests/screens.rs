@@ -225,3 +225,76 @@ fn the_segment_map_draws_each_segment_with_its_allocated_slices() {
         assert!(text.contains(want), "{want} missing:\n{text}");
     }
 }
+
+#[test]
+fn the_fragmentation_gauge_shows_the_reports_fragmentation_live_and_replayed() {
+    let state = recorded();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recorded-report.json");
+    let report = Report::load(&path).unwrap();
+    let want = format!(
+        "{:.1}% resident not live",
+        report.fragmentation.as_ref().unwrap().resident_ratio * 100.0
+    );
+    let ui = Ui {
+        window: memsight_tui::view::Window::All,
+        ..Ui::default()
+    };
+    let replayed = frame(&state, &ui, 120, 35);
+    assert!(replayed.contains(&want), "{want} not in\n{replayed}");
+    // The same samples fed live give the same figure (not the latest sample's).
+    let mut live = ViewerState::live("s.sock");
+    for s in report.timeline.iter().cloned() {
+        live.apply(Record::Snapshot(Box::new(s)));
+    }
+    let last = report.timeline.last().and_then(|s| s.jemalloc).unwrap();
+    let latest = format!("{:.1}%", last.resident_fragmentation() * 100.0);
+    let shown = frame(&live, &ui, 120, 35);
+    assert!(shown.contains(&want), "{want} not in\n{shown}");
+    assert_ne!(
+        want,
+        format!("{latest} resident not live"),
+        "the fixture cannot tell them apart"
+    );
+}
+
+#[test]
+fn the_overview_lists_each_worker_with_pss_uss_and_rss() {
+    use memsight_format::host::{ProcessMemory, ProcessTree, TreeProcess};
+    let mib = 1u64 << 20;
+    let p = |pid, ppid, name: &str, pss, uss, rss| TreeProcess {
+        pid,
+        ppid,
+        name: name.into(),
+        rss: rss * mib,
+        pss: Some(pss * mib),
+        uss: Some(uss * mib),
+        ..Default::default()
+    };
+    let s = memsight_format::Snapshot {
+        process: Some(ProcessMemory {
+            rss: 432 * mib,
+            ..Default::default()
+        }),
+        tree: Some(ProcessTree::new(vec![
+            p(100, 0, "python", 300, 250, 432),
+            p(101, 100, "pt_data_worker", 150, 8, 432),
+            p(102, 100, "pt_data_worker", 150, 8, 432),
+        ])),
+        ..Default::default()
+    };
+    let mut live = ViewerState::live("s.sock");
+    live.apply(Record::Snapshot(Box::new(s)));
+    let shown = frame(&live, &Ui::default(), 120, 35);
+    for want in [
+        "PSS",
+        "USS",
+        "pt_data_worker",
+        "150.00 MiB",
+        "8.00 MiB",
+        "total (3 processes)",
+        "600.00 MiB",
+        "1.27 GiB",
+    ] {
+        assert!(shown.contains(want), "{want:?} not in\n{shown}");
+    }
+}

@@ -9,6 +9,7 @@ pub fn markdown(r: &Report) -> String {
     let mut s = String::new();
     header(&mut s, r);
     metrics(&mut s, r);
+    process_tree(&mut s, r);
     post_mortem(&mut s, r);
     phases(&mut s, r);
     heap_profile(&mut s, r);
@@ -138,6 +139,43 @@ fn metrics(s: &mut String, r: &Report) {
                 .unwrap_or_default()
         );
     }
+}
+
+/// The job's processes when their PSS total peaked: one row per worker with PSS (its share of
+/// every page it maps; the rows sum to the tree's footprint), USS (pages only it maps) and RSS
+/// (which counts every shared page once per process).
+fn process_tree(s: &mut String, r: &Report) {
+    let Some(tp) = &r.process_tree else {
+        return;
+    };
+    let opt = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "n/a".into());
+    let t = &tp.tree;
+    let _ = writeln!(
+        s,
+        "\n### Process tree at its PSS peak ({}, {})\n\n\
+         | pid | name | PSS | USS (private) | RSS |\n|---:|---|---:|---:|---:|",
+        fmt_bytes(tp.at.bytes),
+        at(Some(tp.at.step), tp.at.phase.as_deref())
+    );
+    for p in &t.processes {
+        let _ = writeln!(
+            s,
+            "| {} | `{}` | {} | {} | {} |",
+            p.pid,
+            p.name,
+            opt(p.pss),
+            opt(p.uss),
+            fmt_bytes(p.rss)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "| | **total ({} processes)** | **{}** | {} | {} |",
+        t.processes.len(),
+        opt(t.total_pss),
+        opt(t.total_uss),
+        fmt_bytes(t.total_rss)
+    );
 }
 
 /// How the job ended and the diagnosis engine's findings.

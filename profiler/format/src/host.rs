@@ -114,7 +114,9 @@ impl CgroupMemory {
     }
 }
 
-/// One process of the tree.
+/// One process of the tree. RSS counts every page the process maps once per process, so pages a
+/// forked worker shares copy-on-write with its parent appear in both; PSS divides each shared page
+/// among the processes that map it, and USS (private) counts only the pages no other process maps.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TreeProcess {
     /// Process id.
@@ -123,15 +125,100 @@ pub struct TreeProcess {
     pub ppid: u32,
     /// Command name (`comm`).
     pub name: String,
-    /// Resident set size in bytes.
+    /// Resident set size in bytes (`VmRSS`).
     pub rss: u64,
+    /// Anonymous part of the RSS (`RssAnon`): heap, stacks, anonymous mmaps.
+    #[serde(default)]
+    pub anon: u64,
+    /// File-backed part of the RSS (`RssFile`): code, shared libraries, mapped files.
+    #[serde(default)]
+    pub file: u64,
+    /// Shared-memory part of the RSS (`RssShmem`): shm segments, tmpfs mappings.
+    #[serde(default)]
+    pub shmem: u64,
+    /// Proportional set size (`Pss` of `smaps_rollup`): each resident page divided by the number
+    /// of processes mapping it. `None` when `smaps_rollup` was not readable (another user's
+    /// process, or a kernel before 4.14).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pss: Option<u64>,
+    /// Unique set size: pages mapped by this process alone (`Private_Clean + Private_Dirty` of
+    /// `smaps_rollup`). What the machine would get back if this process alone exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uss: Option<u64>,
+}
+
+impl TreeProcess {
+    /// What the process costs the machine: its PSS, or its RSS when PSS was not readable.
+    pub fn footprint(&self) -> u64 {
+        self.pss.unwrap_or(self.rss)
+    }
 }
 
 /// A process and its descendants, root first.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessTree {
-    /// Sum of every process's RSS (shared pages count once per process, as the kernel reports).
+    /// Sum of every process's RSS. Shared pages count once per process that maps them, so this
+    /// over-counts a tree of forked workers; see [`ProcessTree::footprint`].
     pub total_rss: u64,
+    /// Sum of every process's PSS: the tree's real memory footprint, each shared page counted once
+    /// (its shares over the processes of the tree, plus the shares of processes outside it).
+    /// `None` when some process's PSS was not readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_pss: Option<u64>,
+    /// Sum of every process's USS: memory private to one process of the tree. `None` as for
+    /// `total_pss`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_uss: Option<u64>,
     /// The root and its descendants, breadth first.
     pub processes: Vec<TreeProcess>,
+}
+
+impl ProcessTree {
+    /// A tree of `processes` (root first) with its totals summed.
+    pub fn new(processes: Vec<TreeProcess>) -> Self {
+        let sum = |f: fn(&TreeProcess) -> Option<u64>| processes.iter().map(f).sum::<Option<u64>>();
+        ProcessTree {
+            total_rss: processes.iter().map(|p| p.rss).sum(),
+            total_pss: sum(|p| p.pss),
+            total_uss: sum(|p| p.uss),
+            processes,
+        }
+    }
+
+    /// The tree's headline total: its PSS (what the machine holds for it), or the RSS sum when
+    /// PSS was not readable (e.g. a report written before PSS was recorded).
+    pub fn footprint(&self) -> u64 {
+        self.total_pss.unwrap_or(self.total_rss)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tree_written_before_pss_loads_and_totals_by_rss() {
+        let old = r#"{"total_rss":300,"processes":[{"pid":1,"ppid":0,"name":"py","rss":300}]}"#;
+        let t: ProcessTree = serde_json::from_str(old).unwrap();
+        assert_eq!((t.total_pss, t.processes[0].pss), (None, None));
+        assert_eq!(t.footprint(), 300);
+    }
+
+    #[test]
+    fn a_tree_totals_by_pss_when_every_process_has_it() {
+        let p = |pss: Option<u64>| TreeProcess {
+            rss: 400,
+            pss,
+            uss: pss.map(|v| v / 2),
+            ..Default::default()
+        };
+        let t = ProcessTree::new(vec![p(Some(250)), p(Some(150))]);
+        assert_eq!(
+            (t.total_rss, t.total_pss, t.total_uss),
+            (800, Some(400), Some(200))
+        );
+        assert_eq!(t.footprint(), 400);
+        let partial = ProcessTree::new(vec![p(Some(250)), p(None)]);
+        assert_eq!((partial.total_pss, partial.footprint()), (None, 800));
+    }
 }

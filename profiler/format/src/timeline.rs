@@ -44,14 +44,37 @@ pub struct SampledPeaks {
     pub rss: Option<PeakAt>,
     /// Highest kernel RSS high-water mark reported.
     pub hwm: Option<u64>,
-    /// Highest jemalloc resident seen, with that sample.
+    /// Highest jemalloc resident seen (the first sample to reach it), with that sample: where the
+    /// run's fragmentation is measured ([`crate::report::Fragmentation::at_resident_peak`]).
     pub resident: Option<(PeakAt, Snapshot)>,
+    /// The process tree with the largest footprint (PSS total) seen; `bytes` is that footprint.
+    pub tree: Option<(PeakAt, crate::host::ProcessTree)>,
     /// Highest cgroup usage seen.
     pub cgroup_usage: Option<PeakAt>,
     /// Highest sampled live tensor bytes (the exact peak is in the tensor counters).
     pub tensors: Option<PeakAt>,
     /// Per device and backend.
     pub devices: Vec<crate::device::DevicePeak>,
+}
+
+/// Keeps in `slot` the sample with the highest jemalloc resident bytes, the first to reach it.
+pub fn raise_resident(slot: &mut Option<(PeakAt, Snapshot)>, s: &Snapshot) {
+    if let Some(j) = s.jemalloc {
+        if slot.as_ref().is_none_or(|(p, _)| j.resident > p.bytes) {
+            *slot = Some((PeakAt::at(j.resident, s), s.clone()));
+        }
+    }
+}
+
+/// Keeps in `slot` the first tree with the highest footprint; a sample whose PSS could not be read
+/// (a process exiting as it was read) does not win on its larger RSS sum.
+fn raise_tree(slot: &mut Option<(PeakAt, crate::host::ProcessTree)>, s: &Snapshot) {
+    let key = |t: &crate::host::ProcessTree| (t.total_pss.is_some(), t.footprint());
+    if let Some(t) = &s.tree {
+        if slot.as_ref().is_none_or(|(_, old)| key(t) > key(old)) {
+            *slot = Some((PeakAt::at(t.footprint(), s), t.clone()));
+        }
+    }
 }
 
 fn raise(slot: &mut Option<PeakAt>, v: u64, s: &Snapshot) {
@@ -101,16 +124,8 @@ impl Timeline {
             raise(&mut self.peaks.tensors, t.live_bytes, &s);
         }
         crate::device::fold_peaks(&mut self.peaks.devices, &s.devices);
-        if let Some(j) = s.jemalloc {
-            if self
-                .peaks
-                .resident
-                .as_ref()
-                .is_none_or(|(p, _)| j.resident > p.bytes)
-            {
-                self.peaks.resident = Some((PeakAt::at(j.resident, &s), s.clone()));
-            }
-        }
+        raise_resident(&mut self.peaks.resident, &s);
+        raise_tree(&mut self.peaks.tree, &s);
         if self.samples.len() >= self.capacity {
             self.compact();
         }

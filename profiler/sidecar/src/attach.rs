@@ -4,15 +4,14 @@
 //! process tree (data-loader workers and other children, each with its RSS).
 
 use crate::delivery::{RunOutcome, SidecarError};
+use crate::outside::Outside;
 use crate::postmortem::{self, End, Ending};
 use crate::watch::Watch;
-use memsight::collect::{command_line, read_tree, HostCollector};
+use memsight::collect::command_line;
 use memsight_format::clock::unix_ms;
-use memsight_format::heap::HeapStats;
-use memsight_format::snapshot::Snapshot;
 use memsight_format::wire::default_ring_path;
 use memsight_format::wire::ring::RingReader;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -90,16 +89,12 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
         .filter(|r| {
             r.info().pid == pid && proc_start.is_none_or(|s| r.info().start_unix_ms + 1000 >= s)
         });
-    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-    let mut host = reader
-        .is_none()
-        .then(|| HostCollector::open(&proc_dir, Path::new("/proc"), Path::new("/"), false));
+    let mut outside = reader.is_none().then(|| Outside::open(pid, opts.interval));
     if let Some(r) = &reader {
         watch.ring_start_unix_ms = Some(r.info().start_unix_ms);
     }
     let mut outputs = crate::outputs::Outputs::new(opts.metrics, &command)?;
     outputs.listen(pid, &command);
-    let started = Instant::now();
     let attach_unix_ms = unix_ms();
     let mut next = Instant::now();
     let end = loop {
@@ -114,27 +109,9 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
             oom.refresh();
             if let Some(r) = reader.as_mut() {
                 watch.poll(r, &outputs);
-            } else if let Some(h) = host.as_mut() {
-                let mut s = Snapshot::new(
-                    started.elapsed().as_millis() as u64,
-                    0,
-                    None,
-                    HeapStats::default(),
-                    h.sample(),
-                );
-                s.tree = read_tree(Path::new("/proc"), pid).ok();
-                // A sample taken as the process vanished says nothing. The command line is read
-                // again: wrappers (pyenv shims, `env`) exec into the real program.
-                if s.process.is_some() {
-                    let now = command_line(pid);
-                    if !now.is_empty() {
-                        command = now;
-                    }
-                    watch.take(
-                        vec![memsight_format::wire::Record::Snapshot(Box::new(s))],
-                        &outputs,
-                    );
-                }
+            } else if let Some(o) = outside.as_mut() {
+                o.tick(&mut watch, &outputs);
+                command.clone_from(&o.command);
             }
         }
         std::thread::sleep(opts.interval.min(Duration::from_millis(20)));
@@ -148,8 +125,8 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
     if let Some(r) = reader.as_mut() {
         watch.drain(r, matches!(end, End::Ended), &outputs);
     }
-    if let Some(h) = &host {
-        watch.sources = h.sources();
+    if let Some(o) = &outside {
+        watch.sources = o.sources();
     }
     let oom_kills = oom.kills();
     let report = postmortem::final_report(Ending {

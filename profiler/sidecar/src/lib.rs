@@ -14,6 +14,7 @@ mod delivery;
 pub mod metrics;
 mod oomwatch;
 mod outputs;
+mod outside;
 mod postmortem;
 mod run;
 pub mod server;

@@ -2,7 +2,9 @@
 //! heap, RSS, fragmentation, cgroup headroom and step, labelled with the job and its rank, encoded
 //! by the `prometheus-client` crate and served over plain HTTP at `/metrics`.
 
+use memsight_format::report::Fragmentation;
 use memsight_format::snapshot::Snapshot;
+use memsight_format::timeline::{raise_resident, PeakAt};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -26,9 +28,12 @@ pub struct Metrics {
     rss: IntGauge,
     rss_hwm: IntGauge,
     tree_rss: IntGauge,
+    tree_pss: IntGauge,
     cgroup_headroom: IntGauge,
     step: IntGauge,
     fragmentation: FloatGauge,
+    /// The sample with the highest jemalloc resident so far, where fragmentation is measured.
+    resident_peak: Mutex<Option<(PeakAt, Snapshot)>>,
 }
 
 /// Labels for a job: its program name, and RANK / LOCAL_RANK / WORLD_SIZE when set.
@@ -74,7 +79,11 @@ impl Metrics {
         let rss_hwm = int("memsight_rss_hwm_bytes", "RSS high-water mark of the job");
         let tree_rss = int(
             "memsight_tree_rss_bytes",
-            "RSS of the job and all its child processes",
+            "RSS summed over the job and all its child processes (pages shared by several count once per process)",
+        );
+        let tree_pss = int(
+            "memsight_tree_pss_bytes",
+            "PSS summed over the job and all its child processes: their memory footprint, shared pages counted once",
         );
         let cgroup_headroom = int(
             "memsight_cgroup_headroom_bytes",
@@ -84,7 +93,7 @@ impl Metrics {
         let fragmentation = FloatGauge::default();
         registry.register(
             "memsight_fragmentation_ratio",
-            "jemalloc (resident - allocated) / resident",
+            "The run's heap fragmentation: jemalloc (resident - allocated) / resident at its resident peak so far",
             fragmentation.clone(),
         );
         Metrics {
@@ -95,9 +104,11 @@ impl Metrics {
             rss,
             rss_hwm,
             tree_rss,
+            tree_pss,
             cgroup_headroom,
             step,
             fragmentation,
+            resident_peak: Mutex::new(None),
         }
     }
 
@@ -119,14 +130,17 @@ impl Metrics {
         }
         if let Some(t) = &s.tree {
             self.tree_rss.get_or_create(l).set(clamp(t.total_rss));
+            if let Some(pss) = t.total_pss {
+                self.tree_pss.get_or_create(l).set(clamp(pss));
+            }
         }
         if let Some(h) = s.cgroup.and_then(|c| c.headroom()) {
             self.cgroup_headroom.get_or_create(l).set(clamp(h));
         }
-        if let Some(j) = &s.jemalloc {
-            self.fragmentation
-                .get_or_create(l)
-                .set(j.resident_fragmentation());
+        let mut peak = crate::lock(&self.resident_peak);
+        raise_resident(&mut peak, s);
+        if let Some(f) = Fragmentation::at_resident_peak(peak.as_ref()) {
+            self.fragmentation.get_or_create(l).set(f.resident_ratio);
         }
     }
 

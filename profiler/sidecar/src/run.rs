@@ -5,6 +5,7 @@ use crate::delivery::{
     check_report_path, deliver, shell_code, to_stdout, RunOutcome, SidecarError,
 };
 use crate::outputs::Outputs;
+use crate::outside::Outside;
 use crate::watch::Watch;
 use crate::{oomwatch, postmortem};
 use memsight_format::clock::unix_ms;
@@ -167,7 +168,9 @@ fn send_output_to(
 }
 
 /// Follows the job's ring until it ends, then drains it: its exit status (when `wait` gave one)
-/// and when it died. Ctrl-C reaches the job through the process group; the sidecar ignores it
+/// and when it died. Until the job opens its ring it is sampled from outside, as `attach` does; a
+/// job that never opens one (it does not link memsight) keeps those samples as its timeline, and
+/// one that does drops them for its own. Ctrl-C reaches the job through the process group; the sidecar ignores it
 /// meanwhile, to write the report.
 fn follow(
     mut child: std::process::Child,
@@ -181,6 +184,7 @@ fn follow(
     unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
     // A thread waits for the job so its death is timed precisely; this loop follows the ring.
     let (tx, rx) = mpsc::channel();
+    let mut outside = Some(Outside::open(child.id(), opts.interval));
     std::thread::spawn(move || {
         let status = child.wait();
         let _ = tx.send((status, unix_ms()));
@@ -190,7 +194,10 @@ fn follow(
     let (status, died_unix_ms) = loop {
         watch.open_ring(&mut reader, ring_path);
         if let Some(r) = reader.as_mut() {
+            leave_outside(&mut outside, watch);
             watch.poll(r, outputs);
+        } else if let Some(o) = outside.as_mut() {
+            o.tick(watch, outputs);
         }
         oom.refresh();
         match rx.recv_timeout(poll) {
@@ -208,7 +215,17 @@ fn follow(
     unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
     watch.open_ring(&mut reader, ring_path);
     if let Some(r) = reader.as_mut() {
+        leave_outside(&mut outside, watch);
         watch.drain(r, true, outputs);
+    } else if let Some(o) = &outside {
+        watch.sources = o.sources();
     }
     (status.ok(), died_unix_ms)
+}
+
+/// The job's ring is open: stops sampling it from outside and drops what was sampled so.
+fn leave_outside(outside: &mut Option<Outside>, watch: &mut Watch) {
+    if outside.take().is_some() {
+        watch.forget_samples();
+    }
 }

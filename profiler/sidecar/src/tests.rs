@@ -1,4 +1,5 @@
-//! The sidecar's watch loop tells live viewers about records it lost from the job's ring.
+//! The sidecar's watch loop tells live viewers about records it lost from the job's ring; the
+//! Prometheus fragmentation gauge is the report's fragmentation.
 
 use crate::{outputs::Outputs, server::Server, watch::Watch};
 use memsight_format::wire::ring::{RingReader, RingWriter};
@@ -43,4 +44,36 @@ fn records_lost_from_the_ring_reach_viewers_as_a_dropped_notice() {
     assert_eq!(lines.next().unwrap().unwrap(), "{\"type\":\"finished\"}");
     drop(outputs);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_fragmentation_gauge_is_the_reports_fragmentation_not_the_latest_samples() {
+    use memsight_format::host::JemallocStats;
+    use memsight_format::report::Fragmentation;
+    use memsight_format::snapshot::Snapshot;
+    use memsight_format::timeline::Timeline;
+    let m = crate::metrics::Metrics::new(vec![("job".into(), "t".into())]);
+    let mut tl = Timeline::default();
+    // (resident, allocated): the resident peak has 10% fragmentation, the last sample 75%.
+    for (t, (resident, allocated)) in [(100, 50), (200, 180), (160, 40)].into_iter().enumerate() {
+        let s = Snapshot {
+            t_ms: t as u64,
+            jemalloc: Some(JemallocStats {
+                resident,
+                allocated,
+                active: resident,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        m.update(&s);
+        tl.push(s);
+    }
+    let report = Fragmentation::at_resident_peak(tl.peaks().resident.as_ref()).unwrap();
+    assert_eq!(report.resident_ratio, 0.1);
+    let text = m.encode();
+    assert!(
+        text.contains("memsight_fragmentation_ratio{job=\"t\"} 0.1\n"),
+        "{text}"
+    );
 }

@@ -19,7 +19,7 @@ pub(crate) struct Watch {
     dropped_told: u64,
     pub alloc_failures: (u64, u64),
     pub ring_error: Option<String>,
-    /// Sources the sidecar read itself (uninstrumented `attach`).
+    /// Sources the sidecar read itself (a job sampled from outside).
     pub sources: Vec<memsight::collect::SourceStatus>,
     /// The job's latest phase statistics.
     pub phases: Vec<memsight_format::phase::PhaseStats>,
@@ -60,6 +60,11 @@ impl Watch {
             }
             Err(e) => self.ring_error = Some(e.to_string()),
         }
+    }
+
+    /// Drops the samples taken so far (taken from outside before the job's ring opened).
+    pub(crate) fn forget_samples(&mut self) {
+        self.timeline = Timeline::with_capacity(memsight_format::timeline::DEFAULT_CAPACITY);
     }
 
     /// The latest snapshot (compaction only merges older ones).

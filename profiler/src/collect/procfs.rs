@@ -1,5 +1,13 @@
 //! /proc readers: a process's RSS split (statm, status) and the system's available memory.
 //! Works on `/proc/self` or `/proc/<pid>` (the sidecar's uninstrumented mode).
+//!
+//! Hand-parsed rather than through the `procfs` crate: measured against `procfs` 0.17 (no default
+//! features; median µs of 2000 reads, 2-core machine under load, 2026-11-22), the per-sample
+//! process read is 1.8 µs here against 6.7 µs (`Process::statm`), meminfo 7.2 against 25.1
+//! (`Meminfo::current`, which parses every field and reopens the file), status 20–29 against
+//! 34–48; only `smaps_rollup` costs the same (46–57 against 47). `procfs` would add ≈ 20 µs to a
+//! sample whose budget is 50 µs and whose jemalloc epoch alone takes 24–44 µs, and 5 crates
+//! (procfs-core, rustix, linux-raw-sys, bitflags, hex) to the in-process dependency tree.
 
 use super::kept_file::{field_u64, KeptFile};
 use memsight_format::host::{ProcessMemory, SystemMemory};

@@ -1,6 +1,8 @@
-//! A process and its descendants (data-loader workers, spawned helpers): each one's RSS and the
-//! tree's total, read from /proc (`task/*/children`, `statm`, `comm`) without scanning every pid.
+//! A process and its descendants (data-loader workers, spawned helpers): each one's RSS with its
+//! anon / file / shmem split (`status`), its PSS and USS (`smaps_rollup`), and the tree's totals,
+//! read from /proc (`task/*/children`) without scanning every pid.
 
+use super::kept_file::field_u64;
 use memsight_format::host::{ProcessTree, TreeProcess};
 use std::io;
 use std::path::Path;
@@ -26,53 +28,54 @@ fn children(proc_root: &Path, pid: u32) -> Vec<u32> {
     out
 }
 
-fn rss(proc_root: &Path, pid: u32, page: u64) -> Option<u64> {
-    let statm = std::fs::read_to_string(proc_root.join(pid.to_string()).join("statm")).ok()?;
-    let resident: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(resident * page)
+/// PSS and USS (`Private_Clean + Private_Dirty`) in bytes from the text of `smaps_rollup`.
+pub fn parse_smaps_rollup(text: &str) -> Option<(u64, u64)> {
+    let kb = |k: &str| field_u64(text, k).map(|v| v * 1024);
+    Some((kb("Pss")?, kb("Private_Clean")? + kb("Private_Dirty")?))
+}
+
+/// One process's memory; `None` once it is gone (or a zombie, which has no `VmRSS`).
+fn read_process(proc_root: &Path, pid: u32, ppid: u32) -> Option<TreeProcess> {
+    let dir = proc_root.join(pid.to_string());
+    let status = std::fs::read_to_string(dir.join("status")).ok()?;
+    let m = super::procfs::parse_status(&status).ok()?;
+    let rollup = std::fs::read_to_string(dir.join("smaps_rollup")).ok();
+    let (pss, uss) = rollup.as_deref().and_then(parse_smaps_rollup).unzip();
+    let name = std::fs::read_to_string(dir.join("comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_default();
+    Some(TreeProcess {
+        pid,
+        ppid,
+        name,
+        rss: m.rss,
+        anon: m.anon,
+        file: m.file,
+        shmem: m.shmem,
+        pss,
+        uss,
+    })
 }
 
 /// Reads the tree under `root` (`proc_root` is normally `/proc`). Processes that exit while it is
 /// read are left out; the root missing is an error.
 pub fn read_tree(proc_root: &Path, root: u32) -> io::Result<ProcessTree> {
-    let page = crate::sys::page_size();
-    let root_rss = rss(proc_root, root, page).ok_or_else(|| {
+    let first = read_process(proc_root, root, 0).ok_or_else(|| {
         io::Error::new(io::ErrorKind::NotFound, format!("process {root} is gone"))
     })?;
-    let name = |pid: u32| {
-        std::fs::read_to_string(proc_root.join(pid.to_string()).join("comm"))
-            .map(|s| s.trim_end().to_string())
-            .unwrap_or_default()
-    };
-    let mut tree = ProcessTree {
-        total_rss: root_rss,
-        processes: vec![TreeProcess {
-            pid: root,
-            ppid: 0,
-            name: name(root),
-            rss: root_rss,
-        }],
-    };
+    let mut processes = vec![first];
     let mut i = 0;
-    while i < tree.processes.len() && tree.processes.len() < MAX_PROCESSES {
-        let parent = tree.processes[i].pid;
+    while i < processes.len() && processes.len() < MAX_PROCESSES {
+        let parent = processes[i].pid;
         for c in children(proc_root, parent) {
-            if tree.processes.len() >= MAX_PROCESSES || tree.processes.iter().any(|p| p.pid == c) {
+            if processes.len() >= MAX_PROCESSES || processes.iter().any(|p| p.pid == c) {
                 continue;
             }
-            if let Some(r) = rss(proc_root, c, page) {
-                tree.total_rss += r;
-                tree.processes.push(TreeProcess {
-                    pid: c,
-                    ppid: parent,
-                    name: name(c),
-                    rss: r,
-                });
-            }
+            processes.extend(read_process(proc_root, c, parent));
         }
         i += 1;
     }
-    Ok(tree)
+    Ok(ProcessTree::new(processes))
 }
 
 #[cfg(test)]
@@ -93,6 +96,18 @@ mod tests {
         let c = t.processes.iter().find(|p| p.pid == child.id()).unwrap();
         assert_eq!(c.name, "sleep");
         assert!(c.rss > 0 && t.total_rss >= t.processes[0].rss + c.rss);
+        let (pss, uss) = (c.pss.unwrap(), c.uss.unwrap());
+        assert!(uss <= pss && pss <= c.rss, "{c:?}");
+        assert_eq!(t.footprint(), t.total_pss.unwrap());
         assert!(read_tree(Path::new("/proc"), u32::MAX - 1).is_err());
+    }
+
+    #[test]
+    fn smaps_rollup_gives_pss_and_private_bytes() {
+        let text = "00400000-7ffe ---p 00000000 00:00 0 [rollup]\nRss:  1668 kB\nPss:  273 kB\n\
+                    Pss_Anon:  116 kB\nShared_Clean:  1512 kB\nPrivate_Clean:  40 kB\n\
+                    Private_Dirty:  116 kB\n";
+        assert_eq!(parse_smaps_rollup(text), Some((273 << 10, 156 << 10)));
+        assert_eq!(parse_smaps_rollup("Rss: 4 kB\n"), None);
     }
 }

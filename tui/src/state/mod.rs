@@ -7,7 +7,8 @@ pub mod connection;
 use memsight::{PhaseStats, StepStats};
 use memsight_format::report::leak::LeakEstimate;
 use memsight_format::report::tips::Tip;
-use memsight_format::report::{HistogramBucket, PostMortem, Report};
+use memsight_format::report::{Fragmentation, HistogramBucket, PostMortem, Report};
+use memsight_format::timeline::{raise_resident, PeakAt};
 use memsight_format::wire::Record;
 use memsight_format::Snapshot;
 
@@ -71,6 +72,11 @@ pub struct ViewerState {
     pub heap_dumps: u64,
     /// The latest heap profile the job announced.
     pub last_heap_dump: Option<memsight::heapprof::DumpRecord>,
+    /// The run's heap fragmentation (one definition, [`Fragmentation`]): the report's, or live,
+    /// at the resident peak of every snapshot seen (also those the bounded timeline let go).
+    pub fragmentation: Option<Fragmentation>,
+    /// The live snapshot with the highest jemalloc resident so far.
+    resident_peak: Option<(PeakAt, Snapshot)>,
 }
 
 impl ViewerState {
@@ -98,6 +104,8 @@ impl ViewerState {
             heap_profile: None,
             heap_dumps: 0,
             last_heap_dump: None,
+            fragmentation: None,
+            resident_peak: None,
         }
     }
 
@@ -110,6 +118,7 @@ impl ViewerState {
         s.pid = r.job.pid;
         s.command = r.job.command;
         s.timeline = r.timeline;
+        s.fragmentation = r.fragmentation;
         s.phases = r.phases;
         s.steps = r.steps;
         s.histogram = r.histogram;
@@ -154,6 +163,11 @@ impl ViewerState {
             }
             Record::State { timeline } => {
                 self.timeline = timeline;
+                self.resident_peak = None;
+                for s in &self.timeline {
+                    raise_resident(&mut self.resident_peak, s);
+                }
+                self.fragmentation = Fragmentation::at_resident_peak(self.resident_peak.as_ref());
                 self.steps = steps_of(&self.timeline);
                 self.leak = memsight_format::report::leak::estimate(&self.steps);
             }
@@ -186,6 +200,8 @@ impl ViewerState {
                 self.leak = memsight_format::report::leak::estimate(&self.steps);
             }
         }
+        raise_resident(&mut self.resident_peak, &s);
+        self.fragmentation = Fragmentation::at_resident_peak(self.resident_peak.as_ref());
         self.timeline.push(s);
         if self.timeline.len() > MAX_SAMPLES {
             self.timeline.drain(..self.timeline.len() - MAX_SAMPLES);

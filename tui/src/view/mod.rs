@@ -7,6 +7,7 @@ mod devices;
 mod overview;
 mod phases;
 mod tips;
+mod tree;
 
 use crate::state::{Source, ViewerState};
 use memsight_format::units::fmt_bytes;

@@ -1,6 +1,7 @@
 //! Overview: who and where (pid, command, uptime, step, phase, rate, dropped samples), the memory
 //! timeline (live heap, jemalloc resident, RSS, cgroup limit; tensors and device 0 when present)
-//! with peaks, host and device fragmentation, and headroom.
+//! with peaks, the process tree's workers (PSS, USS, RSS) when the job was sampled from outside,
+//! host fragmentation (the run's, at its resident peak) and device fragmentation, and headroom.
 
 use super::chart::{self, series, Series};
 use super::{bytes, Ui};
@@ -72,6 +73,15 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
         head,
     );
 
+    let tree = last.and_then(|l| l.tree.as_ref());
+    let [body, tree_area] = Layout::vertical([
+        Constraint::Min(3),
+        Constraint::Length(tree.map_or(0, super::tree::height)),
+    ])
+    .areas(body);
+    if let Some(t) = tree {
+        super::tree::render(f, tree_area, t);
+    }
     let max = body.width as usize * 2;
     let all = [
         series(samples, max, "live heap", Color::Cyan, |x| {
@@ -83,8 +93,8 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
         series(samples, max, "RSS", Color::Green, |x| {
             x.process.map(|p| p.rss)
         }),
-        series(samples, max, "tree RSS", Color::Magenta, |x| {
-            x.tree.as_ref().map(|t| t.total_rss)
+        series(samples, max, "tree PSS", Color::Magenta, |x| {
+            x.tree.as_ref().map(|t| t.footprint())
         }),
         series(samples, max, "cgroup limit", Color::Red, |x| {
             x.cgroup.and_then(|c| c.limit)
@@ -130,15 +140,13 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
             dev_frag,
         );
     }
-    let fr = last
-        .and_then(|l| l.jemalloc)
-        .map(|j| j.resident_fragmentation());
+    let fr = s.fragmentation.as_ref().map(|f| f.resident_ratio);
     f.render_widget(
         Gauge::default()
             .block(
                 Block::default()
                     .borders(Borders::ALL)
-                    .title(" host fragmentation "),
+                    .title(" host fragmentation (at the resident peak) "),
             )
             .ratio(fr.unwrap_or(0.0).clamp(0.0, 1.0))
             .label(fr.map_or("—".into(), |r| {

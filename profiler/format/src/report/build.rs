@@ -1,7 +1,9 @@
 //! Assembling a [`Report`] from its parts: one builder for the in-process session and for the
 //! sidecar (which rebuilds steps from the flight recorder's snapshots when the job died).
 
-use super::{leak, tips, Fragmentation, HistogramBucket, Job, Peaks, Report, SCHEMA_VERSION};
+use super::{
+    leak, tips, Fragmentation, HistogramBucket, Job, Peaks, Report, TreePeak, SCHEMA_VERSION,
+};
 use crate::device::{DeviceOom, TensorStats};
 use crate::heap::HeapStats;
 use crate::host::SourceStatus;
@@ -63,17 +65,7 @@ pub fn build(p: Parts) -> Report {
         None => (None, None),
     };
     let rss_peak_bytes = max_opt(sp.hwm, sp.rss.as_ref().map(|r| r.bytes));
-    let fragmentation = sp.resident.as_ref().and_then(|(at, s)| {
-        let j = s.jemalloc?;
-        Some(Fragmentation {
-            resident_ratio: j.resident_fragmentation(),
-            active_ratio: j.active_fragmentation(),
-            allocated_bytes: j.allocated,
-            active_bytes: j.active,
-            resident_bytes: j.resident,
-            at: at.clone(),
-        })
-    });
+    let fragmentation = Fragmentation::at_resident_peak(sp.resident.as_ref());
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
         memsight_version: env!("CARGO_PKG_VERSION").into(),
@@ -95,6 +87,7 @@ pub fn build(p: Parts) -> Report {
             tensor_peak_phase,
         },
         fragmentation,
+        process_tree: sp.tree.clone().map(|(at, tree)| TreePeak { at, tree }),
         leak: leak::estimate(&p.steps),
         phases: p.phases,
         steps: p.steps,

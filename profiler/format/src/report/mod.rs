@@ -45,6 +45,10 @@ pub struct Report {
     /// Host heap fragmentation at the moment of peak jemalloc resident memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fragmentation: Option<Fragmentation>,
+    /// The job's process tree (data-loader workers and other children, each with PSS, USS and
+    /// RSS) when its PSS total was highest; present when the job was sampled from outside.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_tree: Option<TreePeak>,
     /// Per-step growth of live heap bytes (leak signal), when enough steps were recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leak: Option<leak::LeakEstimate>,
@@ -146,7 +150,10 @@ pub struct Peaks {
     pub tensor_peak_phase: Option<String>,
 }
 
-/// jemalloc fragmentation at the sample with the highest resident memory.
+/// The run's heap fragmentation — its one definition, used by the report, the summary, the viewer
+/// and the Prometheus gauge: (resident − allocated) / resident of jemalloc at the first sample
+/// with the run's highest jemalloc resident bytes. Measured at that peak, not at the latest
+/// sample, so the value does not swing with a sample taken while dirty pages await purging.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Fragmentation {
     /// (resident − allocated) / resident: resident heap memory holding no live data.
@@ -161,6 +168,32 @@ pub struct Fragmentation {
     pub resident_bytes: u64,
     /// When it was sampled.
     pub at: PeakAt,
+}
+
+impl Fragmentation {
+    /// The fragmentation of the sample `resident` (a run's resident peak, as kept by
+    /// [`crate::timeline::raise_resident`]); `None` without jemalloc statistics.
+    pub fn at_resident_peak(resident: Option<&(PeakAt, Snapshot)>) -> Option<Self> {
+        let (at, s) = resident?;
+        let j = s.jemalloc?;
+        Some(Fragmentation {
+            resident_ratio: j.resident_fragmentation(),
+            active_ratio: j.active_fragmentation(),
+            allocated_bytes: j.allocated,
+            active_bytes: j.active,
+            resident_bytes: j.resident,
+            at: at.clone(),
+        })
+    }
+}
+
+/// The process tree (the job and its workers) when its footprint was highest.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TreePeak {
+    /// When; `bytes` is the tree's footprint (PSS total, or RSS total without PSS).
+    pub at: PeakAt,
+    /// Every process with its PSS, USS and RSS at that sample.
+    pub tree: crate::host::ProcessTree,
 }
 
 /// Allocation count of one size class.

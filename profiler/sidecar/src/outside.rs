@@ -1,0 +1,75 @@
+//! Sampling a job from outside, for jobs without a flight recorder (`attach` to any process, `run`
+//! of a job that does not link memsight): /proc status, the memory cgroup and the process tree,
+//! each sample fed into the [`Watch`] as the job's own snapshots would be.
+
+use crate::outputs::Outputs;
+use crate::watch::Watch;
+use memsight::collect::{command_line, read_tree, HostCollector, SourceStatus};
+use memsight_format::heap::HeapStats;
+use memsight_format::snapshot::Snapshot;
+use memsight_format::wire::Record;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The readers of one process and when the next sample is due.
+pub(crate) struct Outside {
+    pid: u32,
+    host: HostCollector,
+    started: Instant,
+    next: Instant,
+    interval: Duration,
+    /// The process's command line as last read (wrappers such as pyenv shims or `env` exec into
+    /// the real program, so it is read again at each sample).
+    pub command: Vec<OsString>,
+}
+
+impl Outside {
+    /// Opens the readers of process `pid`; the first sample is due at once.
+    pub(crate) fn open(pid: u32, interval: Duration) -> Self {
+        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+        let now = Instant::now();
+        Outside {
+            pid,
+            host: HostCollector::open(&proc_dir, Path::new("/proc"), Path::new("/"), false),
+            started: now,
+            next: now,
+            interval,
+            command: command_line(pid),
+        }
+    }
+
+    /// Takes a sample into `watch` when one is due. A sample taken as the process vanished says
+    /// nothing and is left out.
+    pub(crate) fn tick(&mut self, watch: &mut Watch, out: &Outputs) {
+        let now = Instant::now();
+        if now < self.next {
+            return;
+        }
+        self.next += self.interval;
+        if self.next < now {
+            self.next = now + self.interval;
+        }
+        let mut s = Snapshot::new(
+            self.started.elapsed().as_millis() as u64,
+            0,
+            None,
+            HeapStats::default(),
+            self.host.sample(),
+        );
+        s.tree = read_tree(Path::new("/proc"), self.pid).ok();
+        if s.process.is_none() {
+            return;
+        }
+        let now = command_line(self.pid);
+        if !now.is_empty() {
+            self.command = now;
+        }
+        watch.take(vec![Record::Snapshot(Box::new(s))], out);
+    }
+
+    /// Which sources could be read, and why not.
+    pub(crate) fn sources(&self) -> Vec<SourceStatus> {
+        self.host.sources()
+    }
+}
