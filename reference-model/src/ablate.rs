@@ -191,6 +191,11 @@ pub fn estimate_for(cfg: &Config) -> EstimateInput {
         _ => estimate::Attention::Efficient,
     };
     e.autocast = cfg.bf16;
+    e.device = if cfg.device.starts_with("cuda") {
+        estimate::Device::Cuda
+    } else {
+        estimate::Device::Cpu
+    };
     // Our efficient attention is tensor ops over key blocks, not a fused kernel.
     if cfg.attention == Attention::Efficient {
         e.attention_block = Some(cfg.attention_block as u64);
