@@ -23,7 +23,7 @@ fn churn(n: usize) {
 
 #[test]
 fn ten_million_alloc_free_on_two_threads_return_to_baseline_and_peak_is_exact() {
-    let before = memsight::stats();
+    let before = common::baseline();
     let threads: Vec<_> = (0..2)
         .map(|_| std::thread::spawn(|| churn(5_000_000)))
         .collect();

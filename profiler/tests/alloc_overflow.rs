@@ -30,7 +30,7 @@ fn thread_lifetimes_keep_counts_exact() {
 }
 
 fn counts_survive_thread_exit_and_entries_are_reused() {
-    let before = memsight::stats();
+    let before = common::baseline();
     // Far more threads than entries, one after another: each exit frees its entry.
     for _ in 0..1500 {
         std::thread::spawn(churn_and_count).join().unwrap();

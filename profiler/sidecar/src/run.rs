@@ -191,12 +191,16 @@ fn follow(
     });
     let mut reader: Option<RingReader> = None;
     let poll = opts.interval.min(Duration::from_millis(50));
+    let outside_from = std::time::Instant::now() + OUTSIDE_GRACE;
     let (status, died_unix_ms) = loop {
         watch.open_ring(&mut reader, ring_path);
         if let Some(r) = reader.as_mut() {
             leave_outside(&mut outside, watch);
             watch.poll(r, outputs);
-        } else if let Some(o) = outside.as_mut() {
+        } else if let Some(o) = outside
+            .as_mut()
+            .filter(|_| std::time::Instant::now() >= outside_from)
+        {
             o.tick(watch, outputs);
         }
         oom.refresh();
@@ -222,6 +226,11 @@ fn follow(
     }
     (status.ok(), died_unix_ms)
 }
+
+/// How long a job has to open its flight recorder before it is sampled from outside: a job that
+/// links memsight opens it as its session starts, and outside samples it then replaces have already
+/// reached live viewers, which would show more samples than the report keeps.
+const OUTSIDE_GRACE: Duration = Duration::from_millis(500);
 
 /// The job's ring is open: stops sampling it from outside and drops what was sampled so.
 fn leave_outside(outside: &mut Option<Outside>, watch: &mut Watch) {

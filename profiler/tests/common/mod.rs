@@ -14,3 +14,12 @@ pub fn settled_at(target: u64) -> memsight::HeapStats {
     }
     s
 }
+
+/// Heap statistics to measure from at a test's start, read after a pause: the test harness's
+/// main thread records the test it just started (a queue entry with the test's name, about
+/// 900 bytes it keeps) right after starting it, which would otherwise land between a baseline and
+/// the end of the test.
+pub fn baseline() -> memsight::HeapStats {
+    std::thread::sleep(Duration::from_millis(200));
+    memsight::stats()
+}
