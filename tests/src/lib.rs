@@ -114,3 +114,17 @@ impl Drop for Tmpfs {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// The torch venv's python that `scripts/setup.sh` makes (`make build` runs it), if present.
+pub fn torch_python() -> Option<std::path::PathBuf> {
+    let cache = std::env::var_os("MEMSIGHT_CACHE")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME").map(|d| std::path::PathBuf::from(d).join("memsight"))
+        })
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/memsight"))
+        })?;
+    let py = cache.join("torch-2.11.0/bin/python");
+    py.exists().then_some(py)
+}

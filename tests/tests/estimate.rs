@@ -121,35 +121,36 @@ fn bad_input_is_a_clear_error() {
     }
 }
 
-/// The torch venv's python that `scripts/setup.sh` makes (`make build` runs it), if present.
-fn torch_python() -> Option<std::path::PathBuf> {
-    let cache = std::env::var_os("MEMSIGHT_CACHE")
-        .map(std::path::PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("XDG_CACHE_HOME").map(|d| std::path::PathBuf::from(d).join("memsight"))
-        })
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/memsight"))
-        })?;
-    let py = cache.join("torch-2.11.0/bin/python");
-    py.exists().then_some(py)
+/// Runs the validation harness (`scripts/estimate-validate.py ARGS`) with the venv's `python`:
+/// its output and standard output as text.
+fn harness(python: &std::path::Path, args: &[&std::ffi::OsStr]) -> (std::process::Output, String) {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/estimate-validate.py");
+    let out = std::process::Command::new(python)
+        .arg(&script)
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out, text)
 }
 
 #[test]
 fn the_estimate_is_within_10_percent_of_real_pytorch_steps() {
-    let Some(python) = torch_python() else {
+    let Some(python) = memsight_e2e::torch_python() else {
         println!("skipped: no torch venv (run scripts/setup.sh; make build does)");
         return;
     };
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/estimate-validate.py");
-    let out = std::process::Command::new(&python)
-        .arg(&script)
-        .args(["--grid", "quick", "--memsight"])
-        .arg(memsight_e2e::memsight_bin())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let memsight = memsight_e2e::memsight_bin();
+    let (out, text) = harness(
+        &python,
+        &[
+            "--grid".as_ref(),
+            "quick".as_ref(),
+            "--memsight".as_ref(),
+            memsight.as_os_str(),
+        ],
+    );
     println!("{text}");
     assert!(
         out.status.success(),
@@ -161,18 +162,11 @@ fn the_estimate_is_within_10_percent_of_real_pytorch_steps() {
 
 #[test]
 fn the_harness_measures_known_tensors_exactly() {
-    let Some(python) = torch_python() else {
+    let Some(python) = memsight_e2e::torch_python() else {
         println!("skipped: no torch venv (run scripts/setup.sh; make build does)");
         return;
     };
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/estimate-validate.py");
-    let out = std::process::Command::new(&python)
-        .arg(&script)
-        .arg("--self-test")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (out, text) = harness(&python, &["--self-test".as_ref()]);
     assert!(out.status.success() && text.contains(": ok"), "{text}");
 }
 

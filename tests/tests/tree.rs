@@ -6,6 +6,7 @@
 
 use memsight_e2e::{run_memsight, scratch};
 use serde_json::Value;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 const MIB: u64 = 1 << 20;
@@ -25,26 +26,30 @@ struct Held {
     trees: Vec<Value>,
 }
 
-/// Runs `python script out.json` under `memsight run`: the report and what was held.
-fn run_tree_job(python: &str, script: &str, dir: &Path) -> (Value, Held) {
+/// Runs `command` under `memsight run --interval 50ms`, its report in `dir`; the report.
+fn run_sampled(dir: &Path, command: &[&OsStr]) -> Value {
     let report = dir.join("r.json");
-    let measured = dir.join("measured.json");
-    let r = run_memsight(
-        &[
-            "run".as_ref(),
-            "--interval".as_ref(),
-            "50ms".as_ref(),
-            "--report".as_ref(),
-            report.as_os_str(),
-            "--".as_ref(),
-            python.as_ref(),
-            job(script).as_os_str(),
-            measured.as_os_str(),
-        ],
-        None,
-    );
+    let mut args: Vec<&OsStr> = vec![
+        "run".as_ref(),
+        "--interval".as_ref(),
+        "50ms".as_ref(),
+        "--report".as_ref(),
+        report.as_os_str(),
+        "--".as_ref(),
+    ];
+    args.extend_from_slice(command);
+    let r = run_memsight(&args, None);
     assert_eq!(r.code, 0, "{}", r.err);
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap()
+}
+
+/// Runs `python script out.json` under `memsight run`: the report and what was held.
+fn run_tree_job(python: &OsStr, script: &str, dir: &Path) -> (Value, Held) {
+    let measured = dir.join("measured.json");
+    let v = run_sampled(
+        dir,
+        &[python, job(script).as_os_str(), measured.as_os_str()],
+    );
     let m: Value = serde_json::from_str(&std::fs::read_to_string(&measured).unwrap()).unwrap();
     let machine = m["tree_bytes"].as_u64().zip(m["tree_bytes_end"].as_u64());
     let start = v["job"]["start_unix_ms"].as_u64().unwrap();
@@ -106,7 +111,7 @@ fn print_totals(what: &str, t: &Value, held: &Held) {
 #[test]
 fn a_forked_tree_is_counted_by_pss_and_each_worker_by_its_private_pages() {
     let dir = scratch("tree-fork");
-    let (v, held) = run_tree_job("python3", "fork_tree.py", &dir);
+    let (v, held) = run_tree_job("python3".as_ref(), "fork_tree.py", &dir);
     let t = &held.trees[held.trees.len() / 2];
     print_totals("fork tree", t, &held);
     let (pss, _, rss, ps) = totals(t);
@@ -148,16 +153,12 @@ fn a_forked_tree_is_counted_by_pss_and_each_worker_by_its_private_pages() {
 
 #[test]
 fn a_two_worker_dataloader_shows_pss_totals_that_sum_to_the_machine_figure() {
-    let python = format!(
-        "{}/.cache/memsight/torch-2.11.0/bin/python",
-        std::env::var("HOME").unwrap_or_default()
-    );
-    if !Path::new(&python).exists() {
-        println!("SKIP: no torch venv at {python} (the set-up script creates it)");
+    let Some(python) = memsight_e2e::torch_python() else {
+        println!("SKIP: no torch venv (the set-up script creates it; make build runs it)");
         return;
-    }
+    };
     let dir = scratch("tree-dataloader");
-    let (v, held) = run_tree_job(&python, "dataloader.py", &dir);
+    let (v, held) = run_tree_job(python.as_os_str(), "dataloader.py", &dir);
     let t = &held.trees[held.trees.len() / 2];
     print_totals("DataLoader tree", t, &held);
     let (pss, _, rss, ps) = totals(t);
@@ -178,22 +179,10 @@ const HOLDS_300_MB: &str = "import time\nkeep = b'\\x01' * 300_000_000\ntime.sle
 fn a_job_without_memsight_is_sampled_from_outside_and_gated_by_check() {
     let dir = scratch("run-outside");
     let report = dir.join("r.json");
-    let r = run_memsight(
-        &[
-            "run".as_ref(),
-            "--interval".as_ref(),
-            "50ms".as_ref(),
-            "--report".as_ref(),
-            report.as_os_str(),
-            "--".as_ref(),
-            "python3".as_ref(),
-            "-c".as_ref(),
-            HOLDS_300_MB.as_ref(),
-        ],
-        None,
+    let v = run_sampled(
+        &dir,
+        &["python3".as_ref(), "-c".as_ref(), HOLDS_300_MB.as_ref()],
     );
-    assert_eq!(r.code, 0, "{}", r.err);
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let tl = v["timeline"].as_array().unwrap();
     assert!(tl.len() >= 10, "{} samples", tl.len());
     let rss_max = tl.iter().filter_map(|s| s["process"]["rss"].as_u64()).max();

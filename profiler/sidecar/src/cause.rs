@@ -55,12 +55,20 @@ impl Seen {
         self.status.and_then(|s| s.code())
     }
 
-    /// `killed by SIGKILL (signal 9)`, `exited with code 3`, or `ended`.
-    fn how(&self) -> String {
-        match (self.signal, self.code()) {
-            (Some(s), _) => format!("killed by {}", signal_name(s)),
-            (None, Some(c)) => format!("exited with code {c}"),
-            (None, None) => "ended".to_string(),
+    /// `exited with code 3`, or `ended`.
+    fn exit(&self) -> String {
+        match self.code() {
+            Some(c) => format!("exited with code {c}"),
+            None => "ended".to_string(),
+        }
+    }
+
+    /// How the job ended after a memory failure: `{by_signal} SIGABRT (signal 6)` when a signal
+    /// ended it, else its exit.
+    fn after_failure(&self, by_signal: &str) -> String {
+        match self.signal {
+            Some(s) => format!("{by_signal} {}", signal_name(s)),
+            None => self.exit(),
         }
     }
 
@@ -83,10 +91,7 @@ impl Seen {
             let mut f = Facts::default();
             f.int("requested_bytes", failed_bytes);
             findings.push(finding(Kind::RustAllocFailure, f, &ctx));
-            let how = match self.signal {
-                Some(s) => format!("aborted with {}", signal_name(s)),
-                None => self.how(),
-            };
+            let how = self.after_failure("aborted with");
             (
                 "out_of_memory",
                 format!(
@@ -109,15 +114,12 @@ impl Seen {
             (
                 "out_of_memory",
                 format!(
-                    "the job ran out of device memory: a {} request on cuda:{} failed with {} of {} free{when}{earlier}; {}",
+                    "the job ran out of device memory: a {} request on cuda:{} failed with {} of {} free{when}{earlier}; it {}",
                     fmt_bytes(o.requested_bytes),
                     o.device,
                     fmt_bytes(o.free_bytes),
                     fmt_bytes(o.total_bytes),
-                    match self.signal {
-                        Some(s) => format!("it was killed by {}", signal_name(s)),
-                        None => format!("it {}", self.how()),
-                    }
+                    self.after_failure("was killed by")
                 ),
             )
         } else if oom_killed {
@@ -166,14 +168,13 @@ impl Seen {
         if let Some(sig) = self.signal {
             return ("signaled", format!("killed by {}{place}", signal_name(sig)));
         }
-        match (self.end, self.code()) {
-            (End::Detached, _) => (
+        match self.end {
+            End::Detached => (
                 "detached",
                 format!("memsight detached{place}; the process runs on"),
             ),
-            (End::Ended, _) => ("ended", format!("the process ended{place}")),
-            (_, Some(c)) => ("exited", format!("exited with code {c}")),
-            (_, None) => ("exited", "ended".to_string()),
+            End::Ended => ("ended", format!("the process ended{place}")),
+            End::Child(_) => ("exited", self.exit()),
         }
     }
 }

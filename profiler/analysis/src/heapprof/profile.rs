@@ -287,21 +287,16 @@ fn is_memsight(f: &Frame) -> bool {
     OWN_CRATES.iter().any(|c| name.starts_with(c)) || f.file.as_deref().is_some_and(is_own_source)
 }
 
-/// Whether a frame is in the user's own code: Rust, and not in the standard library, memsight,
-/// or the libraries between a training loop and its allocations.
+/// Whether a frame is in the user's own code: Rust, and not in the standard library, memsight
+/// ([`is_memsight`]), or the libraries between a training loop and its allocations.
 fn is_user_code(f: &Frame) -> bool {
     const LIBRARY: &[&str] = &[
         "std::",
         "core::",
         "alloc::",
         "hashbrown::",
-        "memsight::",
-        "memsight_integrations::",
         "tch::",
         "torch_sys::",
-        "memsight_format::",
-        "memsight_analysis::",
-        "memsight_sidecar::",
         "tikv_jemalloc",
         "serde",
         "test::",
