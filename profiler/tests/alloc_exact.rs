@@ -30,9 +30,9 @@ fn ten_million_alloc_free_on_two_threads_return_to_baseline_and_peak_is_exact() 
     for t in threads {
         t.join().unwrap();
     }
-    let after = common::settled_at(before.live_bytes);
+    let after = common::settled_at(before.rust_live_bytes);
     assert_eq!(
-        after.live_bytes, before.live_bytes,
+        after.rust_live_bytes, before.rust_live_bytes,
         "live bytes did not return to baseline"
     );
     assert!(after.allocations - before.allocations >= 10_000_000);

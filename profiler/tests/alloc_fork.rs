@@ -20,15 +20,15 @@ fn child_of_fork_keeps_exact_counts() {
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
         let code = std::panic::catch_unwind(|| {
-            let base = memsight::stats().live_bytes;
+            let base = memsight::stats().rust_live_bytes;
             let v = black_box(vec![1u8; 10 << 20]);
-            let ok_alloc = memsight::stats().live_bytes - base == 10 << 20;
+            let ok_alloc = memsight::stats().rust_live_bytes - base == 10 << 20;
             let je = memsight::snapshot()
                 .jemalloc
                 .map(|j| j.allocated >= 10 << 20)
                 .unwrap_or(false);
             drop(v);
-            let ok_free = memsight::stats().live_bytes == base;
+            let ok_free = memsight::stats().rust_live_bytes == base;
             if ok_alloc && ok_free && je {
                 0
             } else {

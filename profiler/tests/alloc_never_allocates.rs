@@ -5,25 +5,28 @@
 //! first property; the tracker's counts are process-wide, so their agreement is taken from the
 //! first of a few rounds in which no other thread allocated.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::hint::black_box;
+use tikv_jemallocator::Jemalloc;
 
 thread_local! {
     static INNER_ALLOCS: Cell<u64> = const { Cell::new(0) };
     static INNER_FREES: Cell<u64> = const { Cell::new(0) };
 }
 
+/// Counts the calls it forwards to jemalloc. It calls jemalloc directly: an inner allocator that
+/// went through `malloc` would be counted a second time by memsight's own `malloc`.
 struct Counting;
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let _ = INNER_ALLOCS.try_with(|c| c.set(c.get() + 1));
-        System.alloc(layout)
+        Jemalloc.alloc(layout)
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         let _ = INNER_FREES.try_with(|c| c.set(c.get() + 1));
-        System.dealloc(ptr, layout)
+        Jemalloc.dealloc(ptr, layout)
     }
 }
 

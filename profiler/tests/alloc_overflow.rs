@@ -35,24 +35,27 @@ fn counts_survive_thread_exit_and_entries_are_reused() {
     for _ in 0..1500 {
         std::thread::spawn(churn_and_count).join().unwrap();
     }
-    let after = common::settled_at(before.live_bytes);
-    assert_eq!(after.live_bytes, before.live_bytes, "live bytes drifted");
+    let after = common::settled_at(before.rust_live_bytes);
+    assert_eq!(
+        after.rust_live_bytes, before.rust_live_bytes,
+        "live bytes drifted"
+    );
     assert!(after.allocations - before.allocations >= 1500 * 201);
     assert!(after.deallocations - before.deallocations >= 1500 * 201);
     assert!(after.reallocations - before.reallocations >= 1500);
 
     // Memory allocated on a thread and freed on another after the first one exited (the exited
     // thread's block was folded with those bytes live in it).
-    let base = memsight::stats().live_bytes;
+    let base = memsight::stats().rust_live_bytes;
     let kept = std::thread::spawn(|| black_box(vec![3u8; 10 << 10]))
         .join()
         .unwrap();
     assert_eq!(
-        common::settled_at(base + (10 << 10)).live_bytes,
+        common::settled_at(base + (10 << 10)).rust_live_bytes,
         base + (10 << 10)
     );
     drop(kept);
-    assert_eq!(common::settled_at(base).live_bytes, base);
+    assert_eq!(common::settled_at(base).rust_live_bytes, base);
 }
 
 fn threads_beyond_the_registry_share_one_block_and_count_exactly() {
@@ -78,7 +81,7 @@ fn threads_beyond_the_registry_share_one_block_and_count_exactly() {
     // With every entry taken, a new thread counts in the shared block: its 32 MiB buffer must
     // still show in the peak, within the documented bound (64 KiB per allocating thread).
     memsight::reset_peak();
-    let base = memsight::stats().live_bytes;
+    let base = memsight::stats().rust_live_bytes;
     std::thread::spawn(|| {
         let mut big = vec![0u8; 32 << 20];
         for i in (0..big.len()).step_by(4096) {
@@ -100,8 +103,11 @@ fn threads_beyond_the_registry_share_one_block_and_count_exactly() {
         t.join().unwrap();
     }
     drop(gate);
-    let after = common::settled_at(before.live_bytes);
-    assert_eq!(after.live_bytes, before.live_bytes, "live bytes drifted");
+    let after = common::settled_at(before.rust_live_bytes);
+    assert_eq!(
+        after.rust_live_bytes, before.rust_live_bytes,
+        "live bytes drifted"
+    );
     assert!(after.allocations - before.allocations >= 2 * ALIVE as u64 * 201);
     assert!(after.deallocations - before.deallocations >= 2 * ALIVE as u64 * 201);
 }

@@ -30,7 +30,7 @@ fn sampled_page_aligned_objects_are_freed_and_unaccounted() {
         drop(black_box(vec![0u8; 64 * 1024]));
     }
 
-    let live_before = memsight::stats().live_bytes;
+    let live_before = memsight::stats().rust_live_bytes;
     let profiled_before = profiled("before.heap");
     let pages: Vec<Vec<u8>> = (0..1000).map(|i| vec![i as u8; 4096]).collect();
     let small: Vec<Vec<u8>> = (0..1000).map(|i| vec![i as u8; 100]).collect();
@@ -38,11 +38,11 @@ fn sampled_page_aligned_objects_are_freed_and_unaccounted() {
         .iter()
         .all(|p| (p.as_ptr() as usize).is_multiple_of(4096)));
     let profiled_held = profiled("held.heap");
-    let live_held = memsight::stats().live_bytes;
+    let live_held = memsight::stats().rust_live_bytes;
     drop(black_box(pages));
     drop(black_box(small));
     let profiled_after = profiled("after.heap");
-    let live_after = memsight::stats().live_bytes;
+    let live_after = memsight::stats().rust_live_bytes;
     let _ = std::fs::remove_dir_all(&dir);
 
     let held = 1000.0 * (4096.0 + 100.0);

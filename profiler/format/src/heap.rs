@@ -9,8 +9,14 @@ pub const HISTOGRAM_BUCKETS: usize = usize::BITS as usize + 1;
 /// every [`crate::snapshot::Snapshot`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HeapStats {
-    /// Bytes currently allocated through the tracking allocator (exact).
+    /// Bytes of the process heap currently live (exact): Rust's allocations through
+    /// `memsight::Allocator` and, with memsight's `jemalloc` feature, C and C++ code's through
+    /// `malloc` and its family (counted at their usable size).
     pub live_bytes: u64,
+    /// The part of `live_bytes` that Rust code holds; the rest is C and C++ code's (0 in reports
+    /// written before it existed).
+    #[serde(default)]
+    pub rust_live_bytes: u64,
     /// Highest live bytes since start or the last `memsight::reset_peak` (within 64 KiB per allocating
     /// thread of the true peak).
     pub peak_bytes: u64,

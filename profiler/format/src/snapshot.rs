@@ -109,7 +109,7 @@ impl Snapshot {
                 .unwrap_or_default()
         );
         out += &format!(
-            "  Allocated   {:>12}  live heap (Rust, and C/C++ via jemalloc)\n",
+            "  Allocated   {:>12}  live process heap (Rust and C/C++ allocations)\n",
             fmt_bytes(self.heap.live_bytes)
         );
         out += &format!(
@@ -117,7 +117,7 @@ impl Snapshot {
             opt(self.jemalloc.map(|j| j.active))
         );
         out += &format!(
-            "  Peak        {:>12}  peak live heap\n",
+            "  Peak        {:>12}  peak live process heap\n",
             fmt_bytes(self.heap.peak_bytes)
         );
         out += &format!(

@@ -44,6 +44,10 @@ pub(crate) struct Counts {
     pub(crate) deallocs: AtomicU64,
     pub(crate) reallocs: AtomicU64,
     pub(crate) histogram: [AtomicU64; HISTOGRAM_BUCKETS],
+    /// The part of `bytes_allocated` that C code allocated (`super::interpose`).
+    pub(crate) c_bytes_allocated: AtomicU64,
+    /// The part of `bytes_freed` that C code freed.
+    pub(crate) c_bytes_freed: AtomicU64,
 }
 
 impl Counts {
@@ -54,6 +58,8 @@ impl Counts {
             deallocs: AtomicU64::new(0),
             reallocs: AtomicU64::new(0),
             histogram: [const { AtomicU64::new(0) }; HISTOGRAM_BUCKETS],
+            c_bytes_allocated: AtomicU64::new(0),
+            c_bytes_freed: AtomicU64::new(0),
         }
     }
 
@@ -64,6 +70,8 @@ impl Counts {
         t.reallocations += self.reallocs.load(Relaxed);
         t.bytes_allocated += self.bytes_allocated.load(Relaxed);
         t.bytes_freed += self.bytes_freed.load(Relaxed);
+        t.c_bytes_allocated += self.c_bytes_allocated.load(Relaxed);
+        t.c_bytes_freed += self.c_bytes_freed.load(Relaxed);
     }
 
     /// Adds this block's histogram to `h`.
@@ -80,6 +88,8 @@ impl Counts {
             (&self.bytes_freed, &into.bytes_freed),
             (&self.deallocs, &into.deallocs),
             (&self.reallocs, &into.reallocs),
+            (&self.c_bytes_allocated, &into.c_bytes_allocated),
+            (&self.c_bytes_freed, &into.c_bytes_freed),
         ];
         for (from, to) in pairs
             .into_iter()
@@ -151,6 +161,12 @@ thread_local! {
     /// This thread's block.
     static LOCAL: Local = const { Local::new() };
 }
+
+/// Keeps the process's C allocation functions (`super::interpose`) in every binary that counts:
+/// this object refers to them, so the linker takes theirs too.
+#[cfg(feature = "jemalloc")]
+#[used]
+static LINK_INTERPOSE: super::interpose::Linked = super::interpose::LINKED;
 
 /// Counts of retired threads and of threads without an entry, updated atomically.
 pub(crate) static SHARED: Counts = Counts::new();
@@ -263,6 +279,34 @@ pub(crate) fn retire_this_thread() {
             publish(l.take_unpublished());
         });
     });
+}
+
+/// Counts `bytes` that C code allocated (or, with `freed`, freed) in its share of this thread's
+/// counts; the call itself is counted as any other, before or after this.
+#[inline(always)]
+pub(crate) fn note_c(bytes: usize, freed: bool) {
+    let own = LOCAL
+        .try_with(|l| {
+            if l.state.load(Relaxed) != state::REGISTERED {
+                return false;
+            }
+            let c = if freed {
+                &l.counts.c_bytes_freed
+            } else {
+                &l.counts.c_bytes_allocated
+            };
+            bump(c, bytes as u64);
+            true
+        })
+        .unwrap_or(false);
+    if !own {
+        let c = if freed {
+            &SHARED.c_bytes_freed
+        } else {
+            &SHARED.c_bytes_allocated
+        };
+        c.fetch_add(bytes as u64, Relaxed);
+    }
 }
 
 /// Which call a slow-path record is for.
@@ -391,12 +435,21 @@ pub struct Totals {
     pub bytes_allocated: u64,
     /// Cumulative bytes returned (reallocation shrinkage included).
     pub bytes_freed: u64,
+    /// The part of `bytes_allocated` that C code allocated through `malloc` and its family.
+    pub c_bytes_allocated: u64,
+    /// The part of `bytes_freed` that C code freed.
+    pub c_bytes_freed: u64,
 }
 
 impl Totals {
     /// Bytes currently live: allocated − freed.
     pub fn live(&self) -> u64 {
         self.bytes_allocated.saturating_sub(self.bytes_freed)
+    }
+
+    /// Bytes currently live that C code allocated.
+    pub fn c_live(&self) -> u64 {
+        self.c_bytes_allocated.saturating_sub(self.c_bytes_freed)
     }
 }
 

@@ -9,6 +9,8 @@
 //! allocator nests cleanly.
 
 pub(crate) mod counters;
+#[cfg(feature = "jemalloc")]
+mod interpose;
 mod registry;
 #[cfg(feature = "heap-profile")]
 mod sampled_jemalloc;
@@ -20,10 +22,12 @@ pub use memsight_format::heap::{HeapStats, HISTOGRAM_BUCKETS};
 
 /// The allocator a training binary installs with `#[global_allocator]`.
 ///
-/// `Allocator::new()` wraps jemalloc (built unprefixed, so C and C++ code in the process — libtorch
-/// included — is served by the same jemalloc and shows in its statistics). `Allocator::wrap(inner)`
-/// adds the same tracking over any other [`GlobalAlloc`], for programs that cannot switch
-/// allocators.
+/// `Allocator::new()` wraps jemalloc. With the `jemalloc` feature memsight also defines the
+/// process's C allocation functions (`malloc`, `free`, … in `interpose`), so C and C++ code —
+/// libtorch included — is served by the same jemalloc and counted in the same counters: the
+/// counters are the whole process heap. `Allocator::wrap(inner)` adds the same tracking over any
+/// other [`GlobalAlloc`], for programs built without the `jemalloc` feature (with it, an inner
+/// allocator that calls `malloc`, such as `System`, would be counted twice).
 ///
 /// ```
 /// // In a binary: #[global_allocator] static ALLOC: memsight::Allocator = memsight::Allocator::new();
@@ -179,6 +183,7 @@ pub fn stats() -> HeapStats {
     let live = t.live();
     HeapStats {
         live_bytes: live,
+        rust_live_bytes: live.saturating_sub(t.c_live()),
         peak_bytes: counters::peak(counters::Tracker::Global, live),
         run_peak_bytes: counters::peak(counters::Tracker::Run, live),
         allocations: t.allocations,

@@ -2,13 +2,14 @@
 
 use std::time::{Duration, Instant};
 
-/// Heap statistics once live bytes are back at `target`, or after 10 s: a joined thread may still
+/// Heap statistics once Rust's live bytes are back at `target`, or after 10 s: a joined thread may still
 /// run its thread-local destructors (frees) for a moment after `join` returns, so a baseline must
-/// come back soon, not necessarily at once.
+/// come back soon, not necessarily at once. Rust's share, because glibc keeps C allocations of
+/// its own across thread exits (thread-control blocks it caches for reuse).
 pub fn settled_at(target: u64) -> memsight::HeapStats {
     let t = Instant::now();
     let mut s = memsight::stats();
-    while s.live_bytes != target && t.elapsed() < Duration::from_secs(10) {
+    while s.rust_live_bytes != target && t.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(5));
         s = memsight::stats();
     }

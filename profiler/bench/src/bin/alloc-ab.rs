@@ -1,4 +1,5 @@
-//! In-process A/B of memsight's allocator against bare jemalloc: both are called from the same
+//! In-process A/B of memsight's allocator against bare jemalloc — Rust's path (`GlobalAlloc`) and
+//! C code's (`malloc`/`free`, which memsight defines for the process) — both called from the same
 //! process through out-of-line functions shaped like the `__rust_alloc`/`__rust_dealloc` shims, in
 //! alternating chunks of a few milliseconds, and each chunk pair gives one ratio. On a shared VM
 //! whose speed drifts by tens of percent between processes (see docs/benchmarks.md), the median of
@@ -32,6 +33,10 @@ trait Side {
 
 struct Bare;
 struct Tracked;
+/// C code's path to bare jemalloc: its (prefixed) `malloc`/`free`.
+struct BareC;
+/// C code's path through memsight: the process's `malloc`/`free`, which memsight defines.
+struct TrackedC;
 
 impl Side for Bare {
     #[inline(never)]
@@ -52,6 +57,28 @@ impl Side for Tracked {
     #[inline(never)]
     unsafe fn dealloc(p: *mut u8, l: Layout) {
         TRACKED.dealloc(p, l)
+    }
+}
+
+impl Side for BareC {
+    #[inline(never)]
+    unsafe fn alloc(l: Layout) -> *mut u8 {
+        tikv_jemalloc_sys::malloc(l.size()).cast()
+    }
+    #[inline(never)]
+    unsafe fn dealloc(p: *mut u8, _: Layout) {
+        tikv_jemalloc_sys::free(p.cast())
+    }
+}
+
+impl Side for TrackedC {
+    #[inline(never)]
+    unsafe fn alloc(l: Layout) -> *mut u8 {
+        libc::malloc(l.size()).cast()
+    }
+    #[inline(never)]
+    unsafe fn dealloc(p: *mut u8, _: Layout) {
+        libc::free(p.cast())
     }
 }
 
@@ -103,9 +130,10 @@ fn chunk<S: Side>(workload: &str, ops: usize, seed: &mut u64) -> f64 {
 /// Operations (alloc+free pairs) per chunk.
 const OPS: usize = 50_000;
 
-/// One cell: `pairs` chunk pairs on `threads` threads (all threads run the same side at the same
-/// time); returns (bare ns/op, tracked ns/op, ratio median, ratio p25, ratio p75).
-fn cell(workload: &'static str, threads: usize, pairs: usize) -> [f64; 5] {
+/// One cell: `pairs` chunk pairs of sides `A` (bare) and `B` (tracked) on `threads` threads (all
+/// threads run the same side at the same time); returns (A ns/op, B ns/op, ratio median, ratio
+/// p25, ratio p75).
+fn cell<A: Side, B: Side>(workload: &'static str, threads: usize, pairs: usize) -> [f64; 5] {
     let barrier = Arc::new(Barrier::new(threads));
     let handles: Vec<_> = (0..threads)
         .map(|t| {
@@ -113,20 +141,20 @@ fn cell(workload: &'static str, threads: usize, pairs: usize) -> [f64; 5] {
             std::thread::spawn(move || {
                 let mut seed = 0x2545F4914F6CDD1D ^ t as u64;
                 // Warm-up: thread caches and memsight's slot claim.
-                chunk::<Bare>(workload, OPS, &mut seed);
-                chunk::<Tracked>(workload, OPS, &mut seed);
+                chunk::<A>(workload, OPS, &mut seed);
+                chunk::<B>(workload, OPS, &mut seed);
                 let mut out = Vec::with_capacity(pairs);
                 for i in 0..pairs {
                     // Alternate which side goes first, so neither always follows the other.
                     b.wait();
                     let (bare, tracked) = if i % 2 == 0 {
-                        let x = chunk::<Bare>(workload, OPS, &mut seed);
+                        let x = chunk::<A>(workload, OPS, &mut seed);
                         b.wait();
-                        (x, chunk::<Tracked>(workload, OPS, &mut seed))
+                        (x, chunk::<B>(workload, OPS, &mut seed))
                     } else {
-                        let y = chunk::<Tracked>(workload, OPS, &mut seed);
+                        let y = chunk::<B>(workload, OPS, &mut seed);
                         b.wait();
-                        (chunk::<Bare>(workload, OPS, &mut seed), y)
+                        (chunk::<A>(workload, OPS, &mut seed), y)
                     };
                     out.push((bare, tracked));
                 }
@@ -216,8 +244,20 @@ fn main() {
     println!("|---|---|---|---|---|---|");
     for threads in [1, 2] {
         for workload in ["box32", "mixed"] {
-            let [b, t, r, lo, hi] = cell(workload, threads, pairs);
+            let [b, t, r, lo, hi] = cell::<Bare, Tracked>(workload, threads, pairs);
             println!("| {workload} | {threads} | {b:.2} | {t:.2} | {r:.3}× | {lo:.3}–{hi:.3} |");
+        }
+    }
+    println!();
+    println!("C code's malloc/free: memsight's interposed functions vs jemalloc's own");
+    println!(
+        "| workload | threads | jemalloc ns | memsight ns | ratio (median of pairs) | p25–p75 |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for threads in [1, 2] {
+        for workload in ["box32", "mixed"] {
+            let [b, t, r, lo, hi] = cell::<BareC, TrackedC>(workload, threads, pairs);
+            println!("| c-{workload} | {threads} | {b:.2} | {t:.2} | {r:.3}× | {lo:.3}–{hi:.3} |");
         }
     }
     if memsight::heapprof::control::sampling() == Some(true) {

@@ -1,0 +1,60 @@
+//! Whole-process accounting: C `malloc` is counted with Rust's allocations, the report's heap peak
+//! is the process heap's, at the step where it was reached, and survives `reset_peak()`; a budget
+//! below it fails `memsight check`.
+
+use memsight_e2e::{run_memsight, scratch};
+use std::collections::HashMap;
+use std::process::Command;
+
+#[test]
+fn rust_and_c_heap_peak_together_and_gate_the_budget() {
+    let dir = scratch("whole-heap");
+    let report = dir.join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_whole_heap_job"))
+        .arg(&report)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: HashMap<&str, i64> = stdout
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k, v.parse().unwrap()))
+        .collect();
+    let mib300 = 300i64 << 20;
+    let held = v["live_holding"] - v["baseline_live"];
+    assert!(
+        (held - mib300).abs() < mib300 / 100,
+        "live while holding: {held} ({v:?})"
+    );
+    assert!(
+        (v["final_live"] - v["baseline_live"]).abs() < 1 << 20,
+        "not back to baseline: {v:?}"
+    );
+
+    let r = memsight::Report::load(&report).unwrap();
+    let peak = r.peaks.heap_peak_bytes as i64 - v["baseline_live"];
+    assert!((peak - mib300).abs() < mib300 / 100, "report peak {peak}");
+    assert_eq!(r.peaks.heap_peak_step, Some(3));
+    assert_eq!(r.peaks.heap_peak_phase.as_deref(), Some("hold"));
+
+    let check = |budget: &str| {
+        run_memsight(
+            &[
+                "check".as_ref(),
+                report.as_os_str(),
+                "--max-host-peak".as_ref(),
+                budget.as_ref(),
+            ],
+            None,
+        )
+    };
+    let fail = check("280MiB");
+    assert_eq!(fail.code, 1, "{}", fail.out);
+    assert!(fail.out.contains("exceeds budget"), "{}", fail.out);
+    assert_eq!(check("320MiB").code, 0);
+}
