@@ -49,7 +49,7 @@ fn state() -> MutexGuard<'static, State> {
 }
 
 fn live_now() -> u64 {
-    counters::totals().live()
+    counters::heap_live()
 }
 
 /// Marks the start of training step `n`; the previous step's peak and end live bytes are recorded.

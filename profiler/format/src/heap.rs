@@ -9,12 +9,13 @@ pub const HISTOGRAM_BUCKETS: usize = usize::BITS as usize + 1;
 /// every [`crate::snapshot::Snapshot`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HeapStats {
-    /// Bytes of the process heap currently live (exact): Rust's allocations through
-    /// `memsight::Allocator` and, with memsight's `jemalloc` feature, C and C++ code's through
-    /// `malloc` and its family (counted at their usable size).
+    /// Bytes of the process heap currently live (exact). With memsight's `jemalloc` feature (the
+    /// default) that is every allocation jemalloc serves in the process — Rust's, and C and C++
+    /// code's through the `malloc` family memsight defines — at its usable size; without it, Rust's
+    /// allocations through `memsight::Allocator` at their requested size.
     pub live_bytes: u64,
-    /// The part of `live_bytes` that Rust code holds; the rest is C and C++ code's (0 in reports
-    /// written before it existed).
+    /// Rust's share: bytes live through `memsight::Allocator`, at their requested size (0 in
+    /// reports written before it existed, and when no `memsight::Allocator` is installed).
     #[serde(default)]
     pub rust_live_bytes: u64,
     /// Highest live bytes since start or the last `memsight::reset_peak` (within 64 KiB per allocating
@@ -25,14 +26,14 @@ pub struct HeapStats {
     /// resets the peak it reads back (0 in reports written before it existed).
     #[serde(default)]
     pub run_peak_bytes: u64,
-    /// Allocation calls so far.
+    /// Allocation calls so far (Rust's).
     pub allocations: u64,
-    /// Deallocation calls so far.
+    /// Deallocation calls so far (Rust's).
     pub deallocations: u64,
-    /// Reallocation calls so far.
+    /// Reallocation calls so far (Rust's).
     pub reallocations: u64,
-    /// Cumulative bytes handed out.
+    /// Cumulative bytes handed out through `memsight::Allocator` (Rust's, requested sizes).
     pub bytes_allocated: u64,
-    /// Cumulative bytes returned.
+    /// Cumulative bytes returned through `memsight::Allocator` (Rust's).
     pub bytes_freed: u64,
 }

@@ -44,10 +44,6 @@ pub(crate) struct Counts {
     pub(crate) deallocs: AtomicU64,
     pub(crate) reallocs: AtomicU64,
     pub(crate) histogram: [AtomicU64; HISTOGRAM_BUCKETS],
-    /// The part of `bytes_allocated` that C code allocated (`super::interpose`).
-    pub(crate) c_bytes_allocated: AtomicU64,
-    /// The part of `bytes_freed` that C code freed.
-    pub(crate) c_bytes_freed: AtomicU64,
 }
 
 impl Counts {
@@ -58,8 +54,6 @@ impl Counts {
             deallocs: AtomicU64::new(0),
             reallocs: AtomicU64::new(0),
             histogram: [const { AtomicU64::new(0) }; HISTOGRAM_BUCKETS],
-            c_bytes_allocated: AtomicU64::new(0),
-            c_bytes_freed: AtomicU64::new(0),
         }
     }
 
@@ -70,8 +64,6 @@ impl Counts {
         t.reallocations += self.reallocs.load(Relaxed);
         t.bytes_allocated += self.bytes_allocated.load(Relaxed);
         t.bytes_freed += self.bytes_freed.load(Relaxed);
-        t.c_bytes_allocated += self.c_bytes_allocated.load(Relaxed);
-        t.c_bytes_freed += self.c_bytes_freed.load(Relaxed);
     }
 
     /// Adds this block's histogram to `h`.
@@ -88,8 +80,6 @@ impl Counts {
             (&self.bytes_freed, &into.bytes_freed),
             (&self.deallocs, &into.deallocs),
             (&self.reallocs, &into.reallocs),
-            (&self.c_bytes_allocated, &into.c_bytes_allocated),
-            (&self.c_bytes_freed, &into.c_bytes_freed),
         ];
         for (from, to) in pairs
             .into_iter()
@@ -125,6 +115,9 @@ pub(crate) struct Local {
     pub(crate) state: AtomicU8,
     /// The registry entry's index while registered.
     pub(crate) entry: AtomicU64,
+    /// jemalloc's counters of this thread: its share of the process heap.
+    #[cfg(feature = "jemalloc")]
+    pub(crate) je: super::process_heap::JeView,
 }
 
 impl Local {
@@ -136,6 +129,8 @@ impl Local {
             flushed: AtomicI64::new(0),
             state: AtomicU8::new(state::NEW),
             entry: AtomicU64::new(0),
+            #[cfg(feature = "jemalloc")]
+            je: super::process_heap::JeView::new(),
         }
     }
 
@@ -198,8 +193,33 @@ fn bump(c: &AtomicU64, by: u64) -> u64 {
     v
 }
 
+/// Runs `f` on this thread's block (not at all once its storage is gone).
+#[inline(always)]
+pub(crate) fn with_local(f: impl FnOnce(&Local)) {
+    let _ = LOCAL.try_with(f);
+}
+
+/// `f` of this thread's block, or `otherwise` once its storage is gone.
+#[inline(always)]
+pub(crate) fn with_local_or<R>(otherwise: R, f: impl FnOnce(&Local) -> R) -> R {
+    LOCAL.try_with(f).unwrap_or(otherwise)
+}
+
+/// Registers this thread's block (its first slow call does): takes its jemalloc counters, then a
+/// registry entry; `false` when it counts in the shared blocks instead.
+pub(crate) fn register_this(l: &Local) -> bool {
+    #[cfg(feature = "jemalloc")]
+    super::process_heap::attach(&l.je);
+    registry::register(l)
+}
+
+/// Whether the process heap is read from jemalloc's counters (every allocation of the process)
+/// rather than from these (Rust's allocations only).
+pub(crate) const PROCESS_HEAP_FROM_JEMALLOC: bool = cfg!(feature = "jemalloc");
+
+/// Raises every peak tracker to `live` (published process-heap bytes).
 #[inline]
-fn raise_peaks(live: i64) {
+pub(crate) fn raise_peaks(live: i64) {
     for p in &PEAKS {
         if live > p.load(Relaxed) {
             p.fetch_max(live, Relaxed);
@@ -207,10 +227,10 @@ fn raise_peaks(live: i64) {
     }
 }
 
-/// Adds `d` to the published live bytes and raises the peaks when it grew.
+/// Adds `d` to Rust's published live bytes; they raise the peaks when they are the process heap.
 pub(crate) fn publish(d: i64) {
     let global = LIVE.fetch_add(d, Relaxed) + d;
-    if d > 0 {
+    if d > 0 && !PROCESS_HEAP_FROM_JEMALLOC {
         raise_peaks(global);
     }
 }
@@ -277,36 +297,10 @@ pub(crate) fn retire_this_thread() {
         registry::release(l.entry.load(Relaxed) as usize, || {
             l.counts.fold_into(&SHARED);
             publish(l.take_unpublished());
+            #[cfg(feature = "jemalloc")]
+            super::process_heap::retire(l);
         });
     });
-}
-
-/// Counts `bytes` that C code allocated (or, with `freed`, freed) in its share of this thread's
-/// counts; the call itself is counted as any other, before or after this.
-#[inline(always)]
-pub(crate) fn note_c(bytes: usize, freed: bool) {
-    let own = LOCAL
-        .try_with(|l| {
-            if l.state.load(Relaxed) != state::REGISTERED {
-                return false;
-            }
-            let c = if freed {
-                &l.counts.c_bytes_freed
-            } else {
-                &l.counts.c_bytes_allocated
-            };
-            bump(c, bytes as u64);
-            true
-        })
-        .unwrap_or(false);
-    if !own {
-        let c = if freed {
-            &SHARED.c_bytes_freed
-        } else {
-            &SHARED.c_bytes_allocated
-        };
-        c.fetch_add(bytes as u64, Relaxed);
-    }
 }
 
 /// Which call a slow-path record is for.
@@ -369,7 +363,7 @@ fn record(delta: i64, call: Call) {
         .try_with(|l| {
             let own = match l.state.load(Relaxed) {
                 state::REGISTERED => true,
-                state::NEW => registry::register(l),
+                state::NEW => register_this(l),
                 _ => false,
             };
             if own {
@@ -377,6 +371,11 @@ fn record(delta: i64, call: Call) {
                     bump(c, by);
                 });
                 settle(l);
+            } else {
+                #[cfg(feature = "jemalloc")]
+                if l.state.load(Relaxed) == state::SHARED {
+                    super::process_heap::fold_shared(l);
+                }
             }
             own
         })
@@ -420,6 +419,8 @@ fn settle(l: &Local) {
         .store(allocated.wrapping_add((FLUSH_BYTES - d) as u64), Relaxed);
     l.free_mark
         .store(freed.wrapping_add((FLUSH_BYTES + d) as u64), Relaxed);
+    #[cfg(feature = "jemalloc")]
+    super::process_heap::settle(l);
 }
 
 /// Totals summed over every thread at one moment.
@@ -435,21 +436,12 @@ pub struct Totals {
     pub bytes_allocated: u64,
     /// Cumulative bytes returned (reallocation shrinkage included).
     pub bytes_freed: u64,
-    /// The part of `bytes_allocated` that C code allocated through `malloc` and its family.
-    pub c_bytes_allocated: u64,
-    /// The part of `bytes_freed` that C code freed.
-    pub c_bytes_freed: u64,
 }
 
 impl Totals {
     /// Bytes currently live: allocated − freed.
     pub fn live(&self) -> u64 {
         self.bytes_allocated.saturating_sub(self.bytes_freed)
-    }
-
-    /// Bytes currently live that C code allocated.
-    pub fn c_live(&self) -> u64 {
-        self.c_bytes_allocated.saturating_sub(self.c_bytes_freed)
     }
 }
 
@@ -458,6 +450,20 @@ pub(crate) fn totals() -> Totals {
     let mut t = Totals::default();
     registry::for_each_block(|c| c.add_to(&mut t));
     t
+}
+
+/// Live bytes of the process heap now (exact): jemalloc's counters of every thread with the
+/// `jemalloc` feature, these counters (Rust's allocations) without it.
+pub(crate) fn heap_live() -> u64 {
+    #[cfg(feature = "jemalloc")]
+    let (allocated, freed) = super::process_heap::totals();
+    #[cfg(not(feature = "jemalloc"))]
+    let Totals {
+        bytes_allocated: allocated,
+        bytes_freed: freed,
+        ..
+    } = totals();
+    allocated.saturating_sub(freed)
 }
 
 /// Allocation counts per power-of-two size bucket, summed over threads.

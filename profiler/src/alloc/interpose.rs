@@ -1,18 +1,22 @@
-//! The process's C allocation functions — `malloc`, `calloc`, `realloc`, `free`, `posix_memalign`,
-//! `aligned_alloc`, `memalign`, `valloc`, `pvalloc`, `malloc_usable_size` — defined here, so that C
-//! and C++ code (libtorch, oneDNN, the C++ runtime's `operator new`, glibc itself) is counted in the
-//! same per-thread counters as Rust's allocations, and served by the same jemalloc.
+//! The process's C allocation functions — `malloc`, `calloc`, `realloc`, `reallocarray`, `free`,
+//! `posix_memalign`, `aligned_alloc`, `memalign`, `valloc`, `pvalloc`, `malloc_usable_size` —
+//! defined here over jemalloc, so that C and C++ code (libtorch, oneDNN, the C++ runtime's
+//! `operator new`, glibc itself) is served by the same jemalloc as Rust and counted in the process
+//! heap (`super::process_heap`).
 //!
 //! A binary that links memsight with its `jemalloc` feature exports these symbols; the dynamic
-//! linker then binds every shared library's calls to them (the interposition glibc supports). C
-//! allocations are counted at their usable size (jemalloc's size class, computed inline for
-//! `malloc`/`calloc` and asked of `nallocx` for aligned ones; `malloc_usable_size` on free), so an
-//! allocation and its free always count the same bytes; a free is then handed to jemalloc with its size (`sdallocx`), which spares jemalloc
-//! the lookup this path already made. Like the Rust path, nothing here allocates, locks, blocks or
-//! panics, and a call made while the counters register a thread counts in the shared block.
+//! linker then binds every shared library's calls to them (the interposition glibc supports, as
+//! jemalloc's own unprefixed build does). Each function forwards to jemalloc (built with the
+//! `_rjem_` prefix) and then checks its thread's jemalloc counter against the thread's mark — the
+//! counting itself is jemalloc's, done on its fast path anyway. Nothing here allocates, locks,
+//! blocks or panics.
+//!
+//! jemalloc built with a prefix reads its options from `_RJEM_MALLOC_CONF`; memsight's binaries
+//! (and the documented `MALLOC_CONF`) use the plain name, which [`MALLOC_CONF_FROM_ENV`] hands to
+//! jemalloc before anything in the process can allocate.
 
-use super::counters;
-use std::ffi::{c_int, c_void};
+use super::process_heap::{after_alloc, after_free, after_realloc, alloc_fits};
+use std::ffi::{c_char, c_int, c_void};
 use tikv_jemalloc_sys as je;
 
 /// What the counters' object refers to (`counters::LINK_INTERPOSE`), so that the linker takes
@@ -21,145 +25,122 @@ use tikv_jemalloc_sys as je;
 pub(crate) struct Linked {
     _malloc: unsafe extern "C" fn(usize) -> *mut c_void,
     _free: unsafe extern "C" fn(*mut c_void),
+    _conf: extern "C" fn(c_int, *const *const c_char, *const *const c_char),
 }
 
 /// The functions [`Linked`] holds.
 pub(crate) const LINKED: Linked = Linked {
     _malloc: malloc,
     _free: free,
+    _conf: malloc_conf_from_env,
 };
-
-/// `MALLOCX_ALIGN(a)` for a power-of-two `a`.
-fn align_flag(alignment: usize) -> c_int {
-    alignment.trailing_zeros() as c_int
-}
 
 /// The page size; jemalloc's own is the same 4 KiB on every platform memsight supports.
 const PAGE: usize = 4096;
 
-/// jemalloc's usable size for a plain `malloc(size)` (its size class: 8, then steps of 16 up to
-/// 128, then four classes per doubling — the same rule for small and large classes), computed
-/// inline instead of asking `nallocx`; 0 when no class holds it. A test checks it against
-/// jemalloc's own answer.
-#[inline(always)]
-pub(crate) fn size_class(size: usize) -> usize {
-    if size <= 8 {
-        8
-    } else if size <= 128 {
-        (size + 15) & !15
-    } else if size > 1 << 62 {
-        0
-    } else {
-        let lg = usize::BITS - 1 - (size - 1).leading_zeros();
-        let delta = 1usize << (lg - 2);
-        (size + delta - 1) & !(delta - 1)
-    }
-}
+/// jemalloc's last source of options (read after `_RJEM_MALLOC_CONF`, so it wins); weak in
+/// jemalloc, defined here.
+#[no_mangle]
+#[used]
+static mut _rjem_malloc_conf_2_conf_harder: *const c_char = std::ptr::null();
 
-/// Calls `alloc`, counting `usable` bytes: before the call when the counters' fast path takes it
-/// (taken back if the allocation fails), else after.
-#[inline(always)]
-unsafe fn counted(usable: usize, alloc: impl FnOnce() -> *mut c_void) -> *mut c_void {
-    let p = if counters::alloc_fast(usable) {
-        let p = alloc();
-        if p.is_null() {
-            counters::alloc_failed_after_count(usable);
+/// Runs before any shared library's initialiser (the executable's pre-initialisers come first),
+/// so before the first allocation that initialises jemalloc.
+#[used]
+#[link_section = ".preinit_array"]
+static MALLOC_CONF_FROM_ENV: extern "C" fn(c_int, *const *const c_char, *const *const c_char) =
+    malloc_conf_from_env;
+
+/// Hands `MALLOC_CONF` to the prefixed jemalloc.
+extern "C" fn malloc_conf_from_env(_: c_int, _: *const *const c_char, _: *const *const c_char) {
+    // SAFETY: getenv does not allocate; this runs single-threaded, before anything reads the
+    // variable it sets.
+    unsafe {
+        let conf = libc::getenv(c"MALLOC_CONF".as_ptr());
+        if !conf.is_null() {
+            _rjem_malloc_conf_2_conf_harder = conf;
         }
-        p
-    } else {
-        let p = alloc();
-        if !p.is_null() {
-            counters::on_alloc(usable);
-        }
-        p
-    };
-    if !p.is_null() {
-        counters::note_c(usable, false);
     }
-    p
 }
 
-/// Allocates `size` bytes with jemalloc `flags` (an alignment, or zeroing), counted at usable size.
+/// Runs the jemalloc call `call` that allocates about `size` bytes: straight (a tail call) when
+/// the thread stays below its mark, else out of line, followed by the slow path.
 #[inline(always)]
-unsafe fn alloc_counted(size: usize, flags: c_int) -> *mut c_void {
-    let size = size.max(1);
-    let usable = je::nallocx(size, flags);
-    if usable == 0 {
-        // Too large for any size class: jemalloc refuses it the same way.
-        return std::ptr::null_mut();
+unsafe fn allocate<R>(size: usize, call: impl FnOnce() -> R) -> R {
+    if alloc_fits(size) {
+        call()
+    } else {
+        allocate_slow(call)
     }
-    counted(usable, || je::mallocx(size, flags))
 }
 
-/// `malloc(3)`, counted.
+/// [`allocate`]'s other branch.
+#[cold]
+#[inline(never)]
+unsafe fn allocate_slow<R>(call: impl FnOnce() -> R) -> R {
+    let r = call();
+    after_alloc();
+    r
+}
+
+/// `malloc(3)`.
 ///
 /// # Safety
 /// The C contract of `malloc`.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    match size_class(size) {
-        0 => std::ptr::null_mut(),
-        usable => counted(usable, || je::malloc(size)),
-    }
+    allocate(size, || je::malloc(size))
 }
 
-/// `calloc(3)`, counted.
+/// `calloc(3)`.
 ///
 /// # Safety
 /// The C contract of `calloc`.
 #[no_mangle]
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
-    match n.checked_mul(size).map(size_class) {
-        None | Some(0) => std::ptr::null_mut(),
-        Some(usable) => counted(usable, || je::calloc(n, size)),
-    }
+    allocate(n.saturating_mul(size), || je::calloc(n, size))
 }
 
-/// `free(3)`, counted.
+/// `free(3)`.
 ///
 /// # Safety
 /// The C contract of `free`: `p` is null or came from this family and is freed once.
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
-    if p.is_null() {
-        return;
-    }
-    let usable = je::malloc_usable_size(p);
-    counters::note_c(usable, true);
-    if counters::dealloc_fast(usable) {
-        je::sdallocx(p, usable, 0)
-    } else {
-        je::sdallocx(p, usable, 0);
-        counters::on_dealloc(usable);
-    }
+    je::free(p);
+    after_free();
 }
 
-/// `realloc(3)`, counted: the change in usable size as bytes allocated or freed.
+/// `realloc(3)`.
 ///
 /// # Safety
 /// The C contract of `realloc`.
 #[no_mangle]
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
-    if p.is_null() {
-        return malloc(size);
-    }
-    let old = je::malloc_usable_size(p);
     let q = je::realloc(p, size);
-    if !q.is_null() {
-        let new = je::malloc_usable_size(q);
-        counters::on_realloc(old, new);
-        counters::note_c(old.abs_diff(new), new < old);
-    } else if size == 0 {
-        // jemalloc freed it (the C standard allows either behaviour for a zero size).
-        counters::on_dealloc(old);
-        counters::note_c(old, true);
-    } else {
+    after_realloc();
+    if q.is_null() && size != 0 {
         super::failed(size);
     }
     q
 }
 
-/// `posix_memalign(3)`, counted.
+/// `reallocarray(3)`: `realloc` of `n × size` bytes, refused when that overflows.
+///
+/// # Safety
+/// The C contract of `reallocarray`.
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+    match n.checked_mul(size) {
+        Some(bytes) => realloc(p, bytes),
+        None => {
+            *libc::__errno_location() = libc::ENOMEM;
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// `posix_memalign(3)`.
 ///
 /// # Safety
 /// The C contract of `posix_memalign`.
@@ -169,30 +150,19 @@ pub unsafe extern "C" fn posix_memalign(
     alignment: usize,
     size: usize,
 ) -> c_int {
-    if !alignment.is_power_of_two() || alignment < std::mem::size_of::<*mut c_void>() {
-        return libc::EINVAL;
-    }
-    let p = alloc_counted(size, align_flag(alignment));
-    if p.is_null() {
-        return libc::ENOMEM;
-    }
-    *out = p;
-    0
+    allocate(size, || je::posix_memalign(out, alignment, size))
 }
 
-/// `aligned_alloc(3)`, counted.
+/// `aligned_alloc(3)`.
 ///
 /// # Safety
 /// The C contract of `aligned_alloc`.
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(alignment: usize, size: usize) -> *mut c_void {
-    if !alignment.is_power_of_two() {
-        return std::ptr::null_mut();
-    }
-    alloc_counted(size, align_flag(alignment))
+    allocate(size, || je::aligned_alloc(alignment, size))
 }
 
-/// `memalign(3)`, counted.
+/// `memalign(3)`: `aligned_alloc` without its size rule.
 ///
 /// # Safety
 /// The C contract of `memalign`.
@@ -201,23 +171,23 @@ pub unsafe extern "C" fn memalign(alignment: usize, size: usize) -> *mut c_void 
     aligned_alloc(alignment, size)
 }
 
-/// `valloc(3)`, counted: page-aligned.
+/// `valloc(3)`: page-aligned.
 ///
 /// # Safety
 /// The C contract of `valloc`.
 #[no_mangle]
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
-    alloc_counted(size, align_flag(PAGE))
+    aligned_alloc(PAGE, size)
 }
 
-/// `pvalloc(3)`, counted: page-aligned, rounded up to whole pages.
+/// `pvalloc(3)`: page-aligned, rounded up to whole pages.
 ///
 /// # Safety
 /// The C contract of `pvalloc`.
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
     match size.max(1).checked_next_multiple_of(PAGE) {
-        Some(rounded) => alloc_counted(rounded, align_flag(PAGE)),
+        Some(rounded) => aligned_alloc(PAGE, rounded),
         None => std::ptr::null_mut(),
     }
 }
@@ -232,24 +202,5 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
         0
     } else {
         je::malloc_usable_size(p)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn size_classes_are_jemalloc_s() {
-        let mut sizes: Vec<usize> = (1..=20_000).collect();
-        for lg in 14..40 {
-            let b = 1usize << lg;
-            sizes.extend([b - 1, b, b + 1, b + b / 8, b + b / 3, b + b / 2 + 7]);
-        }
-        for s in sizes {
-            // SAFETY: nallocx has no preconditions beyond a non-zero size.
-            let want = unsafe { je::nallocx(s, 0) };
-            assert_eq!(size_class(s), want, "size {s}");
-        }
     }
 }

@@ -11,6 +11,8 @@
 pub(crate) mod counters;
 #[cfg(feature = "jemalloc")]
 mod interpose;
+#[cfg(feature = "jemalloc")]
+mod process_heap;
 mod registry;
 #[cfg(feature = "heap-profile")]
 mod sampled_jemalloc;
@@ -177,13 +179,16 @@ fn failed(size: usize) {
     memsight_format::wire::ring::note_alloc_failure(size);
 }
 
-/// Current heap statistics. Zero everywhere when no [`Allocator`] is installed.
+/// Current heap statistics: the process heap (with the `jemalloc` feature every allocation of the
+/// process, Rust's and C/C++ code's, at its usable size; without it Rust's through [`Allocator`])
+/// and Rust's share. The call counts and cumulative bytes are Rust's. Rust's share is zero when no [`Allocator`] is
+/// installed.
 pub fn stats() -> HeapStats {
     let t = counters::totals();
-    let live = t.live();
+    let live = counters::heap_live();
     HeapStats {
         live_bytes: live,
-        rust_live_bytes: live.saturating_sub(t.c_live()),
+        rust_live_bytes: t.live(),
         peak_bytes: counters::peak(counters::Tracker::Global, live),
         run_peak_bytes: counters::peak(counters::Tracker::Run, live),
         allocations: t.allocations,
@@ -197,8 +202,7 @@ pub fn stats() -> HeapStats {
 /// Resets the peak that [`stats`] reads back to the current live bytes. The run's peak
 /// ([`HeapStats::run_peak_bytes`], the one reports and budgets use) is never reset.
 pub fn reset_peak() {
-    let live = counters::totals().live();
-    counters::swap_peak(counters::Tracker::Global, live);
+    counters::swap_peak(counters::Tracker::Global, counters::heap_live());
 }
 
 /// Allocation counts per power-of-two size bucket: index `i` counts sizes in `[2^(i-1), 2^i)`

@@ -78,14 +78,28 @@ pub(crate) fn release(i: usize, fold: impl FnOnce()) {
 pub(crate) fn for_each_block(mut f: impl FnMut(&Counts)) {
     let _held = Held::take();
     f(&SHARED);
+    fold_registered((), |(), l| f(&l.counts));
+}
+
+/// Folds every registered thread's whole block into `init()` with `f`, under the lock (what `init`
+/// reads of the shared totals and what `f` reads of the threads are then one moment's).
+#[cfg(feature = "jemalloc")]
+pub(crate) fn fold_threads<T>(init: impl FnOnce() -> T, f: impl FnMut(T, &Local) -> T) -> T {
+    let _held = Held::take();
+    fold_registered(init(), f)
+}
+
+/// Folds every registered thread's block into `acc` with `f`; the caller holds the lock.
+fn fold_registered<T>(mut acc: T, mut f: impl FnMut(T, &Local) -> T) -> T {
     for e in &ENTRY[..USED.load(Relaxed).min(ENTRIES)] {
         let p = e.load(Acquire);
         if !p.is_null() {
             // SAFETY: a registered entry points at a live thread's block; the thread removes it
             // under this lock before its storage goes away.
-            f(unsafe { &(*p).counts });
+            acc = f(acc, unsafe { &*p });
         }
     }
+    acc
 }
 
 /// The registry lock, held until dropped.
