@@ -129,7 +129,7 @@ fn contract_job_peak_malloc_baseline_and_budget_gate() {
         .unwrap();
     let md = String::from_utf8(md.stdout).unwrap();
     assert!(
-        md.contains("| peak live heap | 100.") && md.contains("hold-100MiB"),
+        md.contains("| process heap | 100.") && md.contains("hold-100MiB"),
         "{md}"
     );
     let svg = dir.join("t.svg");

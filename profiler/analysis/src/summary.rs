@@ -40,13 +40,41 @@ fn header(s: &mut String, r: &Report) {
     );
 }
 
-/// The headline table: peaks with where they happened, leak, tensors, devices, OOMs.
+/// The headline table, what dominates an ML job first: device memory, tensors, the process heap
+/// (all code), RSS with its anon / file / shmem split, the process tree's PSS — each with the
+/// step and phase where it first reached its peak and what exactly it counts; then jemalloc,
+/// cgroup, growth, OOMs.
 fn metrics(s: &mut String, r: &Report) {
     let p = &r.peaks;
-    let _ = writeln!(s, "| metric | value | where |\n|---|---|---|");
     let _ = writeln!(
         s,
-        "| peak live heap | {} | {} |",
+        "| memory | peak | first reached | what it counts |\n|---|---|---|---|"
+    );
+    for d in &r.devices {
+        let opt = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "n/a".into());
+        let _ = writeln!(
+            s,
+            "| cuda:{} reserved / allocated | {} / {} | | {} device memory{} |",
+            d.index,
+            opt(d.peak_reserved_bytes.or(d.peak_used_bytes)),
+            opt(d.peak_allocated_bytes),
+            d.backend,
+            d.total_bytes
+                .map(|t| format!(", of {}", fmt_bytes(t)))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(t) = p.tensor_peak_bytes {
+        let _ = writeln!(
+            s,
+            "| tensors | {} | {} | live CPU tensor storage (libtorch allocator hook, exact) |",
+            fmt_bytes(t),
+            at(p.tensor_peak_step, p.tensor_peak_phase.as_deref())
+        );
+    }
+    let _ = writeln!(
+        s,
+        "| process heap | {} | {} | live heap of all code: Rust, C and C++ (`malloc`, `new`), usable sizes |",
         fmt_bytes(p.heap_peak_bytes),
         if r.heap_peaked_outside_marks() {
             memsight_format::report::OUTSIDE_MARKS.to_string()
@@ -55,17 +83,46 @@ fn metrics(s: &mut String, r: &Report) {
         }
     );
     if let Some(rss) = p.rss_peak_bytes {
-        let w = p
-            .rss_peak_sample
-            .as_ref()
+        let sample = p.rss_peak_sample.as_ref();
+        let w = sample
             .map(|a| at(Some(a.step), a.phase.as_deref()))
             .unwrap_or_default();
-        let _ = writeln!(s, "| peak RSS | {} | {} |", fmt_bytes(rss), w);
+        let split = sample
+            .and_then(|a| r.sample_at(a)?.process)
+            .map(|m| {
+                format!(
+                    ": anon {} · file {} · shmem {} at that sample",
+                    fmt_bytes(m.anon),
+                    fmt_bytes(m.file),
+                    fmt_bytes(m.shmem)
+                )
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "| RSS | {} | {} | resident pages of the job's process{} |",
+            fmt_bytes(rss),
+            w,
+            split
+        );
+    }
+    if let Some(tp) = r
+        .process_tree
+        .as_ref()
+        .filter(|t| t.tree.processes.len() > 1)
+    {
+        let _ = writeln!(
+            s,
+            "| process tree PSS | {} | {} | {} processes, each shared page split among its sharers |",
+            fmt_bytes(tp.at.bytes),
+            at(Some(tp.at.step), tp.at.phase.as_deref()),
+            tp.tree.processes.len()
+        );
     }
     if let Some(res) = &p.jemalloc_resident_peak {
         let _ = writeln!(
             s,
-            "| peak jemalloc resident | {} | {} |",
+            "| jemalloc resident | {} | {} | heap pages jemalloc holds in memory, in use or cached |",
             fmt_bytes(res.bytes),
             at(Some(res.step), res.phase.as_deref())
         );
@@ -73,7 +130,7 @@ fn metrics(s: &mut String, r: &Report) {
     if let Some(f) = &r.fragmentation {
         let _ = writeln!(
             s,
-            "| fragmentation at peak resident | {:.1}% | (resident − allocated) / resident |",
+            "| fragmentation | {:.1}% | at the resident peak | (resident − allocated) / resident |",
             f.resident_ratio * 100.0
         );
     }
@@ -84,7 +141,7 @@ fn metrics(s: &mut String, r: &Report) {
             .unwrap_or_else(|| "unlimited".into());
         let _ = writeln!(
             s,
-            "| peak cgroup usage | {} | limit {} |",
+            "| cgroup usage | {} | | the container's memory charge, limit {} |",
             fmt_bytes(c.bytes),
             lim
         );
@@ -92,7 +149,7 @@ fn metrics(s: &mut String, r: &Report) {
     if let Some(l) = &r.leak {
         let _ = writeln!(
             s,
-            "| live-heap growth | {}/step | confidence {:.0}%, {} steps |",
+            "| process-heap growth | {}/step | | fit over {2} steps, confidence {1:.0}% |",
             fmt_signed_bytes(l.slope_bytes_per_step as i64),
             l.confidence * 100.0,
             l.steps_used
@@ -100,35 +157,13 @@ fn metrics(s: &mut String, r: &Report) {
     }
     let _ = writeln!(
         s,
-        "| live heap at end | {} | |",
+        "| process heap at end | {} | | live when the session finished |",
         fmt_bytes(p.final_live_bytes)
     );
-    if let Some(t) = p.tensor_peak_bytes {
-        let _ = writeln!(
-            s,
-            "| peak tensor bytes | {} | {} |",
-            fmt_bytes(t),
-            at(p.tensor_peak_step, p.tensor_peak_phase.as_deref())
-        );
-    }
-    for d in &r.devices {
-        let opt = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "n/a".into());
-        let _ = writeln!(
-            s,
-            "| cuda:{} peak reserved / allocated | {} / {} | {}{} |",
-            d.index,
-            opt(d.peak_reserved_bytes.or(d.peak_used_bytes)),
-            opt(d.peak_allocated_bytes),
-            d.backend,
-            d.total_bytes
-                .map(|t| format!(", of {}", fmt_bytes(t)))
-                .unwrap_or_default()
-        );
-    }
     for o in &r.device_ooms {
         let _ = writeln!(
             s,
-            "| **cuda:{} OOM** | asked {} with {} free | step {}{} |",
+            "| **cuda:{} OOM** | asked {} with {} free | step {}{} | |",
             o.device,
             fmt_bytes(o.requested_bytes),
             fmt_bytes(o.free_bytes),

@@ -127,7 +127,7 @@ fn a_heap_peak_outside_every_step_says_so() {
     );
     let md = memsight_analysis::summary::markdown(&report);
     assert!(
-        md.contains("| peak live heap | 2.48 MiB | outside every step and phase |"),
+        md.contains("| process heap | 2.48 MiB | outside every step and phase |"),
         "{md}"
     );
 

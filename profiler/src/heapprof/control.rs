@@ -21,10 +21,11 @@ mod start_up {
     // SAFETY: it points at a static, immutable C string.
     unsafe impl Sync for ConfPtr {}
 
-    /// jemalloc's compiled-in options (it defines a weak `malloc_conf`; this one wins), read before
+    /// jemalloc's compiled-in options (it defines a weak `malloc_conf`, `_rjem_`-prefixed as all its
+    /// symbols; this one wins), read before
     /// the first allocation: profiling on from the start, one sample per 512 KiB allocated.
     #[used]
-    #[export_name = "malloc_conf"]
+    #[export_name = "_rjem_malloc_conf"]
     pub static MALLOC_CONF: ConfPtr =
         ConfPtr(c"prof:true,prof_active:true,lg_prof_sample:19".as_ptr());
 }

@@ -216,6 +216,13 @@ impl Report {
             && !(self.steps.is_empty() && self.phases.is_empty())
     }
 
+    /// The timeline's sample taken at `at` (the one nearest in time, when merging dropped it).
+    pub fn sample_at(&self, at: &PeakAt) -> Option<&Snapshot> {
+        self.timeline
+            .iter()
+            .min_by_key(|s| s.t_ms.abs_diff(at.t_ms))
+    }
+
     /// Sets the heap-profile section and derives the tips again (they name its top sites).
     pub fn set_heap_profile(&mut self, heap_profile: Option<crate::heap_profile::HeapProfile>) {
         self.heap_profile = heap_profile;

@@ -189,51 +189,89 @@ fn leak_tip(r: &Report, tips: &mut Vec<Tip>) {
     }
 }
 
-/// An RSS far above the heap and tensors, with the likely cause.
+/// An RSS far above the process heap, blamed on the largest part of the gap at the RSS peak:
+/// file-backed pages, shared memory, or anonymous memory beyond the heap.
 fn rss_tip(r: &Report, tips: &mut Vec<Tip>) {
     let p = &r.peaks;
-    if let Some(rss) = p.rss_peak_bytes {
-        // Tensor storage (libtorch hook) is heap too: jemalloc serves it, the Rust counters do not.
-        let heap = (p.heap_peak_bytes + p.tensor_peak_bytes.unwrap_or(0)).max(1);
-        let what = if p.tensor_peak_bytes.is_some() {
-            "the peak live heap plus tensors"
-        } else {
-            "the peak live heap"
-        };
-        if rss as f64 > 1.5 * heap as f64 && rss - heap.min(rss) >= 256 * MIB {
-            let resident = p.jemalloc_resident_peak.as_ref().map(|r| r.bytes);
-            // jemalloc's allocated bytes at peak resident: everything served, Rust or C/C++.
-            let allocated = r.fragmentation.as_ref().map(|f| f.allocated_bytes);
-            let cause = match (resident, allocated) {
-                (Some(_), Some(a)) if a as f64 > 1.3 * heap as f64 => {
-                    "jemalloc had far more allocated than the Rust heap and tensors, so most of the gap is C/C++ code allocating through it (libtorch/oneDNN buffers, the autograd graph, libraries' own pools)"
-                }
-                (Some(res), _) if res as f64 > 1.3 * heap as f64 => {
-                    "jemalloc's resident memory is well above the live heap, so most of the gap is allocator fragmentation and dirty pages (see the fragmentation tip)"
-                }
-                (Some(_), _) => "jemalloc's resident memory is close to the live heap, so the gap is memory that does not come from the heap: mmapped files or datasets, thread stacks, pinned (page-locked) host buffers, or libraries' own pools",
-                (None, _) => "without jemalloc statistics the split between fragmentation and non-heap memory is unknown",
-            };
-            tips.push(tip(
-                "rss-beyond-heap",
-                "info",
-                format!(
-                    "Peak RSS {} is {:.1}× {what} {}",
-                    fmt_bytes(rss),
-                    rss as f64 / heap as f64,
-                    fmt_bytes(heap)
-                ),
-                format!("{cause}."),
-                &[
-                    ("rss_peak_bytes", rss.into()),
-                    ("heap_peak_bytes", p.heap_peak_bytes.into()),
-                    (
-                        "jemalloc_resident_peak_bytes",
-                        resident.map(Into::into).unwrap_or(serde_json::Value::Null),
-                    ),
-                ],
-            ));
-        }
+    let Some(rss) = p.rss_peak_bytes else {
+        return;
+    };
+    // The process heap counts every allocation through jemalloc, CPU tensor storage included;
+    // a report of a build without the `jemalloc` feature counts Rust's only, so tensors are added.
+    let heap = p
+        .heap_peak_bytes
+        .max(p.tensor_peak_bytes.unwrap_or(0))
+        .max(1);
+    if rss as f64 <= 1.5 * heap as f64 || rss - heap.min(rss) < 256 * MIB {
+        return;
+    }
+    let split = p
+        .rss_peak_sample
+        .as_ref()
+        .and_then(|a| r.sample_at(a)?.process);
+    let resident = p.jemalloc_resident_peak.as_ref().map(|r| r.bytes);
+    let cause = match split {
+        Some(m) => rss_gap_cause(m.anon.saturating_sub(heap), m.file, m.shmem, resident, heap),
+        None => "without the RSS split (anon / file / shmem) the gap's cause is unknown".into(),
+    };
+    tips.push(tip(
+        "rss-beyond-heap",
+        "info",
+        format!(
+            "Peak RSS {} is {:.1}× the process heap's peak {}",
+            fmt_bytes(rss),
+            rss as f64 / heap as f64,
+            fmt_bytes(heap)
+        ),
+        format!("{cause}."),
+        &[
+            ("rss_peak_bytes", rss.into()),
+            ("heap_peak_bytes", p.heap_peak_bytes.into()),
+            ("anon_bytes", split.map(|m| m.anon).into()),
+            ("file_bytes", split.map(|m| m.file).into()),
+            ("shmem_bytes", split.map(|m| m.shmem).into()),
+            ("jemalloc_resident_peak_bytes", resident.into()),
+        ],
+    ));
+}
+
+/// Which part of an RSS gap is largest, in words: anonymous memory beyond the heap, file-backed
+/// pages or shared memory.
+fn rss_gap_cause(
+    anon_beyond_heap: u64,
+    file: u64,
+    shmem: u64,
+    resident: Option<u64>,
+    heap: u64,
+) -> String {
+    if file >= anon_beyond_heap && file >= shmem {
+        format!(
+            "The largest part, {}, is file-backed pages: the code and data of shared libraries \
+             (libtorch's alone are hundreds of MiB) and memory-mapped files or datasets. The kernel \
+             can drop them under pressure and shares them between processes, so they rarely cause \
+             an OOM kill; they are not the heap",
+            fmt_bytes(file)
+        )
+    } else if shmem >= anon_beyond_heap {
+        format!(
+            "The largest part, {}, is shared memory (/dev/shm): tensors DataLoader workers hand \
+             to the trainer, or CUDA IPC buffers; it counts once per process mapping it",
+            fmt_bytes(shmem)
+        )
+    } else if resident.is_some_and(|res| res as f64 > 1.3 * heap as f64) {
+        format!(
+            "The largest part, {} of anonymous memory beyond the heap, matches jemalloc's \
+             resident memory well above the live heap: fragmentation and dirty pages (see the \
+             fragmentation tip)",
+            fmt_bytes(anon_beyond_heap)
+        )
+    } else {
+        format!(
+            "The largest part, {} of anonymous memory beyond the heap, is memory that no \
+             allocation call of the process holds: thread stacks, pinned (page-locked) host \
+             buffers, or libraries mapping memory themselves",
+            fmt_bytes(anon_beyond_heap)
+        )
     }
 }
 
@@ -360,6 +398,61 @@ mod tests {
 
     fn ids(r: &Report) -> Vec<String> {
         derive(r).into_iter().map(|t| t.id).collect()
+    }
+
+    /// The RSS tip of a job whose RSS peak (500 MiB) splits into `anon`, `file` and `shmem`, with a
+    /// process heap peak of 150 MiB.
+    fn rss_tip_of(anon: u64, file: u64, shmem: u64) -> Tip {
+        let mut r: Report =
+            serde_json::from_str(include_str!("../../../../docs/report.example.json")).unwrap();
+        r.peaks.heap_peak_bytes = 150 * MIB;
+        r.peaks.tensor_peak_bytes = Some(80 * MIB);
+        r.peaks.rss_peak_bytes = Some(500 * MIB);
+        let at = r.peaks.rss_peak_sample.clone().unwrap();
+        let mut s = r.sample_at(&at).unwrap().clone();
+        s.t_ms = at.t_ms;
+        s.process = Some(crate::host::ProcessMemory {
+            rss: 500 * MIB,
+            anon,
+            file,
+            shmem,
+            ..Default::default()
+        });
+        r.timeline = vec![s];
+        r.peaks.jemalloc_resident_peak = None;
+        derive(&r)
+            .into_iter()
+            .find(|t| t.id == "rss-beyond-heap")
+            .unwrap()
+    }
+
+    #[test]
+    fn the_rss_tip_blames_the_largest_part_of_the_gap() {
+        let file = rss_tip_of(280 * MIB, 200 * MIB, 20 * MIB);
+        assert!(
+            file.title
+                .contains("3.3× the process heap's peak 150.00 MiB"),
+            "{}",
+            file.title
+        );
+        assert!(
+            file.advice.contains("200.00 MiB, is file-backed pages"),
+            "{}",
+            file.advice
+        );
+        let anon = rss_tip_of(420 * MIB, 60 * MIB, 20 * MIB);
+        assert!(
+            anon.advice
+                .contains("270.00 MiB of anonymous memory beyond the heap"),
+            "{}",
+            anon.advice
+        );
+        let shm = rss_tip_of(160 * MIB, 40 * MIB, 300 * MIB);
+        assert!(
+            shm.advice.contains("shared memory (/dev/shm)"),
+            "{}",
+            shm.advice
+        );
     }
 
     #[test]
