@@ -205,4 +205,20 @@ fn a_job_without_memsight_is_sampled_from_outside_and_gated_by_check() {
         check.out,
         check.err
     );
+    let check = run_memsight(
+        &[
+            "check".as_ref(),
+            report.as_os_str(),
+            "--max-tree-pss".as_ref(),
+            "200MiB".as_ref(),
+        ],
+        None,
+    );
+    assert_eq!(check.code, 1, "{}{}", check.out, check.err);
+    assert!(
+        check.out.contains("process tree PSS") && check.out.contains("exceeds budget 200.00 MiB"),
+        "{}{}",
+        check.out,
+        check.err
+    );
 }

@@ -11,12 +11,15 @@ use std::process::ExitCode;
 pub struct Args {
     /// The JSON report to check.
     report: PathBuf,
-    /// Peak live heap bytes (e.g. 512MiB, 4GiB).
+    /// Peak live process heap: every allocation of the job, Rust and C/C++ (e.g. 512MiB, 4GiB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_host_peak: Option<u64>,
     /// Peak RSS (e.g. 6GiB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_rss_peak: Option<u64>,
+    /// Peak PSS total of the job's process tree, workers included (e.g. 8GiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_tree_pss: Option<u64>,
     /// jemalloc (resident − allocated) / resident at peak resident, between 0 and 1.
     #[arg(long, value_name = "RATIO")]
     max_fragmentation: Option<f64>,
@@ -50,6 +53,7 @@ pub fn run(a: Args) -> ExitCode {
     let flags = Budgets {
         max_host_peak: a.max_host_peak,
         max_rss_peak: a.max_rss_peak,
+        max_tree_pss: a.max_tree_pss,
         max_fragmentation: a.max_fragmentation,
         max_leak_per_step: a.max_leak_per_step,
         max_tensor_peak: a.max_tensor_peak,
@@ -68,7 +72,7 @@ pub fn run(a: Args) -> ExitCode {
         None => flags,
     };
     if budgets.is_empty() {
-        return fail("no budget given: pass --max-host-peak, --max-rss-peak, --max-fragmentation, --max-leak-per-step, --max-tensor-peak, --max-device-peak, --max-device-fragmentation, --max-alloc-retries or --budget FILE");
+        return fail("no budget given: pass --max-host-peak, --max-rss-peak, --max-tree-pss, --max-fragmentation, --max-leak-per-step, --max-tensor-peak, --max-device-peak, --max-device-fragmentation, --max-alloc-retries or --budget FILE");
     }
     let report = match Report::load(&a.report) {
         Ok(r) => r,

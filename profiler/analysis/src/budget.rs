@@ -13,10 +13,12 @@ pub const BUDGET_VERSION: u32 = 1;
 /// Limits a report must stay within. `None` means "not checked".
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Budgets {
-    /// Peak live heap bytes.
+    /// Peak live process heap bytes (all code: Rust, C, C++).
     pub max_host_peak: Option<u64>,
     /// Peak RSS bytes.
     pub max_rss_peak: Option<u64>,
+    /// Peak PSS total of the process tree (the job and its workers): its real footprint.
+    pub max_tree_pss: Option<u64>,
     /// jemalloc (resident − allocated) / resident at peak resident.
     pub max_fragmentation: Option<f64>,
     /// Live-heap growth per step (leak slope), bytes.
@@ -37,6 +39,7 @@ struct BudgetFile {
     version: u32,
     max_host_peak: Option<String>,
     max_rss_peak: Option<String>,
+    max_tree_pss: Option<String>,
     max_fragmentation: Option<f64>,
     max_leak_per_step: Option<String>,
     max_tensor_peak: Option<String>,
@@ -82,6 +85,7 @@ impl Budgets {
         let b = Budgets {
             max_host_peak: size("max_host_peak", f.max_host_peak)?,
             max_rss_peak: size("max_rss_peak", f.max_rss_peak)?,
+            max_tree_pss: size("max_tree_pss", f.max_tree_pss)?,
             max_fragmentation: f.max_fragmentation,
             max_leak_per_step: size("max_leak_per_step", f.max_leak_per_step)?,
             max_tensor_peak: size("max_tensor_peak", f.max_tensor_peak)?,
@@ -116,6 +120,7 @@ impl Budgets {
         Budgets {
             max_host_peak: other.max_host_peak.or(self.max_host_peak),
             max_rss_peak: other.max_rss_peak.or(self.max_rss_peak),
+            max_tree_pss: other.max_tree_pss.or(self.max_tree_pss),
             max_fragmentation: other.max_fragmentation.or(self.max_fragmentation),
             max_leak_per_step: other.max_leak_per_step.or(self.max_leak_per_step),
             max_tensor_peak: other.max_tensor_peak.or(self.max_tensor_peak),
@@ -163,6 +168,19 @@ impl Budgets {
                 }
                 Some(_) => {}
                 None => out.push("rss peak cannot be checked: the report has no RSS (process source unavailable)".into()),
+            }
+        }
+        if let Some(max) = self.max_tree_pss {
+            match r.process_tree.as_ref().filter(|t| t.tree.total_pss.is_some()) {
+                Some(t) if t.at.bytes > max => out.push(format!(
+                    "process tree PSS {} exceeds budget {} ({} processes){}",
+                    fmt_bytes(t.at.bytes),
+                    fmt_bytes(max),
+                    t.tree.processes.len(),
+                    location(Some(t.at.step), t.at.phase.as_deref())
+                )),
+                Some(_) => {}
+                None => out.push("process tree PSS cannot be checked: the report has no PSS (smaps_rollup unreadable, or a report of an older memsight)".into()),
             }
         }
         if let Some(max) = self.max_fragmentation {

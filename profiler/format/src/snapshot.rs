@@ -109,8 +109,9 @@ impl Snapshot {
                 .unwrap_or_default()
         );
         out += &format!(
-            "  Allocated   {:>12}  live process heap (Rust and C/C++ allocations)\n",
-            fmt_bytes(self.heap.live_bytes)
+            "  Allocated   {:>12}  live process heap, all code (Rust's share {})\n",
+            fmt_bytes(self.heap.live_bytes),
+            fmt_bytes(self.heap.rust_live_bytes)
         );
         out += &format!(
             "  In use      {:>12}  jemalloc active pages\n",
@@ -121,9 +122,17 @@ impl Snapshot {
             fmt_bytes(self.heap.peak_bytes)
         );
         out += &format!(
-            "  System RSS  {:>12}  high-water {}\n",
+            "  System RSS  {:>12}  high-water {}{}\n",
             opt(self.process.map(|p| p.rss)),
-            opt(self.process.map(|p| p.hwm))
+            opt(self.process.map(|p| p.hwm)),
+            self.process
+                .map(|p| format!(
+                    " · anon {} file {} shmem {}",
+                    fmt_bytes(p.anon),
+                    fmt_bytes(p.file),
+                    fmt_bytes(p.shmem)
+                ))
+                .unwrap_or_default()
         );
         if let Some(t) = self.tensors {
             out += &format!(
