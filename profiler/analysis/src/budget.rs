@@ -305,7 +305,7 @@ mod tests {
             e("version = 2\n"),
             "budget file version 2 is not supported (this memsight reads version 1)"
         );
-        assert_eq!(e("version = 1\nmax_host_peek = \"1GiB\"\n"), "unknown field `max_host_peek`, expected one of `version`, `max_host_peak`, `max_rss_peak`, `max_fragmentation`, `max_leak_per_step`, `max_tensor_peak`, `max_device_peak`, `max_device_fragmentation`, `max_alloc_retries`");
+        assert_eq!(e("version = 1\nmax_host_peek = \"1GiB\"\n"), "unknown field `max_host_peek`, expected one of `version`, `max_host_peak`, `max_rss_peak`, `max_tree_pss`, `max_fragmentation`, `max_leak_per_step`, `max_tensor_peak`, `max_device_peak`, `max_device_fragmentation`, `max_alloc_retries`");
         assert_eq!(
             e("version = 1\nmax_host_peak = \"lots\"\n"),
             "max_host_peak: invalid size \"lots\": expected a number (examples: 512MiB, 4GiB, 100MB, 1048576)"
