@@ -203,6 +203,7 @@ pub fn estimate_for(cfg: &Config) -> EstimateInput {
     if cfg.lora_rank > 0 {
         e.lora_rank = Some(cfg.lora_rank as u64);
     }
+    e.logits_to_keep = cfg.keep().map(|k| k as u64);
     e
 }
 

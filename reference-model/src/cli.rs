@@ -27,6 +27,13 @@ pub struct TrainArgs {
     /// sequence length follows it unless --seq-len is given.
     #[arg(long)]
     pub block_size: Option<i64>,
+    /// Vocabulary size instead of the byte tokenizer's 256 (e.g. 50257, GPT-2's BPE): widens the
+    /// embedding and the LM head only.
+    #[arg(long)]
+    pub vocab_size: Option<i64>,
+    /// Compute logits (and the loss) for the last N positions only.
+    #[arg(long, value_name = "N")]
+    pub logits_to_keep: Option<i64>,
     /// Attention: naive (B·H·S² scores), efficient (streaming over key blocks), sdpa (fused).
     #[arg(long, value_enum)]
     pub attention: Option<Attention>,
@@ -99,6 +106,9 @@ impl TrainArgs {
             c.shape.block_size = n;
             c.seq_len = n;
         }
+        if let Some(v) = a.vocab_size {
+            c.shape.vocab_size = v;
+        }
         macro_rules! set {
         ($($f:ident),*) => { $(if let Some(v) = a.$f.clone() { c.$f = v; })* };
     }
@@ -119,7 +129,8 @@ impl TrainArgs {
             workers,
             prefetch,
             device,
-            seed
+            seed,
+            logits_to_keep
         );
         if a.micro_batch.is_none() {
             c.micro_batch = c.batch_size;

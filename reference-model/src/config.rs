@@ -26,7 +26,8 @@ pub struct ModelShape {
     pub n_embd: i64,
     /// Longest sequence (position embeddings).
     pub block_size: i64,
-    /// Vocabulary: 256 (byte-level tokenizer).
+    /// Vocabulary: 256 (byte-level tokenizer); larger sizes (GPT-2's BPE has 50 257) only widen
+    /// the embedding and the LM head (tokens stay bytes), which is where `logits_to_keep` matters.
     pub vocab_size: i64,
 }
 
@@ -120,6 +121,10 @@ pub struct Config {
     pub prefetch: usize,
     /// Random seed (weights and data order).
     pub seed: u64,
+    /// Train on the last N positions' logits only (0: all): the LM head and the loss see B·N·V
+    /// logits instead of B·S·V.
+    #[serde(default)]
+    pub logits_to_keep: i64,
     /// `cpu` or `cuda[:N]`.
     pub device: String,
 }
@@ -151,6 +156,7 @@ impl Config {
             workers: 1,
             prefetch: 2,
             seed: 1337,
+            logits_to_keep: 0,
             device: "cpu".into(),
         }
     }
@@ -174,6 +180,18 @@ impl Config {
         }
         if self.attention_block < 1 {
             return Err("--attention-block must be at least 1".into());
+        }
+        if self.shape.vocab_size < 256 {
+            return Err(format!(
+                "--vocab-size {} must be at least 256 (the byte tokenizer's symbols)",
+                self.shape.vocab_size
+            ));
+        }
+        if self.logits_to_keep < 0 || self.logits_to_keep > self.seq_len {
+            return Err(format!(
+                "--logits-to-keep {} must be between 0 (all) and --seq-len {}",
+                self.logits_to_keep, self.seq_len
+            ));
         }
         if self.workers < 1 {
             return Err("--workers must be at least 1".into());
@@ -208,6 +226,11 @@ impl Config {
         } else {
             self.eval_segment.min(self.seq_len)
         }
+    }
+
+    /// Positions whose logits training computes (`None`: all).
+    pub fn keep(&self) -> Option<i64> {
+        (self.logits_to_keep > 0).then_some(self.logits_to_keep)
     }
 
     /// The tch device (a CUDA device must be visible).

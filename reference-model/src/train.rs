@@ -136,7 +136,7 @@ pub fn train(cfg: &Config, save: Option<&Save>, progress: bool) -> Result<RunSum
                     cfg,
                     &rows(&x),
                     &rows(&y),
-                    None,
+                    cfg.keep(),
                     1.0 / accum as f64,
                 )
                 .map_err(|e| e.to_string())?;
