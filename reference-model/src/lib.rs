@@ -4,6 +4,7 @@
 pub mod ablate;
 pub mod analyze;
 pub mod attention;
+pub mod checkpoint;
 pub mod cli;
 pub mod config;
 pub mod data;

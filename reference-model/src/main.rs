@@ -62,11 +62,23 @@ struct AnalyzeArgs {
 }
 
 fn run_analyze(a: AnalyzeArgs) -> Result<(), String> {
+    use memsight::devices::tensors;
+    use memsight::units::fmt_bytes;
     use memsight_gpt::analyze;
     let cfg = Config::load_beside(&a.load)?;
     memsight_integrations::install();
     let layers = a.layers.clamp(1, cfg.shape.n_layer);
+    memsight::reset_peak();
+    tensors::reset_peak();
+    let heap0 = memsight::stats().live_bytes;
     let (_vs, model, bytes) = analyze::load_first_layers(&a.load, cfg.shape, layers)?;
+    eprintln!(
+        "loaded {layers} of {} blocks: {} of parameters read; loading peak: heap {} (tensors {})",
+        cfg.shape.n_layer,
+        fmt_bytes(bytes as u64),
+        fmt_bytes(memsight::stats().peak_bytes.saturating_sub(heap0)),
+        fmt_bytes(tensors::stats().unwrap_or_default().peak_bytes)
+    );
     let tokens: Vec<i64> = memsight_gpt::data::encode(&a.text)
         .iter()
         .take(cfg.shape.block_size as usize)
@@ -74,31 +86,31 @@ fn run_analyze(a: AnalyzeArgs) -> Result<(), String> {
         .collect();
     let idx = tch::Tensor::from_slice(&tokens).view([1, -1]);
     let last = (layers - 1) as usize;
-    memsight::devices::tensors::reset_peak();
-    let maps = analyze::maps(&model, &idx, last, a.head_chunk);
-    let peak = memsight::devices::tensors::stats()
-        .unwrap_or_default()
-        .peak_bytes;
-    let files = analyze::write_heatmaps(&maps, last, &a.out)?;
+    tensors::reset_peak();
+    let live = tensors::stats().unwrap_or_default().live_bytes;
+    let (what, files) = if a.sample_rows > 0 {
+        // Sampling mode: only the sampled rows' scores exist; the full maps are never built.
+        let (sampled, picks) = analyze::sampled_maps(&model, &idx, last, a.sample_rows);
+        let files = analyze::write_heatmaps(&sampled, last, &a.out)?;
+        (
+            format!(
+                "sampling mode: {} of {} query rows",
+                picks.len(),
+                tokens.len()
+            ),
+            files,
+        )
+    } else {
+        let files = analyze::write_map_chunks(&model, &idx, last, a.head_chunk, &a.out)?;
+        (format!("maps in chunks of {} heads", a.head_chunk), files)
+    };
+    let peak = tensors::stats().unwrap_or_default().peak_bytes;
     eprintln!(
-        "loaded {layers} of {} blocks: {} of parameters; maps of layer {last} in chunks of {} heads: tensor peak {}; {} heatmaps in {}",
-        cfg.shape.n_layer,
-        memsight::units::fmt_bytes(bytes as u64),
-        a.head_chunk,
-        memsight::units::fmt_bytes(peak),
+        "layer {last}: {what}: tensor peak above the model {}; {} heatmaps in {}",
+        fmt_bytes(peak.saturating_sub(live)),
         files.len(),
         a.out.display()
     );
-    if a.sample_rows > 0 {
-        let (sampled, picks) = analyze::sampled_maps(&model, &idx, last, a.sample_rows);
-        eprintln!(
-            "sampling mode: {} of {} query rows (exact rows: max error {:.1e}); mean attention per head from the sample vs all rows: max error {:.3}",
-            picks.len(),
-            tokens.len(),
-            analyze::sampling_error(&maps, &sampled, &picks),
-            analyze::profile_error(&maps, &sampled)
-        );
-    }
     Ok(())
 }
 
