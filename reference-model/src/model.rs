@@ -144,10 +144,14 @@ impl Linear {
             out[last] = self.b.size()[0];
             return (y + &self.b).view(out.as_slice());
         }
-        let y = x.linear(&self.w, Some(&self.b));
+        let mut y = x.linear(&self.w, Some(&self.b));
         match &self.lora {
+            // The scale multiplies the rank-r activation, not the output; the update is added in place
+            // (the projection's backward does not keep its output): no output-sized temporaries.
             Some((a, b, alpha)) => {
-                y + x.linear::<Tensor>(a, None).linear::<Tensor>(b, None) * *alpha
+                let update = (x.linear::<Tensor>(a, None) * *alpha).linear::<Tensor>(b, None);
+                let _ = y.g_add_(&update);
+                y
             }
             None => y,
         }
@@ -162,7 +166,8 @@ pub struct LayerNorm {
 }
 
 impl LayerNorm {
-    fn new(p: &nn::Path, n: i64) -> Self {
+    /// A LayerNorm over `n` features (weight 1, bias 0) under `p`.
+    pub fn new(p: &nn::Path, n: i64) -> Self {
         LayerNorm {
             w: p.var("weight", &[n], Init::Const(1.0)),
             b: p.var("bias", &[n], Init::Const(0.0)),

@@ -254,6 +254,38 @@ fn bf16_autocast_keeps_norms_softmax_and_loss_in_fp32() {
         !memsight_integrations::torch::autocast_enabled(Device::Cpu),
         "autocast restored"
     );
+    // LayerNorm and softmax stay fp32 under autocast, whatever their input's dtype.
+    let (ln, probs) = step::maybe_autocast(&bf, Device::Cpu, || {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let norm = model::LayerNorm::new(&vs.root(), 32);
+        let xb = Tensor::randn([2, 5, 32], (Kind::BFloat16, Device::Cpu));
+        let q = Tensor::randn([1, 2, 5, 8], (Kind::BFloat16, Device::Cpu));
+        let p = attention::causal_probs(&q, &q, &attention::positions(&q));
+        (norm.forward(&xb).kind(), p.kind())
+    })
+    .unwrap();
+    assert_eq!(
+        (ln, probs),
+        (Kind::Float, Kind::Float),
+        "LayerNorm output, softmax probabilities"
+    );
+    // Gradients: fp32 (the parameters' dtype) and close to the fp32 run's, on the plain and the
+    // segmented (efficient + checkpoint) paths.
+    let fp32_grads = grads(&cfg);
+    for (ckpt, mode) in [(false, Attention::Naive), (true, Attention::Efficient)] {
+        let mut c = bf.clone();
+        c.checkpoint = ckpt;
+        c.attention = mode;
+        for ((n, g16), (_, g32)) in grads(&c).iter().zip(&fp32_grads) {
+            assert_eq!(g16.kind(), Kind::Float, "{n}'s gradient dtype");
+            let rel =
+                (g16 - g32).norm().double_value(&[]) / g32.norm().double_value(&[]).max(1e-12);
+            assert!(
+                rel < 0.05,
+                "{mode:?} bf16 gradient of {n} off by {rel:.3} (relative)"
+            );
+        }
+    }
 }
 
 #[test]
