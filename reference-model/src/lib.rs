@@ -6,6 +6,7 @@ pub mod analyze;
 pub mod attention;
 pub mod checkpoint;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod data;
 pub mod generate;
