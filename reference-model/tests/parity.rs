@@ -454,3 +454,26 @@ fn int8_and_int4_weight_only_quantization_keep_logits_close() {
         assert!(err > 0.0, "int{bits} changed nothing");
     }
 }
+
+#[test]
+fn cleanups_are_recorded_between_steps_between_eval_batches_and_at_the_end() {
+    let _rng = rng();
+    let mut cfg = tiny_cfg();
+    cfg.steps = 3;
+    cfg.batch_size = 2;
+    cfg.micro_batch = 2;
+    cfg.eval_every = 0;
+    cfg.eval_batches = 4;
+    cfg.cleanup_every = 2;
+    cfg.cleanup_eval_every = 2;
+    let s = memsight_gpt::train::train(&cfg, None, false).unwrap();
+    // After step 2; after eval batches 2 and 4 of the one evaluation (at the end); and once more
+    // after the last step, whatever the step count.
+    assert_eq!(s.cleanups.len(), 1);
+    assert_eq!(s.eval_cleanups.len(), 2);
+    assert!(s.final_cleanup.is_some());
+    cfg.cleanup_every = 0;
+    cfg.cleanup_eval_every = 0;
+    let s = memsight_gpt::train::train(&cfg, None, false).unwrap();
+    assert!(s.cleanups.is_empty() && s.eval_cleanups.is_empty() && s.final_cleanup.is_none());
+}
