@@ -191,11 +191,15 @@ pub fn estimate_for(cfg: &Config) -> EstimateInput {
         _ => estimate::Attention::Efficient,
     };
     e.autocast = cfg.bf16;
-    e.device = if cfg.device.starts_with("cuda") {
-        estimate::Device::Cuda
-    } else {
-        estimate::Device::Cpu
-    };
+    // What this model does on every device: its autocast keeps LayerNorm and softmax in fp32
+    // (model.rs, attention.rs) — the estimator's CUDA autocast policy; PyTorch's CPU policy
+    // (bf16 softmax) is not followed. It has no dropout, so the policy is all the device decides
+    // besides the optimizer: tch's AdamW is libtorch's C++ one, one tensor at a time.
+    e.device = estimate::Device::Cuda;
+    e.optimizer_impl = Some(estimate::OptimizerImpl::PerTensor);
+    // forward_backward drops the logits once the loss is computed (the loss keeps its own
+    // log-probabilities): nothing logit-sized outlives the loss's backward.
+    e.keep_logits = false;
     // Our efficient attention is tensor ops over key blocks, not a fused kernel.
     if cfg.attention == Attention::Efficient {
         e.attention_block = Some(cfg.attention_block as u64);
@@ -203,6 +207,7 @@ pub fn estimate_for(cfg: &Config) -> EstimateInput {
     if cfg.lora_rank > 0 {
         e.lora_rank = Some(cfg.lora_rank as u64);
     }
+    e.logits_to_keep = cfg.keep().map(|k| k as u64);
     e
 }
 
@@ -451,9 +456,8 @@ fn score_check(mode: Attention) -> ScoreCheck {
     let t0 = std::time::Instant::now();
     match mode {
         Attention::Efficient => {
-            let (o, lse) = tch::no_grad(|| attention::efficient_forward(&q, &k, &v, blk));
-            let grads =
-                tch::no_grad(|| attention::efficient_backward(&q, &k, &v, &o, &lse, &g, blk));
+            let o = attention::efficient_forward(&q, &k, &v, blk);
+            let grads = attention::efficient_backward(&q, &k, &v, &o, &g, blk);
             drop(grads);
         }
         _ => {

@@ -1,8 +1,10 @@
 //! Attention analysis (seeds 002 and 004): load only the embeddings, the first `layers` blocks and
-//! the final norm from a checkpoint; compute block-attention maps a chunk of heads at a time
-//! (peak B·chunk·S² instead of B·H·S²) or from sampled query rows only (with the error against the
-//! full maps); write each head's map as a heatmap image (binary PGM).
+//! the final norm from a checkpoint, reading only those tensors' bytes; compute block-attention
+//! maps a chunk of heads at a time and write each head's map as a heatmap image (binary PGM) before
+//! the next chunk exists (peak B·chunk·S² instead of B·H·S²), or from sampled query rows only
+//! (B·H·rows·S, never the full maps).
 
+use crate::checkpoint;
 use crate::config::ModelShape;
 use crate::model::Gpt;
 use std::io::Write;
@@ -10,31 +12,66 @@ use std::path::{Path, PathBuf};
 use tch::{nn, Device, Kind, Tensor};
 
 /// A model holding only its first `layers` blocks (plus embeddings and final norm), loaded from a
-/// checkpoint; returns the model, its VarStore and the bytes of the parameters it holds.
+/// checkpoint by reading only those tensors; returns the model, its VarStore and the bytes of the
+/// parameters it holds.
 pub fn load_first_layers(
     path: &Path,
     shape: ModelShape,
     layers: i64,
 ) -> Result<(nn::VarStore, Gpt, i64), String> {
-    let mut vs = nn::VarStore::new(Device::Cpu);
+    let vs = nn::VarStore::new(Device::Cpu);
     let m = Gpt::new(&vs.root(), None, 0, shape, Some(layers));
-    let missing = vs
-        .load_partial(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if !missing.is_empty() {
-        return Err(format!(
-            "{}: missing {}",
-            path.display(),
-            missing.join(", ")
-        ));
-    }
-    let bytes = vs.variables().values().map(|t| t.numel() as i64 * 4).sum();
-    Ok((vs, m, bytes))
+    let bytes = checkpoint::load_vars(&vs, path)?;
+    Ok((vs, m, bytes as i64))
 }
 
-/// Attention maps of block `layer` for `idx` (B, S): (B, H, S, S), computed `chunk` heads at a time.
+/// The whole model loaded the usual way (`VarStore::load`: the file read into memory, then every
+/// tensor copied out of it) — what first-layer-only loading is measured against.
+pub fn load_whole(path: &Path, shape: ModelShape) -> Result<(nn::VarStore, Gpt), String> {
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let m = Gpt::new(&vs.root(), None, 0, shape, None);
+    vs.load(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((vs, m))
+}
+
+/// Attention maps of block `layer` for `idx` (B, S) as one (B, H, S, S) tensor, computed `chunk`
+/// heads at a time but concatenated: for comparisons (tests) only — it holds the full maps.
 pub fn maps(m: &Gpt, idx: &Tensor, layer: usize, chunk: i64) -> Tensor {
-    tch::no_grad(|| m.blocks[layer].attention_maps(&layer_input(m, idx, layer), chunk))
+    let mut parts = Vec::new();
+    tch::no_grad(|| {
+        m.blocks[layer].for_each_map_chunk(&layer_input(m, idx, layer), chunk, |_, t| parts.push(t))
+    });
+    Tensor::cat(&parts, 1)
+}
+
+/// Writes each head's map of block `layer` (batch row 0) into `dir` as `layer{L}-head{H}.pgm`,
+/// computing `chunk` heads at a time and releasing each chunk once written.
+pub fn write_map_chunks(
+    m: &Gpt,
+    idx: &Tensor,
+    layer: usize,
+    chunk: i64,
+    dir: &Path,
+) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut files = Vec::new();
+    let mut err = None;
+    tch::no_grad(|| {
+        m.blocks[layer].for_each_map_chunk(&layer_input(m, idx, layer), chunk, |h0, t| {
+            for j in 0..t.size()[1] {
+                let p = dir.join(format!("layer{layer}-head{}.pgm", h0 + j));
+                match write_pgm(&t.get(0).get(j), &p) {
+                    Ok(()) => files.push(p),
+                    Err(e) => err = err.take().or(Some(e)),
+                }
+            }
+        })
+    });
+    match err {
+        Some(e) => Err(e),
+        None => Ok(files),
+    }
 }
 
 fn layer_input(m: &Gpt, idx: &Tensor, layer: usize) -> Tensor {

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 pub enum Attention {
     /// Materializes the B·H·S² score matrix (the textbook formula).
     Naive,
-    /// Our streaming softmax over key blocks, forward and backward: B·H·S·block scores at a time.
+    /// Ours: exact attention in tiles of query rows, tiles above the diagonal skipped, with its own
+    /// backward: B·H·block·S scores at a time.
     Efficient,
     /// libtorch's fused scaled_dot_product_attention kernel.
     Sdpa,
@@ -26,7 +27,8 @@ pub struct ModelShape {
     pub n_embd: i64,
     /// Longest sequence (position embeddings).
     pub block_size: i64,
-    /// Vocabulary: 256 (byte-level tokenizer).
+    /// Vocabulary: 256 (byte-level tokenizer); larger sizes (GPT-2's BPE has 50 257) only widen
+    /// the embedding and the LM head (tokens stay bytes), which is where `logits_to_keep` matters.
     pub vocab_size: i64,
 }
 
@@ -73,85 +75,122 @@ impl Preset {
     }
 }
 
-/// Everything that decides what a run does and how much memory it takes.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Everything that decides what a run does and how much memory it takes. It is also the
+/// `train` command line: each field is its flag (`--batch-size`…) with the default shown; the
+/// shape comes from `--preset` (and `--block-size`, `--vocab-size`, see [`crate::cli`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct Config {
-    /// The preset the shape came from.
+    /// Model shape preset.
+    #[arg(long, value_enum, default_value = "tiny")]
     pub preset: Preset,
-    /// Model shape.
+    /// Model shape (the preset's, with --block-size and --vocab-size applied).
+    #[arg(skip = Preset::Tiny.shape())]
     pub shape: ModelShape,
     /// Sequences per optimizer step.
+    #[arg(long, default_value_t = 16)]
     pub batch_size: i64,
-    /// Sequences per forward/backward (gradient accumulation when below `batch_size`).
+    /// Sequences per forward/backward: gradient accumulation when below --batch-size (0: the
+    /// batch size).
+    #[arg(long, default_value_t = 0)]
     pub micro_batch: i64,
-    /// Training sequence length (≤ block size).
+    /// Training sequence length, ≤ the block size (0: the block size).
+    #[arg(long, default_value_t = 0)]
     pub seq_len: i64,
     /// Optimizer steps.
+    #[arg(long, default_value_t = 150)]
     pub steps: u64,
     /// AdamW learning rate.
+    #[arg(long, default_value_t = 1e-3)]
     pub lr: f64,
-    /// Attention implementation.
+    /// Attention: naive (B·H·S² scores), efficient (tiles of query rows), sdpa (fused).
+    #[arg(long, value_enum, default_value = "sdpa")]
     pub attention: Attention,
-    /// Key-block size of the efficient attention.
+    /// Query rows per tile of the efficient attention.
+    #[arg(long, default_value_t = 64)]
     pub attention_block: i64,
-    /// Recompute each block in backward instead of keeping its activations.
+    /// Activation checkpointing: recompute each block in backward instead of keeping its
+    /// activations.
+    #[arg(long)]
     pub checkpoint: bool,
     /// bf16 autocast for matmuls; LayerNorm, softmax and loss stay fp32.
+    #[arg(long)]
     pub bf16: bool,
-    /// Evaluation segments of at most this many tokens (chunked evaluation); 0 = seq_len.
+    /// Evaluate in segments of at most N tokens (chunked evaluation; 0: the sequence length).
+    #[arg(long, value_name = "N", default_value_t = 0)]
     pub eval_segment: i64,
-    /// Evaluate every this many steps (0: only at the end).
+    /// Evaluate every N steps (0: only at the end).
+    #[arg(long, value_name = "N", default_value_t = 50)]
     pub eval_every: u64,
     /// Validation batches per evaluation.
+    #[arg(long, value_name = "N", default_value_t = 4)]
     pub eval_batches: u64,
-    /// Cleanup every N train steps (CUDA empty-cache, jemalloc purge); 0 = never.
+    /// Cleanup (CUDA empty-cache, jemalloc purge) every N train steps (0: never).
+    #[arg(long, value_name = "N", default_value_t = 0)]
     pub cleanup_every: u64,
-    /// Cleanup every M eval batches; 0 = never.
+    /// Cleanup every M eval batches (0: never).
+    #[arg(long, value_name = "M", default_value_t = 0)]
     pub cleanup_eval_every: u64,
-    /// LoRA rank (0: full fine-tuning).
+    /// LoRA rank: freeze the base, train adapters on attention and MLP (0: full fine-tuning).
+    #[arg(long, value_name = "R", default_value_t = 0)]
     pub lora_rank: i64,
-    /// intra-op threads (0: libtorch's default).
+    /// libtorch intra-op threads (0: libtorch's default).
+    #[arg(long, default_value_t = 0)]
     pub threads: i32,
-    /// inter-op threads (0: libtorch's default).
+    /// libtorch inter-op threads (0: libtorch's default).
+    #[arg(long, default_value_t = 0)]
     pub interop_threads: i32,
     /// Data-loader worker threads.
+    #[arg(long, default_value_t = 1)]
     pub workers: usize,
     /// Batches each worker prepares ahead.
+    #[arg(long, default_value_t = 2)]
     pub prefetch: usize,
-    /// Random seed (weights and data order).
+    /// Seed for weights and data order.
+    #[arg(long, default_value_t = 1337)]
     pub seed: u64,
-    /// `cpu` or `cuda[:N]`.
+    /// Compute logits (and the loss) for the last N positions only (0: all): the LM head and
+    /// the loss see B·N·V logits instead of B·S·V.
+    #[serde(default)]
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub logits_to_keep: i64,
+    /// `cpu`, `cuda` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
     pub device: String,
 }
 
+/// The flags of [`Config`] alone, for its defaults.
+#[derive(clap::Parser)]
+#[command(no_binary_name = true)]
+struct Defaults {
+    #[command(flatten)]
+    config: Config,
+}
+
 impl Config {
-    /// The defaults of a preset.
+    /// The defaults of a preset (what `train --preset P` runs).
     pub fn preset(p: Preset) -> Config {
-        let shape = p.shape();
-        Config {
-            preset: p,
-            shape,
-            batch_size: 16,
-            micro_batch: 16,
-            seq_len: shape.block_size,
-            steps: 150,
-            lr: 1e-3,
-            attention: Attention::Sdpa,
-            attention_block: 64,
-            checkpoint: false,
-            bf16: false,
-            eval_segment: 0,
-            eval_every: 50,
-            eval_batches: 4,
-            cleanup_every: 0,
-            cleanup_eval_every: 0,
-            lora_rank: 0,
-            threads: 0,
-            interop_threads: 0,
-            workers: 1,
-            prefetch: 2,
-            seed: 1337,
-            device: "cpu".into(),
+        use clap::Parser;
+        let mut c = Defaults::parse_from(std::iter::empty::<&str>()).config;
+        c.preset = p;
+        c.resolve(None, None);
+        c
+    }
+
+    /// Applies the preset's shape with `block_size`/`vocab_size` overrides, then fills the
+    /// sequence length (0: the block size) and the micro-batch (0: the batch size).
+    pub fn resolve(&mut self, block_size: Option<i64>, vocab_size: Option<i64>) {
+        self.shape = self.preset.shape();
+        if let Some(n) = block_size {
+            self.shape.block_size = n;
+        }
+        if let Some(v) = vocab_size {
+            self.shape.vocab_size = v;
+        }
+        if self.seq_len == 0 {
+            self.seq_len = self.shape.block_size;
+        }
+        if self.micro_batch == 0 {
+            self.micro_batch = self.batch_size;
         }
     }
 
@@ -174,6 +213,18 @@ impl Config {
         }
         if self.attention_block < 1 {
             return Err("--attention-block must be at least 1".into());
+        }
+        if self.shape.vocab_size < 256 {
+            return Err(format!(
+                "--vocab-size {} must be at least 256 (the byte tokenizer's symbols)",
+                self.shape.vocab_size
+            ));
+        }
+        if self.logits_to_keep < 0 || self.logits_to_keep > self.seq_len {
+            return Err(format!(
+                "--logits-to-keep {} must be between 0 (all) and --seq-len {}",
+                self.logits_to_keep, self.seq_len
+            ));
         }
         if self.workers < 1 {
             return Err("--workers must be at least 1".into());
@@ -208,6 +259,11 @@ impl Config {
         } else {
             self.eval_segment.min(self.seq_len)
         }
+    }
+
+    /// Positions whose logits training computes (`None`: all).
+    pub fn keep(&self) -> Option<i64> {
+        (self.logits_to_keep > 0).then_some(self.logits_to_keep)
     }
 
     /// The tch device (a CUDA device must be visible).

@@ -4,7 +4,9 @@
 pub mod ablate;
 pub mod analyze;
 pub mod attention;
+pub mod checkpoint;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod data;
 pub mod generate;

@@ -144,10 +144,14 @@ impl Linear {
             out[last] = self.b.size()[0];
             return (y + &self.b).view(out.as_slice());
         }
-        let y = x.linear(&self.w, Some(&self.b));
+        let mut y = x.linear(&self.w, Some(&self.b));
         match &self.lora {
+            // The scale multiplies the rank-r activation, not the output; the update is added in place
+            // (the projection's backward does not keep its output): no output-sized temporaries.
             Some((a, b, alpha)) => {
-                y + x.linear::<Tensor>(a, None).linear::<Tensor>(b, None) * *alpha
+                let update = (x.linear::<Tensor>(a, None) * *alpha).linear::<Tensor>(b, None);
+                let _ = y.g_add_(&update);
+                y
             }
             None => y,
         }
@@ -162,7 +166,8 @@ pub struct LayerNorm {
 }
 
 impl LayerNorm {
-    fn new(p: &nn::Path, n: i64) -> Self {
+    /// A LayerNorm over `n` features (weight 1, bias 0) under `p`.
+    pub fn new(p: &nn::Path, n: i64) -> Self {
         LayerNorm {
             w: p.var("weight", &[n], Init::Const(1.0)),
             b: p.var("bias", &[n], Init::Const(0.0)),
@@ -284,24 +289,22 @@ impl Block {
         attention::causal_probs(&q.index_select(2, &rows), &k, &rows)
     }
 
-    /// The block's attention probability maps (B, H, S, S) — for analysis; computed `chunk`
-    /// heads at a time.
-    pub fn attention_maps(&self, x: &Tensor, chunk: i64) -> Tensor {
+    /// The block's attention probability maps, `chunk` heads at a time: `f(h0, maps)` receives
+    /// heads h0.. as (B, chunk, S, S) and each chunk is released before the next is computed, so
+    /// at most B·chunk·S² map elements exist at once (never the full (B, H, S, S)).
+    pub fn for_each_map_chunk(&self, x: &Tensor, chunk: i64, mut f: impl FnMut(i64, Tensor)) {
         let (q, k, _) = self.qkv(x);
         let h = q.size()[1];
         let rows = attention::positions(&q);
-        let mut maps = Vec::new();
         let mut h0 = 0;
         while h0 < h {
             let n = chunk.max(1).min(h - h0);
-            maps.push(attention::causal_probs(
-                &q.narrow(1, h0, n),
-                &k.narrow(1, h0, n),
-                &rows,
-            ));
+            f(
+                h0,
+                attention::causal_probs(&q.narrow(1, h0, n), &k.narrow(1, h0, n), &rows),
+            );
             h0 += n;
         }
-        Tensor::cat(&maps, 1)
     }
 }
 

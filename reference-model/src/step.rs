@@ -2,7 +2,7 @@
 //! The segmented path (activation checkpointing and/or efficient attention) cuts the graph at each
 //! block's input and drives backward block by block with explicit grad outputs
 //! (`memsight_integrations::torch::backward`): a checkpointed block keeps only its input and is
-//! recomputed in backward; efficient attention keeps only q, k, v, its output and log-sum-exp and
+//! recomputed in backward; efficient attention keeps only q, k, v and its output and
 //! supplies its own gradients.
 
 use crate::attention;
@@ -38,14 +38,13 @@ struct EfficientTape {
     k: Tensor,
     v: Tensor,
     o: Tensor,
-    lse: Tensor,
     o_leaf: Tensor,
     y: Tensor,
 }
 
 fn efficient_block(b: &Block, x: &Tensor, block: i64) -> EfficientTape {
     let (q, k, v) = b.qkv(x);
-    let (o, lse) = tch::no_grad(|| attention::efficient_forward(&q, &k, &v, block));
+    let o = attention::efficient_forward(&q, &k, &v, block);
     let o_leaf = o.detach().set_requires_grad(true);
     let y = b.finish(x, &o_leaf);
     EfficientTape {
@@ -54,7 +53,6 @@ fn efficient_block(b: &Block, x: &Tensor, block: i64) -> EfficientTape {
         k,
         v,
         o,
-        lse,
         o_leaf,
         y,
     }
@@ -63,9 +61,8 @@ fn efficient_block(b: &Block, x: &Tensor, block: i64) -> EfficientTape {
 fn efficient_backward(t: &EfficientTape, g: &Tensor, block: i64) -> Result<(), TorchError> {
     torch::backward(&[&t.y], &[g])?;
     let dout = t.o_leaf.grad();
-    let (dq, dk, dv) = tch::no_grad(|| {
-        attention::efficient_backward(&t.q, &t.k, &t.v, &t.o, &t.lse, &dout, block)
-    });
+    let (dq, dk, dv) =
+        tch::no_grad(|| attention::efficient_backward(&t.q, &t.k, &t.v, &t.o, &dout, block));
     torch::backward(&[&t.q, &t.k, &t.v], &[&dq, &dk, &dv])
 }
 

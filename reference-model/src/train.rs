@@ -28,8 +28,13 @@ pub struct RunSummary {
     pub trainable_params: i64,
     /// All parameters.
     pub params: i64,
-    /// RSS changes from the cleanups: (before, after) bytes.
+    /// RSS changes from the cleanups between train steps: (before, after) bytes.
     pub cleanups: Vec<(u64, u64)>,
+    /// RSS changes from the cleanups between eval batches (`--cleanup-eval-every`).
+    pub eval_cleanups: Vec<(u64, u64)>,
+    /// The cleanup forced after the last step when either cleanup switch is on, so the run's
+    /// final state shows its effect whatever the step count.
+    pub final_cleanup: Option<(u64, u64)>,
 }
 
 /// Where to save a checkpoint (safetensors) and its config (`.config.json` beside it).
@@ -136,7 +141,7 @@ pub fn train(cfg: &Config, save: Option<&Save>, progress: bool) -> Result<RunSum
                     cfg,
                     &rows(&x),
                     &rows(&y),
-                    None,
+                    cfg.keep(),
                     1.0 / accum as f64,
                 )
                 .map_err(|e| e.to_string())?;
@@ -167,7 +172,7 @@ pub fn train(cfg: &Config, save: Option<&Save>, progress: bool) -> Result<RunSum
         }
         let last = it + 1 == cfg.steps;
         if (cfg.eval_every > 0 && (it + 1) % cfg.eval_every == 0) || last {
-            let v = evaluate(&model, cfg, &val_tokens, device)?;
+            let v = evaluate(&model, cfg, &val_tokens, device, &mut summary.eval_cleanups)?;
             summary.val_loss = Some(v);
             if progress {
                 eprintln!(
@@ -202,6 +207,17 @@ pub fn train(cfg: &Config, save: Option<&Save>, progress: bool) -> Result<RunSum
         eprintln!();
     }
     summary.step_ms_median = median(&times);
+    if cfg.cleanup_every > 0 || cfg.cleanup_eval_every > 0 {
+        let (a, b) = cleanup();
+        summary.final_cleanup = Some((a, b));
+        if progress {
+            eprintln!(
+                "cleanup at the end: RSS {} → {}",
+                fmt_bytes(a),
+                fmt_bytes(b)
+            );
+        }
+    }
     if let Some(s) = save {
         vs.save(&s.path)
             .map_err(|e| format!("{}: {e}", s.path.display()))?;
@@ -217,7 +233,13 @@ pub fn train(cfg: &Config, save: Option<&Save>, progress: bool) -> Result<RunSum
     Ok(summary)
 }
 
-fn evaluate(model: &Gpt, cfg: &Config, val: &[u8], device: tch::Device) -> Result<f64, String> {
+fn evaluate(
+    model: &Gpt,
+    cfg: &Config,
+    val: &[u8],
+    device: tch::Device,
+    cleanups: &mut Vec<(u64, u64)>,
+) -> Result<f64, String> {
     let _e = memsight::phase("eval");
     let mut total = 0.0;
     for i in 0..cfg.eval_batches.max(1) {
@@ -226,7 +248,7 @@ fn evaluate(model: &Gpt, cfg: &Config, val: &[u8], device: tch::Device) -> Resul
         total += step::evaluate(model, cfg, &x, &y, cfg.eval_segment_len())
             .map_err(|e| e.to_string())?;
         if cfg.cleanup_eval_every > 0 && (i + 1) % cfg.cleanup_eval_every == 0 {
-            cleanup();
+            cleanups.push(cleanup());
         }
     }
     Ok(total / cfg.eval_batches.max(1) as f64)

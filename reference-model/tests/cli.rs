@@ -144,6 +144,14 @@ fn bad_input_is_one_line_and_exit_2() {
             vec!["generate", "--prompt", ""],
             "--prompt must not be empty",
         ),
+        (
+            vec!["train", "--logits-to-keep", "200"],
+            "--logits-to-keep 200 must be between 0 (all) and --seq-len 128",
+        ),
+        (
+            vec!["train", "--vocab-size", "100"],
+            "--vocab-size 100 must be at least 256",
+        ),
     ] {
         let (code, _, err) = gpt(&args);
         assert_eq!(code, 2, "{args:?}: {err}");

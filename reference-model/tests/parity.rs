@@ -57,15 +57,19 @@ fn attention_modes_agree_forward_and_gradients() {
         }
     }
     // The efficient path's own backward (no autograd through the block loop) gives the same grads.
+    // Tiles of one row, of rows that do not divide S, and one tile larger than S.
     let (q, k, v) = qkv(7);
-    let (o, lse) = tch::no_grad(|| efficient_forward(&q, &k, &v, 8));
-    let (dq, dk, dv) = tch::no_grad(|| efficient_backward(&q, &k, &v, &o, &lse, &g, 8));
-    for (a, b) in [dq, dk, dv].iter().zip(&g_naive) {
-        assert!(
-            max_diff(a, b) < 1e-5,
-            "efficient backward differs: {}",
-            max_diff(a, b)
-        );
+    for block in [1, 5, 8, 64] {
+        let o = efficient_forward(&q, &k, &v, block);
+        assert!(max_diff(&o, &o_naive) < 1e-5, "block {block}: forward");
+        let (dq, dk, dv) = efficient_backward(&q, &k, &v, &o, &g, block);
+        for (a, b) in [dq, dk, dv].iter().zip(&g_naive) {
+            assert!(
+                max_diff(a, b) < 1e-5,
+                "block {block}: efficient backward differs: {}",
+                max_diff(a, b)
+            );
+        }
     }
 }
 
@@ -250,6 +254,38 @@ fn bf16_autocast_keeps_norms_softmax_and_loss_in_fp32() {
         !memsight_integrations::torch::autocast_enabled(Device::Cpu),
         "autocast restored"
     );
+    // LayerNorm and softmax stay fp32 under autocast, whatever their input's dtype.
+    let (ln, probs) = step::maybe_autocast(&bf, Device::Cpu, || {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let norm = model::LayerNorm::new(&vs.root(), 32);
+        let xb = Tensor::randn([2, 5, 32], (Kind::BFloat16, Device::Cpu));
+        let q = Tensor::randn([1, 2, 5, 8], (Kind::BFloat16, Device::Cpu));
+        let p = attention::causal_probs(&q, &q, &attention::positions(&q));
+        (norm.forward(&xb).kind(), p.kind())
+    })
+    .unwrap();
+    assert_eq!(
+        (ln, probs),
+        (Kind::Float, Kind::Float),
+        "LayerNorm output, softmax probabilities"
+    );
+    // Gradients: fp32 (the parameters' dtype) and close to the fp32 run's, on the plain and the
+    // segmented (efficient + checkpoint) paths.
+    let fp32_grads = grads(&cfg);
+    for (ckpt, mode) in [(false, Attention::Naive), (true, Attention::Efficient)] {
+        let mut c = bf.clone();
+        c.checkpoint = ckpt;
+        c.attention = mode;
+        for ((n, g16), (_, g32)) in grads(&c).iter().zip(&fp32_grads) {
+            assert_eq!(g16.kind(), Kind::Float, "{n}'s gradient dtype");
+            let rel =
+                (g16 - g32).norm().double_value(&[]) / g32.norm().double_value(&[]).max(1e-12);
+            assert!(
+                rel < 0.05,
+                "{mode:?} bf16 gradient of {n} off by {rel:.3} (relative)"
+            );
+        }
+    }
 }
 
 #[test]
@@ -417,4 +453,27 @@ fn int8_and_int4_weight_only_quantization_keep_logits_close() {
         assert!(err < tol, "int{bits} logits error {err}");
         assert!(err > 0.0, "int{bits} changed nothing");
     }
+}
+
+#[test]
+fn cleanups_are_recorded_between_steps_between_eval_batches_and_at_the_end() {
+    let _rng = rng();
+    let mut cfg = tiny_cfg();
+    cfg.steps = 3;
+    cfg.batch_size = 2;
+    cfg.micro_batch = 2;
+    cfg.eval_every = 0;
+    cfg.eval_batches = 4;
+    cfg.cleanup_every = 2;
+    cfg.cleanup_eval_every = 2;
+    let s = memsight_gpt::train::train(&cfg, None, false).unwrap();
+    // After step 2; after eval batches 2 and 4 of the one evaluation (at the end); and once more
+    // after the last step, whatever the step count.
+    assert_eq!(s.cleanups.len(), 1);
+    assert_eq!(s.eval_cleanups.len(), 2);
+    assert!(s.final_cleanup.is_some());
+    cfg.cleanup_every = 0;
+    cfg.cleanup_eval_every = 0;
+    let s = memsight_gpt::train::train(&cfg, None, false).unwrap();
+    assert!(s.cleanups.is_empty() && s.eval_cleanups.is_empty() && s.final_cleanup.is_none());
 }
