@@ -51,14 +51,24 @@ static mut _rjem_malloc_conf_2_conf_harder: *const c_char = std::ptr::null();
 static MALLOC_CONF_FROM_ENV: extern "C" fn(c_int, *const *const c_char, *const *const c_char) =
     malloc_conf_from_env;
 
-/// Hands `MALLOC_CONF` to the prefixed jemalloc.
-extern "C" fn malloc_conf_from_env(_: c_int, _: *const *const c_char, _: *const *const c_char) {
-    // SAFETY: getenv does not allocate; this runs single-threaded, before anything reads the
-    // variable it sets.
+/// Hands `MALLOC_CONF` to the prefixed jemalloc. It reads the environment block the dynamic
+/// linker passes: libc's own `environ` is set up only after the pre-initialisers ran.
+extern "C" fn malloc_conf_from_env(_: c_int, _: *const *const c_char, envp: *const *const c_char) {
+    const NAME: &[u8] = b"MALLOC_CONF=";
+    if envp.is_null() {
+        return;
+    }
+    // SAFETY: `envp` is the NULL-terminated array of NUL-terminated strings the process started
+    // with; this runs single-threaded, before anything reads the variable it sets.
     unsafe {
-        let conf = libc::getenv(c"MALLOC_CONF".as_ptr());
-        if !conf.is_null() {
-            _rjem_malloc_conf_2_conf_harder = conf;
+        let mut e = envp;
+        while !(*e).is_null() {
+            let entry = std::ffi::CStr::from_ptr(*e).to_bytes();
+            if entry.starts_with(NAME) {
+                _rjem_malloc_conf_2_conf_harder = (*e).add(NAME.len());
+                return;
+            }
+            e = e.add(1);
         }
     }
 }
