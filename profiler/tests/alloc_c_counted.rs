@@ -1,6 +1,7 @@
-//! C allocations are the process heap too: every function of the `malloc` family, and glibc's own
-//! calls to it (`strdup`), count in the same counters as Rust's, at the usable size, and return to
-//! the baseline when freed; Rust's share does not move.
+//! C allocations are the process heap too: the `malloc` family, and glibc's own calls to it
+//! (`strdup`), count in the process heap with Rust's allocations, at the usable size, and return
+//! to the baseline when freed; Rust's share does not move; the peak holds what a thread allocated
+//! and freed before anything read the counters.
 
 use std::hint::black_box;
 
@@ -33,6 +34,32 @@ fn live() -> (u64, u64) {
 fn c_allocations_count_in_the_process_heap() {
     the_malloc_family_is_counted_and_returns_to_baseline();
     glibc_s_own_allocations_are_counted();
+    the_peak_holds_allocations_freed_before_any_read();
+}
+
+/// The peak is published by the allocating thread itself (its mark), not by a reader: a thread
+/// that allocates 64 MiB — from C, then from Rust — and frees it before anything reads the
+/// counters still leaves the peak 64 MiB above the baseline.
+fn the_peak_holds_allocations_freed_before_any_read() {
+    for from_c in [true, false] {
+        memsight::reset_peak();
+        let base = memsight::stats().live_bytes;
+        std::thread::spawn(move || {
+            if from_c {
+                // SAFETY: a plain C allocation, freed once.
+                unsafe { libc::free(black_box(libc::malloc(64 * MIB))) };
+            } else {
+                drop(black_box(Vec::<u8>::with_capacity(64 * MIB)));
+            }
+        })
+        .join()
+        .unwrap();
+        let peak = memsight::stats().peak_bytes;
+        assert!(
+            peak + NOISE >= base + 64 * MIB as u64,
+            "from C: {from_c}: peak {peak} is not 64 MiB above the baseline {base}"
+        );
+    }
 }
 
 fn the_malloc_family_is_counted_and_returns_to_baseline() {

@@ -17,6 +17,7 @@
 
 use super::process_heap::{after_alloc, after_free, after_realloc, alloc_fits};
 use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 use tikv_jemalloc_sys as je;
 
 /// What the counters' object refers to (`counters::LINK_INTERPOSE`), so that the linker takes
@@ -35,14 +36,20 @@ pub(crate) const LINKED: Linked = Linked {
     _conf: malloc_conf_from_env,
 };
 
-/// The page size; jemalloc's own is the same 4 KiB on every platform memsight supports.
-const PAGE: usize = 4096;
+/// The system's page size (from the auxiliary vector: no system call).
+fn page() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as usize,
+        _ => 4096,
+    }
+}
 
-/// jemalloc's last source of options (read after `_RJEM_MALLOC_CONF`, so it wins); weak in
-/// jemalloc, defined here.
+/// jemalloc's last source of options (read after `_RJEM_MALLOC_CONF`, so it wins): a C string
+/// pointer, weak in jemalloc, defined here (an `AtomicPtr` has the pointer's layout).
 #[no_mangle]
 #[used]
-static mut _rjem_malloc_conf_2_conf_harder: *const c_char = std::ptr::null();
+static _rjem_malloc_conf_2_conf_harder: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Runs before any shared library's initialiser (the executable's pre-initialisers come first),
 /// so before the first allocation that initialises jemalloc.
@@ -65,7 +72,7 @@ extern "C" fn malloc_conf_from_env(_: c_int, _: *const *const c_char, envp: *con
         while !(*e).is_null() {
             let entry = std::ffi::CStr::from_ptr(*e).to_bytes();
             if entry.starts_with(NAME) {
-                _rjem_malloc_conf_2_conf_harder = (*e).add(NAME.len());
+                _rjem_malloc_conf_2_conf_harder.store((*e).add(NAME.len()).cast_mut(), Relaxed);
                 return;
             }
             e = e.add(1);
@@ -76,21 +83,41 @@ extern "C" fn malloc_conf_from_env(_: c_int, _: *const *const c_char, envp: *con
 /// Runs the jemalloc call `call` that allocates about `size` bytes: straight (a tail call) when
 /// the thread stays below its mark, else out of line, followed by the slow path.
 #[inline(always)]
-unsafe fn allocate<R>(size: usize, call: impl FnOnce() -> R) -> R {
+unsafe fn allocate<R: Outcome>(size: usize, call: impl FnOnce() -> R) -> R {
     if alloc_fits(size) {
         call()
     } else {
-        allocate_slow(call)
+        allocate_slow(size, call)
     }
 }
 
-/// [`allocate`]'s other branch.
+/// [`allocate`]'s other branch (huge requests take it too: a refused one is recorded).
 #[cold]
 #[inline(never)]
-unsafe fn allocate_slow<R>(call: impl FnOnce() -> R) -> R {
+unsafe fn allocate_slow<R: Outcome>(size: usize, call: impl FnOnce() -> R) -> R {
     let r = call();
     after_alloc();
+    if r.failed() {
+        super::failed(size);
+    }
     r
+}
+
+/// What an allocation function returns: a pointer, or `posix_memalign`'s error number.
+trait Outcome {
+    fn failed(&self) -> bool;
+}
+
+impl Outcome for *mut c_void {
+    fn failed(&self) -> bool {
+        self.is_null()
+    }
+}
+
+impl Outcome for c_int {
+    fn failed(&self) -> bool {
+        *self == libc::ENOMEM
+    }
 }
 
 /// `malloc(3)`.
@@ -172,13 +199,23 @@ pub unsafe extern "C" fn aligned_alloc(alignment: usize, size: usize) -> *mut c_
     allocate(size, || je::aligned_alloc(alignment, size))
 }
 
-/// `memalign(3)`: `aligned_alloc` without its size rule.
+/// `memalign(3)`, as glibc's: an alignment that is not a power of two is rounded up to one, and
+/// one below a pointer's size serves as `malloc`.
 ///
 /// # Safety
 /// The C contract of `memalign`.
 #[no_mangle]
 pub unsafe extern "C" fn memalign(alignment: usize, size: usize) -> *mut c_void {
-    aligned_alloc(alignment, size)
+    if alignment <= std::mem::size_of::<*mut c_void>() {
+        return malloc(size);
+    }
+    match alignment.checked_next_power_of_two() {
+        Some(a) => aligned_alloc(a, size),
+        None => {
+            *libc::__errno_location() = libc::EINVAL;
+            std::ptr::null_mut()
+        }
+    }
 }
 
 /// `valloc(3)`: page-aligned.
@@ -187,7 +224,7 @@ pub unsafe extern "C" fn memalign(alignment: usize, size: usize) -> *mut c_void 
 /// The C contract of `valloc`.
 #[no_mangle]
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
-    aligned_alloc(PAGE, size)
+    aligned_alloc(page(), size)
 }
 
 /// `pvalloc(3)`: page-aligned, rounded up to whole pages.
@@ -196,9 +233,13 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
 /// The C contract of `pvalloc`.
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
-    match size.max(1).checked_next_multiple_of(PAGE) {
-        Some(rounded) => aligned_alloc(PAGE, rounded),
-        None => std::ptr::null_mut(),
+    let page = page();
+    match size.max(1).checked_next_multiple_of(page) {
+        Some(rounded) => aligned_alloc(page, rounded),
+        None => {
+            *libc::__errno_location() = libc::ENOMEM;
+            std::ptr::null_mut()
+        }
     }
 }
 
@@ -212,5 +253,69 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
         0
     } else {
         je::malloc_usable_size(p)
+    }
+}
+
+/// glibc's public aliases of its allocator (`__libc_malloc`, …), which some libraries call
+/// directly: the same functions, so that no pointer reaches glibc's allocator.
+mod libc_aliases {
+    use std::ffi::{c_int, c_void};
+
+    /// `__libc_malloc`.
+    ///
+    /// # Safety
+    /// As `malloc`.
+    #[no_mangle]
+    pub unsafe extern "C" fn __libc_malloc(size: usize) -> *mut c_void {
+        super::malloc(size)
+    }
+
+    /// `__libc_calloc`.
+    ///
+    /// # Safety
+    /// As `calloc`.
+    #[no_mangle]
+    pub unsafe extern "C" fn __libc_calloc(n: usize, size: usize) -> *mut c_void {
+        super::calloc(n, size)
+    }
+
+    /// `__libc_realloc`.
+    ///
+    /// # Safety
+    /// As `realloc`.
+    #[no_mangle]
+    pub unsafe extern "C" fn __libc_realloc(p: *mut c_void, size: usize) -> *mut c_void {
+        super::realloc(p, size)
+    }
+
+    /// `__libc_free`.
+    ///
+    /// # Safety
+    /// As `free`.
+    #[no_mangle]
+    pub unsafe extern "C" fn __libc_free(p: *mut c_void) {
+        super::free(p)
+    }
+
+    /// `__libc_memalign`.
+    ///
+    /// # Safety
+    /// As `memalign`.
+    #[no_mangle]
+    pub unsafe extern "C" fn __libc_memalign(alignment: usize, size: usize) -> *mut c_void {
+        super::memalign(alignment, size)
+    }
+
+    /// `__posix_memalign`.
+    ///
+    /// # Safety
+    /// As `posix_memalign`.
+    #[no_mangle]
+    pub unsafe extern "C" fn __posix_memalign(
+        out: *mut *mut c_void,
+        alignment: usize,
+        size: usize,
+    ) -> c_int {
+        super::posix_memalign(out, alignment, size)
     }
 }

@@ -24,12 +24,13 @@ pub use memsight_format::heap::{HeapStats, HISTOGRAM_BUCKETS};
 
 /// The allocator a training binary installs with `#[global_allocator]`.
 ///
-/// `Allocator::new()` wraps jemalloc. With the `jemalloc` feature memsight also defines the
-/// process's C allocation functions (`malloc`, `free`, … in `interpose`), so C and C++ code —
-/// libtorch included — is served by the same jemalloc and counted in the same counters: the
-/// counters are the whole process heap. `Allocator::wrap(inner)` adds the same tracking over any
-/// other [`GlobalAlloc`], for programs built without the `jemalloc` feature (with it, an inner
-/// allocator that calls `malloc`, such as `System`, would be counted twice).
+/// `Allocator::new()` wraps jemalloc and counts Rust's share of the heap. With the `jemalloc`
+/// feature memsight also defines the process's C allocation functions (`malloc`, `free`, … in
+/// `interpose`), so C and C++ code — libtorch included — is served by the same jemalloc, and the
+/// process heap is read from jemalloc's own per-thread counters (`process_heap`).
+/// `Allocator::wrap(inner)` adds the same tracking over any other [`GlobalAlloc`]; an inner
+/// allocator that calls `malloc` (such as `System`) is then in the process heap once and in
+/// Rust's share, one with a heap of its own only in Rust's share.
 ///
 /// ```
 /// // In a binary: #[global_allocator] static ALLOC: memsight::Allocator = memsight::Allocator::new();

@@ -14,9 +14,11 @@
 //! sets marks where the delta would reach ±`FLUSH_BYTES`. A C call checks its thread's counter
 //! against the mark *after* jemalloc returns — two loads and a compare, no call — and the Rust
 //! path settles this view in its own slow path, which runs at least every `FLUSH_BYTES` of Rust
-//! allocations (jemalloc's usable sizes exceed them by a size class at most). So the published
-//! total is within about `FLUSH_BYTES` per allocating thread of the truth, and every read raises
-//! the peaks to the exact live bytes of that moment.
+//! allocations (requested bytes: jemalloc's usable sizes are larger, by up to 25% for sizes from
+//! 128 bytes, more for tiny or over-aligned ones). So the published total is within `FLUSH_BYTES`
+//! per allocating thread of the truth for C code's calls, and within `FLUSH_BYTES` times the
+//! usable/requested ratio for a thread's Rust calls (about 80 KiB for allocations of 128 bytes
+//! and more); every read raises the peaks to the exact live bytes of that moment.
 //!
 //! Nothing here allocates, locks (beyond the registry's reader lock, which the allocation path
 //! never takes), blocks or panics.
@@ -26,7 +28,7 @@ use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering::Relaxed};
 
 /// What a thread's counter pointers point at before it registers: a counter that never moves, so
 /// that its marks (0) send its first call to the slow path.
-static NO_COUNTER: u64 = 0;
+static NO_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// One thread's view of jemalloc's counters of it, and its marks.
 pub(crate) struct JeView {
@@ -46,7 +48,7 @@ pub(crate) struct JeView {
 
 impl JeView {
     pub(crate) const fn new() -> Self {
-        let none = &raw const NO_COUNTER as *mut u64;
+        let none = NO_COUNTER.as_ptr();
         JeView {
             allocated: AtomicPtr::new(none),
             freed: AtomicPtr::new(none),
@@ -74,7 +76,7 @@ impl JeView {
 /// Published live bytes of the process heap (Σ published deltas).
 static PROCESS_LIVE: AtomicI64 = AtomicI64::new(0);
 /// What retired threads, and threads without a registry entry, allocated and freed.
-static SHARED: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+static RETIRED: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
 
 /// Takes the pointers to this thread's jemalloc counters (its first slow call does, before it
 /// registers). Asking jemalloc may initialise it; it never calls back into the `malloc` family.
@@ -114,7 +116,7 @@ pub(crate) fn alloc_fits(size: usize) -> bool {
     counters::with_local_or(false, |l| {
         let v = &l.je;
         // SAFETY: see `JeView::read`; this is the owner thread.
-        let after = unsafe { *v.allocated.load(Relaxed) }.wrapping_add(size as u64);
+        let after = unsafe { *v.allocated.load(Relaxed) }.saturating_add(size as u64);
         after < v.alloc_mark.load(Relaxed)
     })
 }
@@ -153,6 +155,15 @@ pub(crate) fn after_realloc() {
 #[cold]
 #[inline(never)]
 fn slow(l: &Local) {
+    // `free` keeps errno and `posix_memalign` does not set it: registration may touch it.
+    // SAFETY: the calling thread's errno.
+    let errno = unsafe { *libc::__errno_location() };
+    slow_path(l);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+fn slow_path(l: &Local) {
     match l.state.load(Relaxed) {
         state::NEW => {
             if counters::register_this(l) {
@@ -176,7 +187,7 @@ pub(crate) fn settle(l: &Local) {
     let v = &l.je;
     let (a, f) = v.read();
     let live = a.wrapping_sub(f) as i64;
-    let mut d = live - v.flushed.load(Relaxed);
+    let mut d = live.wrapping_sub(v.flushed.load(Relaxed));
     if d.abs() >= FLUSH_BYTES / 2 {
         v.flushed.store(live, Relaxed);
         publish(d);
@@ -193,12 +204,11 @@ pub(crate) fn fold_shared(l: &Local) {
     let (a, f) = l.je.read();
     let mut new = [0u64; 2];
     for (i, now) in [a, f].into_iter().enumerate() {
-        // jemalloc may restart a dying thread's counters from 0: then all of `now` is new.
-        let before = l.je.folded[i].swap(now, Relaxed);
-        new[i] = if now >= before { now - before } else { now };
-        SHARED[i].fetch_add(new[i], Relaxed);
+        // jemalloc's counters only grow: the difference is what this thread did since.
+        new[i] = now.wrapping_sub(l.je.folded[i].swap(now, Relaxed));
+        RETIRED[i].fetch_add(new[i], Relaxed);
     }
-    publish(new[0] as i64 - new[1] as i64);
+    publish(new[0].wrapping_sub(new[1]) as i64);
 }
 
 /// Moves a retiring thread's counts into the shared totals (under the registry lock, so readers
@@ -206,18 +216,18 @@ pub(crate) fn fold_shared(l: &Local) {
 pub(crate) fn retire(l: &Local) {
     let v = &l.je;
     let (a, f) = v.read();
-    for ((now, folded), shared) in [a, f].into_iter().zip(&v.folded).zip(&SHARED) {
+    for ((now, folded), shared) in [a, f].into_iter().zip(&v.folded).zip(&RETIRED) {
         folded.store(now, Relaxed);
         shared.fetch_add(now, Relaxed);
     }
     v.alloc_mark.store(0, Relaxed);
     v.free_mark.store(0, Relaxed);
     let live = a.wrapping_sub(f) as i64;
-    publish(live - v.flushed.swap(live, Relaxed));
+    publish(live.wrapping_sub(v.flushed.swap(live, Relaxed)));
 }
 
 fn publish(d: i64) {
-    let total = PROCESS_LIVE.fetch_add(d, Relaxed) + d;
+    let total = PROCESS_LIVE.fetch_add(d, Relaxed).wrapping_add(d);
     if d > 0 {
         counters::raise_peaks(total);
     }
@@ -226,7 +236,7 @@ fn publish(d: i64) {
 /// Cumulative (allocated, freed) bytes of the process heap, summed over every thread.
 pub(crate) fn totals() -> (u64, u64) {
     super::registry::fold_threads(
-        || (SHARED[0].load(Relaxed), SHARED[1].load(Relaxed)),
+        || (RETIRED[0].load(Relaxed), RETIRED[1].load(Relaxed)),
         |(a, f), l| {
             let (ta, tf) = l.je.read();
             (a.wrapping_add(ta), f.wrapping_add(tf))

@@ -114,7 +114,8 @@ pub struct JobExit {
 /// Peaks and where they happened.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Peaks {
-    /// Peak live heap bytes (tracking allocator; resettable by `memsight::reset_peak`).
+    /// Peak live process heap bytes over the run (`HeapStats::run_peak_bytes`: every allocation
+    /// through memsight's jemalloc, Rust's and C/C++ code's; never reset by `memsight::reset_peak`).
     pub heap_peak_bytes: u64,
     /// The step whose window held the highest heap peak.
     #[serde(default, skip_serializing_if = "Option::is_none")]

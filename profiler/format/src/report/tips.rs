@@ -197,7 +197,7 @@ fn rss_tip(r: &Report, tips: &mut Vec<Tip>) {
         return;
     };
     // The process heap counts every allocation through jemalloc, CPU tensor storage included;
-    // a report of a build without the `jemalloc` feature counts Rust's only, so tensors are added.
+    // with a build that counts Rust's allocations only, the tensor peak is the larger figure.
     let heap = p
         .heap_peak_bytes
         .max(p.tensor_peak_bytes.unwrap_or(0))
@@ -205,13 +205,19 @@ fn rss_tip(r: &Report, tips: &mut Vec<Tip>) {
     if rss as f64 <= 1.5 * heap as f64 || rss - heap.min(rss) < 256 * MIB {
         return;
     }
-    let split = p
-        .rss_peak_sample
-        .as_ref()
-        .and_then(|a| r.sample_at(a)?.process);
+    let sample = p.rss_peak_sample.as_ref().and_then(|a| r.sample_at(a));
+    let split = sample.and_then(|s| s.process);
+    // Anonymous memory beyond the heap live at that sample.
+    let heap_then = sample.map_or(heap, |s| s.heap.live_bytes);
     let resident = p.jemalloc_resident_peak.as_ref().map(|r| r.bytes);
     let cause = match split {
-        Some(m) => rss_gap_cause(m.anon.saturating_sub(heap), m.file, m.shmem, resident, heap),
+        Some(m) => rss_gap_cause(
+            m.anon.saturating_sub(heap_then),
+            m.file,
+            m.shmem,
+            resident,
+            heap,
+        ),
         None => "without the RSS split (anon / file / shmem) the gap's cause is unknown".into(),
     };
     tips.push(tip(
@@ -411,6 +417,7 @@ mod tests {
         let at = r.peaks.rss_peak_sample.clone().unwrap();
         let mut s = r.sample_at(&at).unwrap().clone();
         s.t_ms = at.t_ms;
+        s.heap.live_bytes = 150 * MIB;
         s.process = Some(crate::host::ProcessMemory {
             rss: 500 * MIB,
             anon,
