@@ -81,7 +81,7 @@ fn threads_beyond_the_registry_share_one_block_and_count_exactly() {
     // With every entry taken, a new thread counts in the shared block: its 32 MiB buffer must
     // still show in the peak, within the documented bound (64 KiB per allocating thread).
     memsight::reset_peak();
-    let base = memsight::stats().rust_live_bytes;
+    let base = memsight::stats().live_bytes;
     std::thread::spawn(|| {
         let mut big = vec![0u8; 32 << 20];
         for i in (0..big.len()).step_by(4096) {
