@@ -18,6 +18,7 @@ mod outside;
 mod postmortem;
 mod run;
 pub mod server;
+mod tree;
 mod watch;
 
 pub use attach::{attach, AttachOptions};

@@ -3,8 +3,9 @@
 //! each sample fed into the [`Watch`] as the job's own snapshots would be.
 
 use crate::outputs::Outputs;
+use crate::tree::read_tree;
 use crate::watch::Watch;
-use memsight::collect::{command_line, read_tree, HostCollector, SourceStatus};
+use memsight::collect::{command_line, HostCollector, SourceStatus};
 use memsight_format::heap::HeapStats;
 use memsight_format::snapshot::Snapshot;
 use memsight_format::wire::Record;

@@ -5,7 +5,6 @@ pub mod cgroup;
 pub mod jemalloc;
 mod kept_file;
 pub mod procfs;
-pub mod tree;
 
 pub use cgroup::CgroupReader;
 pub use jemalloc::JemallocReader;
@@ -14,7 +13,6 @@ pub use memsight_format::host::{
     SystemMemory, TreeProcess,
 };
 pub use procfs::{command_line, ProcessReader, SystemReader};
-pub use tree::read_tree;
 
 use std::path::Path;
 
