@@ -20,6 +20,9 @@ pub(crate) struct Outside {
     started: Instant,
     next: Instant,
     interval: Duration,
+    /// The sources' statuses at the last sample kept (one taken as the process vanished would say
+    /// its status is unreadable).
+    kept_sources: Option<Vec<SourceStatus>>,
     /// The process's command line as last read (wrappers such as pyenv shims or `env` exec into
     /// the real program, so it is read again at each sample).
     pub command: Vec<OsString>,
@@ -36,6 +39,7 @@ impl Outside {
             started: now,
             next: now,
             interval,
+            kept_sources: None,
             command: command_line(pid),
         }
     }
@@ -66,11 +70,14 @@ impl Outside {
         if !now.is_empty() {
             self.command = now;
         }
+        self.kept_sources = Some(self.host.sources());
         watch.take(vec![Record::Snapshot(Box::new(s))], out);
     }
 
-    /// Which sources could be read, and why not.
+    /// Which sources could be read, and why not, as of the last sample kept.
     pub(crate) fn sources(&self) -> Vec<SourceStatus> {
-        self.host.sources()
+        self.kept_sources
+            .clone()
+            .unwrap_or_else(|| self.host.sources())
     }
 }
