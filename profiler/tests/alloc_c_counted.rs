@@ -3,6 +3,8 @@
 //! to the baseline when freed; Rust's share does not move; the peak holds what a thread allocated
 //! and freed before anything read the counters.
 
+#![cfg(feature = "jemalloc")]
+
 use std::hint::black_box;
 
 #[global_allocator]

@@ -5,6 +5,8 @@
 //! first property; the tracker's counts are process-wide, so their agreement is taken from the
 //! first of a few rounds in which no other thread allocated.
 
+#![cfg(feature = "jemalloc")]
+
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::hint::black_box;

@@ -1,6 +1,8 @@
 //! Reentrancy: an inner allocator that itself allocates through the global allocator nests
 //! cleanly — no deadlock, and every nested allocation is counted exactly.
 
+#![cfg(feature = "jemalloc")]
+
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::hint::black_box;

@@ -2,6 +2,8 @@
 //! with the `_rjem_` prefix (whose own variable is `_RJEM_MALLOC_CONF`): the test runs itself again
 //! with the variable set and reads the option back from jemalloc.
 
+#![cfg(feature = "jemalloc")]
+
 use std::process::Command;
 
 #[global_allocator]

@@ -166,7 +166,9 @@ static LINK_INTERPOSE: super::interpose::Linked = super::interpose::LINKED;
 /// Counts of retired threads and of threads without an entry, updated atomically.
 pub(crate) static SHARED: Counts = Counts::new();
 
-/// Published live bytes (Σ published deltas). Exact live bytes come from the sums.
+/// Published live bytes (Σ published deltas) when these counters are the process heap (no
+/// `jemalloc` feature). Exact live bytes come from the sums.
+#[cfg(not(feature = "jemalloc"))]
 static LIVE: AtomicI64 = AtomicI64::new(0);
 
 /// Which peak tracker: the resettable process peak, the current phase window, the current step
@@ -194,12 +196,14 @@ fn bump(c: &AtomicU64, by: u64) -> u64 {
 }
 
 /// Runs `f` on this thread's block (not at all once its storage is gone).
+#[cfg(feature = "jemalloc")]
 #[inline(always)]
 pub(crate) fn with_local(f: impl FnOnce(&Local)) {
     let _ = LOCAL.try_with(f);
 }
 
 /// `f` of this thread's block, or `otherwise` once its storage is gone.
+#[cfg(feature = "jemalloc")]
 #[inline(always)]
 pub(crate) fn with_local_or<R>(otherwise: R, f: impl FnOnce(&Local) -> R) -> R {
     LOCAL.try_with(f).unwrap_or(otherwise)
@@ -213,10 +217,6 @@ pub(crate) fn register_this(l: &Local) -> bool {
     registry::register(l)
 }
 
-/// Whether the process heap is read from jemalloc's counters (every allocation of the process)
-/// rather than from these (Rust's allocations only).
-pub(crate) const PROCESS_HEAP_FROM_JEMALLOC: bool = cfg!(feature = "jemalloc");
-
 /// Raises every peak tracker to `live` (published process-heap bytes).
 #[inline]
 pub(crate) fn raise_peaks(live: i64) {
@@ -227,12 +227,20 @@ pub(crate) fn raise_peaks(live: i64) {
     }
 }
 
-/// Adds `d` to Rust's published live bytes; they raise the peaks when they are the process heap.
+/// Adds `d` to the published live bytes and raises the peaks when it grew — when these counters
+/// are the process heap. With the `jemalloc` feature the process heap publishes its own deltas
+/// (`process_heap`), and Rust's share publishes nothing.
+#[inline]
 pub(crate) fn publish(d: i64) {
-    let global = LIVE.fetch_add(d, Relaxed) + d;
-    if d > 0 && !PROCESS_HEAP_FROM_JEMALLOC {
-        raise_peaks(global);
+    #[cfg(not(feature = "jemalloc"))]
+    {
+        let global = LIVE.fetch_add(d, Relaxed) + d;
+        if d > 0 {
+            raise_peaks(global);
+        }
     }
+    #[cfg(feature = "jemalloc")]
+    let _ = d;
 }
 
 /// Counts an allocation of `size` bytes before it happens, when that keeps this thread below its
@@ -403,24 +411,48 @@ fn count(counts: &Counts, delta: i64, call: Call, add: impl Fn(&AtomicU64, u64))
     }
 }
 
-/// Publishes this thread's unpublished live delta when it reached half of `FLUSH_BYTES`, and sets
-/// the marks where the delta would reach ±`FLUSH_BYTES` by allocations or frees alone.
+/// Settles this thread's Rust counters (and, with the `jemalloc` feature, its view of the process
+/// heap).
 fn settle(l: &Local) {
-    let live = l.live();
-    let mut d = live - l.flushed.load(Relaxed);
+    settle_marks(
+        l.counts.bytes_allocated.load(Relaxed),
+        l.counts.bytes_freed.load(Relaxed),
+        Marks {
+            flushed: &l.flushed,
+            alloc: &l.alloc_mark,
+            free: &l.free_mark,
+        },
+        publish,
+    );
+    #[cfg(feature = "jemalloc")]
+    super::process_heap::settle(l);
+}
+
+/// A thread's publishing state for one pair of cumulative counters.
+pub(crate) struct Marks<'a> {
+    /// The part of the live bytes already published.
+    pub(crate) flushed: &'a AtomicI64,
+    /// The allocated count past which the thread settles again.
+    pub(crate) alloc: &'a AtomicU64,
+    /// The freed count past which the thread settles again.
+    pub(crate) free: &'a AtomicU64,
+}
+
+/// Publishes the unpublished live delta of cumulative `allocated` and `freed` when it reached half
+/// of `FLUSH_BYTES`, and places the marks where the delta would reach ±`FLUSH_BYTES` by
+/// allocations or frees alone — the one rule of both the Rust counters and the process heap.
+pub(crate) fn settle_marks(allocated: u64, freed: u64, m: Marks, publish: impl FnOnce(i64)) {
+    let live = allocated.wrapping_sub(freed) as i64;
+    let mut d = live.wrapping_sub(m.flushed.load(Relaxed));
     if d.abs() >= FLUSH_BYTES / 2 {
-        l.flushed.store(live, Relaxed);
+        m.flushed.store(live, Relaxed);
         publish(d);
         d = 0;
     }
-    let allocated = l.counts.bytes_allocated.load(Relaxed);
-    let freed = l.counts.bytes_freed.load(Relaxed);
-    l.alloc_mark
+    m.alloc
         .store(allocated.wrapping_add((FLUSH_BYTES - d) as u64), Relaxed);
-    l.free_mark
+    m.free
         .store(freed.wrapping_add((FLUSH_BYTES + d) as u64), Relaxed);
-    #[cfg(feature = "jemalloc")]
-    super::process_heap::settle(l);
 }
 
 /// Totals summed over every thread at one moment.

@@ -23,7 +23,7 @@
 //! Nothing here allocates, locks (beyond the registry's reader lock, which the allocation path
 //! never takes), blocks or panics.
 
-use super::counters::{self, state, Local, FLUSH_BYTES};
+use super::counters::{self, state, Local, Marks};
 use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering::Relaxed};
 
 /// What a thread's counter pointers point at before it registers: a counter that never moves, so
@@ -186,17 +186,12 @@ fn slow_path(l: &Local) {
 pub(crate) fn settle(l: &Local) {
     let v = &l.je;
     let (a, f) = v.read();
-    let live = a.wrapping_sub(f) as i64;
-    let mut d = live.wrapping_sub(v.flushed.load(Relaxed));
-    if d.abs() >= FLUSH_BYTES / 2 {
-        v.flushed.store(live, Relaxed);
-        publish(d);
-        d = 0;
-    }
-    v.alloc_mark
-        .store(a.wrapping_add((FLUSH_BYTES - d) as u64), Relaxed);
-    v.free_mark
-        .store(f.wrapping_add((FLUSH_BYTES + d) as u64), Relaxed);
+    let marks = Marks {
+        flushed: &v.flushed,
+        alloc: &v.alloc_mark,
+        free: &v.free_mark,
+    };
+    counters::settle_marks(a, f, marks, publish);
 }
 
 /// Adds what a thread counting in the shared totals allocated and freed since its last call.

@@ -101,11 +101,3 @@ pub fn purge() -> Result<(), String> {
         Err("memsight was built without the `jemalloc` feature".into())
     }
 }
-
-/// jemalloc's allocated bytes now (one epoch advance), or `None` without jemalloc statistics.
-pub fn allocated_now() -> Option<u64> {
-    JemallocReader::open()
-        .and_then(|r| r.read())
-        .ok()
-        .map(|s| s.allocated)
-}

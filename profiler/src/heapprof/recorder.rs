@@ -227,6 +227,7 @@ pub(crate) fn request() -> Result<PathBuf, String> {
     }
 }
 
+/// The process heap's live bytes now (exact, no jemalloc epoch advance).
 fn heap_bytes_now() -> u64 {
-    crate::collect::jemalloc::allocated_now().unwrap_or_else(|| crate::alloc::stats().live_bytes)
+    crate::alloc::counters::heap_live()
 }

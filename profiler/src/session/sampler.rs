@@ -101,8 +101,7 @@ impl Shared {
             }
             drop(stop);
             let s = self.sample();
-            let heap = s.jemalloc.map_or(s.heap.live_bytes, |j| j.allocated);
-            heapprof::on_sample(heap, s.step);
+            heapprof::on_sample(s.heap.live_bytes, s.step);
             self.record(s);
             ticks += 1;
             // Phase totals about 4 times a second, so a sidecar has them even if the job is killed.
