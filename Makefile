@@ -13,7 +13,12 @@ export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 setup:
 	@scripts/setup.sh >/dev/null
 
+# The preloaded library (memsight in Python and C++ jobs) is a workspace of its own: built with the
+# main one, `memsight` would carry jemalloc's malloc family, which it must not (profiler/preload).
+PRELOAD = --manifest-path profiler/preload/Cargo.toml --target-dir target/preload
+
 build: setup
+	$(CARGO) build --release $(PRELOAD)
 	$(CARGO) build --release --workspace --all-targets
 
 # The main job under memsight. Its last line is the path of the report it wrote.
@@ -26,7 +31,9 @@ test: build lint
 
 lint:
 	$(CARGO) fmt --all -- --check
+	$(CARGO) fmt $(subst --target-dir target/preload,,$(PRELOAD)) -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --release $(PRELOAD) -- -D warnings
 
 # Allocator overhead vs bare jemalloc, glibc malloc, heaptrack and dhat-rs (prints a ratio table),
 # the sampler's cost per snapshot, and the sidecar's CPU and effect on step time.
@@ -47,6 +54,7 @@ bench: setup
 	./target/release/alloc-ab-prof
 	./target/release/frame-bench
 	./target/release/sidecar-bench
+	$(VIRTUAL_ENV)/bin/python integrations/python/bench/overhead.py
 
 # A million executions of each fuzz target (report, budget, ring, socket stream, heap profile),
 # with overflow checks and debug assertions; `make test` runs a short run of each. docs/reliability.md.

@@ -54,5 +54,24 @@ if [ ! -f "$site/nvidia/cu13/include/crt/host_config.h" ]; then
         || say "could not install nvidia-cuda-crt: the CUDA OOM observer will be compiled out"
 fi
 say "torch $TORCH_VERSION ready in $VENV"
+# --- Python integrations (integrations/python): the frameworks its tests run for real. Optional:
+# without them those tests skip, saying why. Pinned for torch 2.11 and Python 3.11.
+PY_TEST_PINS=("transformers==5.23.0" "accelerate==1.15.0" "lightning==2.6.6" "memray==1.20.0")
+py_pins_ok() {
+    "$VENV/bin/python" - "${PY_TEST_PINS[@]}" <<'PYEOF' 2>/dev/null
+import sys
+from importlib.metadata import version, PackageNotFoundError
+try:
+    sys.exit(any(version(p.split("==")[0]) != p.split("==")[1] for p in sys.argv[1:]))
+except PackageNotFoundError:
+    sys.exit(1)
+PYEOF
+}
+if ! py_pins_ok; then
+    say "installing ${PY_TEST_PINS[*]} (for the Python integration tests)"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PY_TEST_PINS[@]}" \
+        || say "could not install ${PY_TEST_PINS[*]}: the Python callback tests will skip"
+fi
+# --- end Python integrations
 # The variables torch-sys reads (tch 0.24) — used by the libtorch crates.
 echo "export LIBTORCH_USE_PYTORCH=1 VIRTUAL_ENV=$VENV PATH=$VENV/bin:\$PATH"

@@ -28,6 +28,11 @@ struct Held {
 
 /// Runs `command` under `memsight run --interval 50ms`, its report in `dir`; the report.
 fn run_sampled(dir: &Path, command: &[&OsStr]) -> Value {
+    run_sampled_with(dir, &[], command)
+}
+
+/// As [`run_sampled`], with more options for `run`.
+fn run_sampled_with(dir: &Path, options: &[&str], command: &[&OsStr]) -> Value {
     let report = dir.join("r.json");
     let mut args: Vec<&OsStr> = vec![
         "run".as_ref(),
@@ -35,8 +40,9 @@ fn run_sampled(dir: &Path, command: &[&OsStr]) -> Value {
         "50ms".as_ref(),
         "--report".as_ref(),
         report.as_os_str(),
-        "--".as_ref(),
     ];
+    args.extend(options.iter().map(OsStr::new));
+    args.push("--".as_ref());
     args.extend_from_slice(command);
     let r = run_memsight(&args, None);
     assert_eq!(r.code, 0, "{}", r.err);
@@ -62,8 +68,9 @@ fn run_tree_job(python: &OsStr, script: &str, dir: &Path) -> (Value, Held) {
         .filter(|s| (from..=to).contains(&(start + s["t_ms"].as_u64().unwrap())))
         .filter_map(|s| s.get("tree").cloned())
         .collect();
+    // The sidecar reads a tree at most every 20× its read time (tree::TreeSampler): ≈ 1 s here.
     assert!(
-        trees.len() >= 5,
+        trees.len() >= 2,
         "{} samples in the held window",
         trees.len()
     );
@@ -179,8 +186,9 @@ const HOLDS_300_MB: &str = "import time\nkeep = b'\\x01' * 300_000_000\ntime.sle
 fn a_job_without_memsight_is_sampled_from_outside_and_gated_by_check() {
     let dir = scratch("run-outside");
     let report = dir.join("r.json");
-    let v = run_sampled(
+    let v = run_sampled_with(
         &dir,
+        &["--no-preload"],
         &["python3".as_ref(), "-c".as_ref(), HOLDS_300_MB.as_ref()],
     );
     let tl = v["timeline"].as_array().unwrap();

@@ -40,6 +40,10 @@ pub struct Args {
     /// with `memsight heap sampling on PID`).
     #[arg(long)]
     no_heap_profile: bool,
+    /// Do not preload memsight into a job that does not link it (a Python or C++ program): it is
+    /// then sampled from outside only (RSS, no heap, no steps).
+    #[arg(long)]
+    no_preload: bool,
     /// The job: `-- CMD ARGS…`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -150,6 +154,7 @@ pub fn run(a: Args) -> ExitCode {
         job_output: log.clone(),
         heap_sample_bytes: (!a.no_heap_profile).then_some(a.heap_sample),
         on_spawn: live.then_some(tx),
+        preload: !a.no_preload,
     };
     let result = if live {
         let sidecar = {

@@ -37,7 +37,7 @@ pub struct SegmentMap {
 pub struct DeviceSample {
     /// Device index (CUDA ordinal).
     pub index: u32,
-    /// Which backend measured it: `libtorch-cuda`, `cudarc` or `nvml`.
+    /// Which backend measured it: `libtorch-cuda`, `cudarc`, `nvml`, or from Python `torch-cuda`.
     pub backend: String,
     /// Device name, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -111,8 +111,10 @@ impl DeviceSample {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeviceOom {
     /// Milliseconds since the session started (0 without a session).
+    #[serde(default)]
     pub t_ms: u64,
     /// Training step at that moment.
+    #[serde(default)]
     pub step: u64,
     /// Phase at that moment.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -108,15 +108,22 @@ impl Snapshot {
                 .map(|p| format!(" · phase {p}"))
                 .unwrap_or_default()
         );
+        let rust = self.heap.rust_live_bytes;
         out += &format!(
-            "  Allocated   {:>12}  live process heap, all code (Rust's share {})\n",
+            "  Allocated   {:>12}  live process heap, all code{}\n",
             fmt_bytes(self.heap.live_bytes),
-            fmt_bytes(self.heap.rust_live_bytes)
+            if rust == 0 || rust == self.heap.live_bytes {
+                String::new()
+            } else {
+                format!(" (Rust's share {})", fmt_bytes(rust))
+            }
         );
-        out += &format!(
-            "  In use      {:>12}  jemalloc active pages\n",
-            opt(self.jemalloc.map(|j| j.active))
-        );
+        if let Some(j) = self.jemalloc {
+            out += &format!(
+                "  In use      {:>12}  jemalloc active pages\n",
+                fmt_bytes(j.active)
+            );
+        }
         out += &format!(
             "  Peak        {:>12}  peak live process heap\n",
             fmt_bytes(self.heap.peak_bytes)

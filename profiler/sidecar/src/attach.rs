@@ -82,6 +82,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
         );
     }
     let mut watch = Watch::new();
+    watch.add_trees_of(pid);
     // A ring of this very process: same pid, written after it started (not a stale file).
     let mut reader = default_ring_path(pid)
         .ok()

@@ -11,6 +11,7 @@
 mod attach;
 mod cause;
 mod delivery;
+pub mod inject;
 pub mod metrics;
 mod oomwatch;
 mod outputs;

@@ -3,7 +3,7 @@
 //! each sample fed into the [`Watch`] as the job's own snapshots would be.
 
 use crate::outputs::Outputs;
-use crate::tree::read_tree;
+use crate::tree::TreeSampler;
 use crate::watch::Watch;
 use memsight::collect::{command_line, HostCollector, SourceStatus};
 use memsight_format::heap::HeapStats;
@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 pub(crate) struct Outside {
     pid: u32,
     host: HostCollector,
+    trees: TreeSampler,
     started: Instant,
     next: Instant,
     interval: Duration,
@@ -36,6 +37,7 @@ impl Outside {
         Outside {
             pid,
             host: HostCollector::open(&proc_dir, Path::new("/proc"), Path::new("/"), false),
+            trees: TreeSampler::new(pid),
             started: now,
             next: now,
             interval,
@@ -62,7 +64,7 @@ impl Outside {
             HeapStats::default(),
             self.host.sample(),
         );
-        s.tree = read_tree(Path::new("/proc"), self.pid).ok();
+        s.tree = self.trees.sample();
         if s.process.is_none() {
             return;
         }

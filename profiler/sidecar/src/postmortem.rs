@@ -146,6 +146,10 @@ fn own_report(e: &Ending) -> Option<Report> {
         .as_ref()
         .filter(|p| e.job_report.is_none_or(|want| p.as_path() == want))
         .and_then(|p| Report::load(p).ok())
+        .map(|mut r| {
+            r.add_trees(&e.watch.timeline);
+            r
+        })
 }
 
 /// A report rebuilt from what the flight recorder delivered (a job that died, or one without a

@@ -34,6 +34,8 @@ pub struct RunOptions {
     pub heap_sample_bytes: Option<u64>,
     /// Told the job's pid once it runs (a viewer in the same process connects then).
     pub on_spawn: Option<mpsc::Sender<u32>>,
+    /// Preload memsight into a job that does not link it (and put the Python package on its path).
+    pub preload: bool,
 }
 
 /// The environment that sets the job's heap sampling (`heap-profile` builds read it; others
@@ -78,6 +80,9 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
             opts.interval.as_millis().max(1).to_string(),
         )
         .envs(heap_profile_env(opts));
+    let _injected = opts
+        .preload
+        .then(|| crate::inject::prepare(&mut cmd, &dir, &tag));
     if let Some(log) = &opts.job_output {
         send_output_to(&mut cmd, program, log)?;
     }
@@ -91,6 +96,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     }
     let mut oom = oomwatch::OomWatch::new(pid);
     let mut watch = Watch::new();
+    watch.add_trees_of(pid);
     let (status, died_unix_ms) = follow(child, opts, &ring_path, &mut watch, &outputs, &mut oom);
     let mut report = postmortem::final_report(postmortem::Ending {
         watch: &watch,

@@ -84,6 +84,40 @@ pub fn read_tree(proc_root: &Path, root: u32) -> io::Result<ProcessTree> {
     Ok(ProcessTree::new(processes))
 }
 
+/// Reads a job's tree at most as often as its cost allows. The kernel walks every page table of a
+/// process to sum its PSS (≈ 20 ms for a PyTorch process holding a few hundred MiB, under the
+/// process's memory-map lock), so the next read waits [`COST_FACTOR`]× as long as the last one
+/// took: the sidecar spends at most 1/`COST_FACTOR` of a core on it, and the job's page faults wait
+/// on it no more often than that.
+pub(crate) struct TreeSampler {
+    root: u32,
+    next: std::time::Instant,
+}
+
+/// The wait after a tree read, in multiples of what the read took.
+pub(crate) const COST_FACTOR: u32 = 20;
+
+impl TreeSampler {
+    /// Samples the tree under `root`; the first read is due at once.
+    pub(crate) fn new(root: u32) -> Self {
+        TreeSampler {
+            root,
+            next: std::time::Instant::now(),
+        }
+    }
+
+    /// The tree now when a read is due (and the root still exists), else `None`.
+    pub(crate) fn sample(&mut self) -> Option<ProcessTree> {
+        let start = std::time::Instant::now();
+        if start < self.next {
+            return None;
+        }
+        let tree = read_tree(Path::new("/proc"), self.root).ok();
+        self.next = std::time::Instant::now() + start.elapsed() * COST_FACTOR;
+        tree
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,6 +27,9 @@ pub(crate) struct Watch {
     pub device_ooms: Vec<memsight_format::device::DeviceOom>,
     /// Heap profiles the job announced, one per file still on disk.
     pub heap_dumps: Vec<memsight_format::heap_profile::DumpRecord>,
+    /// The job's process tree, when the sidecar adds it (read from outside: PSS, workers) to the
+    /// snapshots of the job's own.
+    trees: Option<crate::tree::TreeSampler>,
 }
 
 impl Watch {
@@ -44,7 +47,14 @@ impl Watch {
             phases: Vec::new(),
             device_ooms: Vec::new(),
             heap_dumps: Vec::new(),
+            trees: None,
         }
+    }
+
+    /// Adds the process tree under `pid` to the snapshots the job records from now on that have
+    /// none (a job's own sampler does not read its workers), as often as its cost allows.
+    pub(crate) fn add_trees_of(&mut self, pid: u32) {
+        self.trees = Some(crate::tree::TreeSampler::new(pid));
     }
 
     /// Opens the job's ring once it exists; a ring that cannot be read is remembered as the reason.
@@ -103,7 +113,12 @@ impl Watch {
     }
 
     pub(crate) fn take(&mut self, records: Vec<Record>, out: &Outputs) {
-        for r in records {
+        for mut r in records {
+            if let (Record::Snapshot(s), Some(trees)) = (&mut r, self.trees.as_mut()) {
+                if s.tree.is_none() {
+                    s.tree = trees.sample();
+                }
+            }
             out.emit(&r);
             match r {
                 Record::Snapshot(s) => self.timeline.push(*s),

@@ -9,6 +9,8 @@
 //! allocator nests cleanly.
 
 pub(crate) mod counters;
+#[cfg(not(feature = "jemalloc"))]
+pub mod foreign;
 #[cfg(feature = "jemalloc")]
 mod interpose;
 #[cfg(feature = "jemalloc")]
@@ -189,7 +191,7 @@ pub fn stats() -> HeapStats {
     let live = counters::heap_live();
     HeapStats {
         live_bytes: live,
-        rust_live_bytes: t.live(),
+        rust_live_bytes: rust_share(&t),
         peak_bytes: counters::peak(counters::Tracker::Global, live),
         run_peak_bytes: counters::peak(counters::Tracker::Run, live),
         allocations: t.allocations,
@@ -198,6 +200,16 @@ pub fn stats() -> HeapStats {
         bytes_allocated: t.bytes_allocated,
         bytes_freed: t.bytes_freed,
     }
+}
+
+/// Rust's share of the process heap: what passed through [`Allocator`] (nothing is told apart in a
+/// process whose `malloc` family is counted by [`foreign`]).
+fn rust_share(t: &Totals) -> u64 {
+    #[cfg(not(feature = "jemalloc"))]
+    if foreign::installed() {
+        return 0;
+    }
+    t.live()
 }
 
 /// Resets the peak that [`stats`] reads back to the current live bytes. The run's peak

@@ -61,6 +61,9 @@ mod imp {
     impl JemallocReader {
         /// Always the reason: built without jemalloc.
         pub fn open() -> Result<Self, String> {
+            if crate::alloc::foreign::installed() {
+                return Err(crate::alloc::foreign::WHY_NO_JEMALLOC.into());
+            }
             Err("memsight was built without the `jemalloc` feature".into())
         }
 

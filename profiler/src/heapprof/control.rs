@@ -98,6 +98,17 @@ mod imp {
     }
 }
 
+/// Why there is no heap profiling in this process, and how to get it.
+fn not_enabled() -> String {
+    #[cfg(not(feature = "jemalloc"))]
+    if crate::alloc::foreign::installed() {
+        return "allocation sites are not recorded in a job memsight is preloaded into (its heap \
+                is counted exactly, without sites)"
+            .into();
+    }
+    format!("heap profiling is not enabled: {HOW_TO_ENABLE}")
+}
+
 /// Whether jemalloc's heap profiler is enabled in this process (`prof:true` at start).
 pub fn enabled() -> bool {
     imp::enabled()
@@ -116,7 +127,7 @@ pub fn sampling() -> Option<bool> {
 /// Switches allocation sampling on or off (profiling must be enabled at start).
 pub fn set_sampling(on: bool) -> Result<(), String> {
     if !enabled() {
-        return Err(format!("heap profiling is not enabled: {HOW_TO_ENABLE}"));
+        return Err(not_enabled());
     }
     imp::set_sampling(on)
 }
@@ -125,7 +136,7 @@ pub fn set_sampling(on: bool) -> Result<(), String> {
 /// power of two) and says what is in effect: `Ok(Some(bytes))` sampling, `Ok(None)` off.
 pub fn configure_from_env() -> Result<Option<u64>, String> {
     if !enabled() {
-        return Err(format!("heap profiling is not enabled: {HOW_TO_ENABLE}"));
+        return Err(not_enabled());
     }
     match std::env::var("MEMSIGHT_HEAP_SAMPLE") {
         Ok(v) if v.trim() == "off" => {
@@ -155,7 +166,7 @@ pub fn configure_from_env() -> Result<Option<u64>, String> {
 /// Writes a heap profile to `path`, complete or not at all (written beside it, then renamed).
 pub fn dump(path: &Path) -> Result<(), String> {
     if !enabled() {
-        return Err(format!("heap profiling is not enabled: {HOW_TO_ENABLE}"));
+        return Err(not_enabled());
     }
     let tmp = memsight_format::safe_file::Pending::new(path)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;

@@ -55,7 +55,7 @@ def tree_bytes(root):
     return len(union) * PAGE if union else None
 
 
-def hold_and_measure(out_path, seconds=1.5):
+def hold_and_measure(out_path, seconds=4.0):
     """Measures the tree's distinct physical bytes, holds still for `seconds` (the sidecar samples
     meanwhile), measures again, and writes both with the window in Unix milliseconds."""
     import json, time

@@ -105,8 +105,13 @@ pub fn build(p: Parts) -> Report {
     report
 }
 
+/// How close to a peak a step's or phase's own peak must come to be where the peak was reached: a
+/// job that allocates its largest buffer at step 2 and then a few KiB more each step peaks, to the
+/// byte, at its last step, but a user asks where the memory came from.
+pub const PEAK_REACHED_WITHIN: f64 = 0.005;
+
 /// The first step and the innermost phase whose peak windows (read by `step_peak` and
-/// `phase_peak`) reached `peak`: where it was first reached.
+/// `phase_peak`) came within [`PEAK_REACHED_WITHIN`] of `peak`: where it was first reached.
 fn where_peaked(
     steps: &[StepStats],
     phases: &[PhaseStats],
@@ -114,6 +119,7 @@ fn where_peaked(
     step_peak: impl Fn(&StepStats) -> Option<u64>,
     phase_peak: impl Fn(&PhaseStats) -> Option<u64>,
 ) -> (Option<u64>, Option<String>) {
+    let peak = peak - (peak as f64 * PEAK_REACHED_WITHIN) as u64;
     let step = steps
         .iter()
         .find(|s| step_peak(s).is_some_and(|v| v >= peak))

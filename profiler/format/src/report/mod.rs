@@ -224,6 +224,28 @@ impl Report {
             .min_by_key(|s| s.t_ms.abs_diff(at.t_ms))
     }
 
+    /// Adds process trees read from outside (the sidecar's, of the job and its workers) to the
+    /// samples that have none, matched by time, and the largest as the report's process tree;
+    /// the tips are derived again, with the workers in view.
+    pub fn add_trees(&mut self, sampled: &crate::timeline::Timeline) {
+        let trees: std::collections::HashMap<u64, &crate::host::ProcessTree> = sampled
+            .samples()
+            .iter()
+            .filter_map(|s| s.tree.as_ref().map(|t| (s.t_ms, t)))
+            .collect();
+        for s in self.timeline.iter_mut().filter(|s| s.tree.is_none()) {
+            s.tree = trees.get(&s.t_ms).map(|t| (*t).clone());
+        }
+        if self.process_tree.is_none() {
+            self.process_tree = sampled
+                .peaks()
+                .tree
+                .clone()
+                .map(|(at, tree)| TreePeak { at, tree });
+        }
+        self.tips = tips::derive(self);
+    }
+
     /// Sets the heap-profile section and derives the tips again (they name its top sites).
     pub fn set_heap_profile(&mut self, heap_profile: Option<crate::heap_profile::HeapProfile>) {
         self.heap_profile = heap_profile;

@@ -1,0 +1,200 @@
+//! The C interface of the preloaded library, called by the `memsight` Python package
+//! (integrations/python) through ctypes. Every function is a no-op outside the process that owns
+//! the session (a forked worker), returns rather than panics on bad input, and takes strings as
+//! NUL-terminated UTF-8 and structured data as JSON in the report's own types.
+
+use crate::job::owned_here;
+use memsight::collect::SourceStatus;
+use memsight::devices::{self, DeviceOom, DeviceSample, DeviceSource};
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::sync::{Arc, Mutex};
+
+/// The interface's version; the Python package refuses another.
+#[no_mangle]
+pub extern "C" fn memsight_abi_version() -> u32 {
+    1
+}
+
+/// 1 when this process owns a running session (steps and phases are recorded), else 0.
+#[no_mangle]
+pub extern "C" fn memsight_active() -> c_int {
+    c_int::from(owned_here())
+}
+
+/// Marks the start of training step `n`.
+#[no_mangle]
+pub extern "C" fn memsight_step(n: u64) {
+    if owned_here() {
+        memsight::step(n);
+    }
+}
+
+/// Opens a phase named `name` inside the current one; returns the handle to close it with
+/// [`memsight_phase_exit`] (null when nothing was opened).
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn memsight_phase_enter(name: *const c_char) -> *mut memsight::PhaseGuard {
+    match text(name) {
+        Some(name) if owned_here() => Box::into_raw(Box::new(memsight::phase(&name))),
+        _ => std::ptr::null_mut(),
+    }
+}
+
+/// Closes a phase opened by [`memsight_phase_enter`] (and those opened inside it).
+///
+/// # Safety
+/// `guard` is null or a handle from [`memsight_phase_enter`], closed once.
+#[no_mangle]
+pub unsafe extern "C" fn memsight_phase_exit(guard: *mut memsight::PhaseGuard) {
+    if guard.is_null() {
+        return;
+    }
+    let guard = Box::from_raw(guard);
+    if owned_here() {
+        drop(guard);
+    } else {
+        // A forked child leaving a phase its parent opened: nothing of the parent's is closed.
+        std::mem::forget(guard);
+    }
+}
+
+/// The current snapshot as JSON (the report's snapshot type), to be released with
+/// [`memsight_string_free`]; null outside the owning process.
+#[no_mangle]
+pub extern "C" fn memsight_snapshot_json() -> *mut c_char {
+    if !owned_here() {
+        return std::ptr::null_mut();
+    }
+    serde_json::to_string(&memsight::snapshot())
+        .ok()
+        .and_then(|s| CString::new(s).ok())
+        .map_or(std::ptr::null_mut(), CString::into_raw)
+}
+
+/// Releases a string returned by this library.
+///
+/// # Safety
+/// `s` is null or a string from this library, released once.
+#[no_mangle]
+pub unsafe extern "C" fn memsight_string_free(s: *mut c_char) {
+    if !s.is_null() {
+        drop(CString::from_raw(s));
+    }
+}
+
+/// Replaces what device source `source` (`torch-cuda`, `nvml`, …) reports from now on with
+/// `samples_json`, a JSON array of device samples; the session's sampler takes them at each
+/// sample. Returns 0, or -1 on bad input.
+///
+/// # Safety
+/// Both are null or NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn memsight_device_push(
+    source: *const c_char,
+    samples_json: *const c_char,
+) -> c_int {
+    let (Some(name), Some(json)) = (text(source), text(samples_json)) else {
+        return -1;
+    };
+    let Ok(samples) = serde_json::from_str::<Vec<DeviceSample>>(&json) else {
+        return -1;
+    };
+    if owned_here() {
+        *pushed(&name).lock().unwrap_or_else(|e| e.into_inner()) = samples;
+    }
+    0
+}
+
+/// Records that device backend `source` gives nothing on this machine, and why.
+///
+/// # Safety
+/// Both are null or NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn memsight_device_absent(
+    source: *const c_char,
+    why: *const c_char,
+) -> c_int {
+    let (Some(name), Some(why)) = (text(source), text(why)) else {
+        return -1;
+    };
+    if owned_here() {
+        devices::register_absent(&name, &why);
+    }
+    0
+}
+
+/// Records a device out-of-memory (JSON of the report's device OOM type; its time, step and
+/// phase are filled in here) in the report and at once in the flight recorder.
+///
+/// # Safety
+/// `oom_json` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn memsight_device_oom(oom_json: *const c_char) -> c_int {
+    let Some(oom) = text(oom_json).and_then(|j| serde_json::from_str::<DeviceOom>(&j).ok()) else {
+        return -1;
+    };
+    if owned_here() {
+        devices::record_oom(oom);
+    }
+    0
+}
+
+/// The string at `p`, when it is one.
+unsafe fn text(p: *const c_char) -> Option<String> {
+    if p.is_null() {
+        return None;
+    }
+    CStr::from_ptr(p).to_str().ok().map(str::to_owned)
+}
+
+type Samples = Arc<Mutex<Vec<DeviceSample>>>;
+
+/// The pushed sources so far, by name.
+static PUSHED: Mutex<Vec<(String, Samples)>> = Mutex::new(Vec::new());
+
+/// The samples of pushed source `name`, registered with the session's sampler on first use.
+fn pushed(name: &str) -> Samples {
+    let mut all = PUSHED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, s)) = all.iter().find(|(n, _)| n == name) {
+        return s.clone();
+    }
+    let samples = Samples::default();
+    all.push((name.to_owned(), samples.clone()));
+    devices::register(Box::new(Pushed {
+        name: name.to_owned(),
+        samples: samples.clone(),
+    }));
+    samples
+}
+
+/// A device source whose samples come from the job (the Python package polling PyTorch).
+struct Pushed {
+    name: String,
+    samples: Samples,
+}
+
+impl DeviceSource for Pushed {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn status(&self) -> SourceStatus {
+        SourceStatus {
+            name: self.name.clone(),
+            available: true,
+            detail: "pushed by the job (memsight Python package)".into(),
+        }
+    }
+
+    fn sample(&mut self, out: &mut Vec<DeviceSample>) {
+        out.extend(
+            self.samples
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned(),
+        );
+    }
+}

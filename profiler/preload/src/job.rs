@@ -1,0 +1,101 @@
+//! The session of the job this library is loaded into: started as the library loads when
+//! `memsight run` (or the user) asked for one through the environment, finished as the process
+//! exits. Only the process that loaded the library owns it: a forked child (a DataLoader worker)
+//! neither marks steps in it nor finishes it, and programs the job starts do not inherit it.
+
+use memsight::Session;
+use std::ffi::{c_char, c_int};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Mutex;
+
+static SESSION: Mutex<Option<Session>> = Mutex::new(None);
+/// The process that started the session (0: none).
+static OWNER: AtomicI32 = AtomicI32::new(0);
+
+/// The variables that ask for a session; removed once read, so the programs the job starts run
+/// without one (a session is the started process's, as with a job that links memsight).
+const SESSION_VARS: [&str; 3] = ["MEMSIGHT_RING", "MEMSIGHT_REPORT", "MEMSIGHT_INTERVAL_MS"];
+
+/// True in the process that owns the session.
+pub(crate) fn owned_here() -> bool {
+    let owner = OWNER.load(Ordering::Relaxed);
+    // SAFETY: getpid has no preconditions.
+    owner != 0 && owner == unsafe { libc::getpid() }
+}
+
+/// True when the program's `malloc` is this library's: otherwise the program brings its own (a
+/// Rust job that links memsight defines the malloc family itself and runs its own session).
+fn serving_malloc() -> bool {
+    // SAFETY: a NUL-terminated name.
+    let found = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) };
+    std::ptr::eq(
+        found.cast_const().cast::<()>(),
+        crate::malloc::malloc as *const (),
+    )
+}
+
+extern "C" fn on_load(_argc: c_int, _argv: *const *const c_char, _envp: *const *const c_char) {
+    if !serving_malloc() {
+        return;
+    }
+    memsight::alloc::foreign::install();
+    let wanted = SESSION_VARS[..2]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|p| !p.is_empty()));
+    if !wanted {
+        return;
+    }
+    let started = Session::builder().start();
+    forget_for_children();
+    match started {
+        Ok(s) => {
+            // SAFETY: getpid has no preconditions.
+            OWNER.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+            if let Ok(mut slot) = SESSION.lock() {
+                *slot = Some(s);
+            }
+        }
+        Err(e) => eprintln!("memsight: the session did not start: {e}"),
+    }
+}
+
+/// Removes the session's variables and this library from `LD_PRELOAD`, for the programs the job
+/// starts (other preloaded libraries stay).
+fn forget_for_children() {
+    for v in SESSION_VARS {
+        std::env::remove_var(v);
+    }
+    let Some(list) = std::env::var_os("LD_PRELOAD") else {
+        return;
+    };
+    let list = list.to_string_lossy().into_owned();
+    let kept: Vec<&str> = list
+        .split([':', ' '])
+        .filter(|e| !e.is_empty() && !e.ends_with("libmemsight_preload.so"))
+        .collect();
+    if kept.is_empty() {
+        std::env::remove_var("LD_PRELOAD");
+    } else {
+        std::env::set_var("LD_PRELOAD", kept.join(":"));
+    }
+}
+
+extern "C" fn on_exit() {
+    if !owned_here() {
+        return;
+    }
+    let session = SESSION.lock().ok().and_then(|mut s| s.take());
+    if let Some(s) = session {
+        if let Err(e) = s.finish() {
+            eprintln!("memsight: the report was not written: {e}");
+        }
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn(c_int, *const *const c_char, *const *const c_char) = on_load;
+
+#[used]
+#[link_section = ".fini_array"]
+static ON_EXIT: extern "C" fn() = on_exit;

@@ -1,0 +1,56 @@
+//! Counting for allocations that do not pass through [`super::Allocator`]: a `malloc` family that
+//! wraps another allocator (memsight's preloadable library over glibc's) reports each call here,
+//! in the allocator's usable bytes, and the process heap is these counts. Only without the
+//! `jemalloc` feature: with it, memsight serves `malloc` itself and reads jemalloc's counters.
+//!
+//! The same rules as the global allocator's hot path: no allocation, lock, block or panic.
+
+use super::counters;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+static IN_USE: AtomicBool = AtomicBool::new(false);
+
+/// Says that the process's `malloc` family is counted here (called once, as the wrapping library
+/// loads): the heap statistics' call counts are then the process's, Rust's share is not told
+/// apart, and reports say why there is no jemalloc or heap profile.
+pub fn install() {
+    IN_USE.store(true, Relaxed);
+}
+
+/// True once [`install`] was called.
+pub fn installed() -> bool {
+    IN_USE.load(Relaxed)
+}
+
+/// Why jemalloc's statistics and heap profiles are absent in a process counted here.
+pub const WHY_NO_JEMALLOC: &str =
+    "not in this job: memsight is preloaded and counts the allocator the program uses (glibc's malloc)";
+
+/// Counts an allocation of `bytes` that has happened.
+#[inline(always)]
+pub fn count_alloc(bytes: usize) {
+    if !counters::alloc_fast(bytes) {
+        counters::on_alloc(bytes);
+    }
+}
+
+/// Counts the free of an allocation of `bytes`, before or after it happens.
+#[inline(always)]
+pub fn count_free(bytes: usize) {
+    if !counters::dealloc_fast(bytes) {
+        counters::on_dealloc(bytes);
+    }
+}
+
+/// Counts a reallocation that moved or resized a block from `old` to `new` bytes.
+#[inline(always)]
+pub fn count_realloc(old: usize, new: usize) {
+    counters::on_realloc(old, new);
+}
+
+/// Records an allocation of `bytes` that the wrapped allocator refused (in the flight recorder's
+/// header, where a sidecar finds it after the process dies).
+#[cold]
+pub fn count_failure(bytes: usize) {
+    super::failed(bytes);
+}
