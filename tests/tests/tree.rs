@@ -229,4 +229,30 @@ fn a_job_without_memsight_is_sampled_from_outside_and_gated_by_check() {
         check.out,
         check.err
     );
+    // Its heap was not measured: a heap budget cannot pass, and nothing reads "0 B" or ratios to it.
+    let check = run_memsight(
+        &[
+            "check".as_ref(),
+            report.as_os_str(),
+            "--max-host-peak".as_ref(),
+            "1GiB".as_ref(),
+        ],
+        None,
+    );
+    assert_eq!(check.code, 1, "{}{}", check.out, check.err);
+    assert!(check.out.contains("not measured"), "{}", check.out);
+    let md = run_memsight(
+        &[
+            "summary".as_ref(),
+            report.as_os_str(),
+            "--format".as_ref(),
+            "markdown".as_ref(),
+        ],
+        None,
+    );
+    assert!(
+        md.out.contains("not measured") && !md.out.contains("process heap's peak"),
+        "{}",
+        md.out
+    );
 }

@@ -142,7 +142,13 @@ impl Budgets {
         let mut out = Vec::new();
         let p = &r.peaks;
         if let Some(max) = self.max_host_peak {
-            if p.heap_peak_bytes > max {
+            if !r.heap_measured() {
+                out.push(format!(
+                    "host peak: {} (budget {})",
+                    Report::HEAP_NOT_MEASURED,
+                    fmt_bytes(max)
+                ));
+            } else if p.heap_peak_bytes > max {
                 out.push(format!(
                     "host peak {} exceeds budget {}{}",
                     fmt_bytes(p.heap_peak_bytes),

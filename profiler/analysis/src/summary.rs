@@ -72,16 +72,24 @@ fn metrics(s: &mut String, r: &Report) {
             at(p.tensor_peak_step, p.tensor_peak_phase.as_deref())
         );
     }
-    let _ = writeln!(
-        s,
-        "| process heap | {} | {} | live heap of all code: Rust, C and C++ (`malloc`, `new`), usable sizes |",
-        fmt_bytes(p.heap_peak_bytes),
-        if r.heap_peaked_outside_marks() {
-            memsight_format::report::OUTSIDE_MARKS.to_string()
-        } else {
-            at(p.heap_peak_step, p.heap_peak_phase.as_deref())
-        }
-    );
+    if r.heap_measured() {
+        let _ = writeln!(
+            s,
+            "| process heap | {} | {} | live heap of all code: Rust, C and C++ (`malloc`, `new`), usable sizes |",
+            fmt_bytes(p.heap_peak_bytes),
+            if r.heap_peaked_outside_marks() {
+                memsight_format::report::OUTSIDE_MARKS.to_string()
+            } else {
+                at(p.heap_peak_step, p.heap_peak_phase.as_deref())
+            }
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "| process heap | – | | {} |",
+            memsight_format::Report::HEAP_NOT_MEASURED
+        );
+    }
     if let Some(rss) = p.rss_peak_bytes {
         let sample = p.rss_peak_sample.as_ref();
         let w = sample
@@ -155,11 +163,13 @@ fn metrics(s: &mut String, r: &Report) {
             l.steps_used
         );
     }
-    let _ = writeln!(
-        s,
-        "| process heap at end | {} | | live when the session finished |",
-        fmt_bytes(p.final_live_bytes)
-    );
+    if r.heap_measured() {
+        let _ = writeln!(
+            s,
+            "| process heap at end | {} | | live when the session finished |",
+            fmt_bytes(p.final_live_bytes)
+        );
+    }
     for o in &r.device_ooms {
         let _ = writeln!(
             s,

@@ -25,7 +25,10 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
             Paragraph::new(
                 "No tensor or GPU data in this run: its samples carry host memory only. Tensor \
                  bytes, device memory, other processes on the GPU and device OOMs appear here for \
-                 jobs that call memsight_integrations::install() (libtorch, NVML, cudarc).",
+                 jobs that call memsight_integrations::install() (Rust: libtorch, NVML, cudarc) \
+                 or memsight.torch.install() (Python: PyTorch's CUDA allocator, NVML); a backend \
+                 that cannot work on the machine is listed with its reason in the report's \
+                 sources (`memsight summary`).",
             )
             .wrap(Wrap { trim: true })
             .block(Block::default().borders(Borders::ALL).title(" devices ")),

@@ -61,6 +61,11 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
             format!("job exited: {e}"),
             Style::default().fg(Color::Yellow),
         ),
+        // A process sampled from outside has no heap figures (all 0): say so, not "0 B".
+        None if last.is_some_and(|l| l.heap.peak_bytes == 0) => Line::raw(format!(
+            "heap not measured (sampled from outside)  RSS {}",
+            bytes(last.and_then(|l| l.process.map(|p| p.rss))),
+        )),
         None => Line::raw(format!(
             "live heap {}  RSS {}  peak heap {}",
             bytes(last.map(|l| l.heap.live_bytes)),
@@ -73,7 +78,8 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
         head,
     );
 
-    let tree = last.and_then(|l| l.tree.as_ref());
+    // The latest tree: the sidecar reads one only as often as its cost allows (every second or so).
+    let tree = samples.iter().rev().find_map(|x| x.tree.as_ref());
     let [body, tree_area] = Layout::vertical([
         Constraint::Min(3),
         Constraint::Length(tree.map_or(0, super::tree::height)),

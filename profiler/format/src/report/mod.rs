@@ -209,6 +209,17 @@ pub struct HistogramBucket {
 }
 
 impl Report {
+    /// Whether the process heap was measured, i.e. memsight ran inside the process (linked, or
+    /// preloaded by `memsight run`). A process sampled only from outside (`attach`,
+    /// `run --no-preload`) has RSS and its process tree but no heap, and its heap figures are 0.
+    pub fn heap_measured(&self) -> bool {
+        self.peaks.heap_peak_bytes > 0
+    }
+
+    /// What to say in place of the heap's figures when it was not measured.
+    pub const HEAP_NOT_MEASURED: &'static str = "not measured: the process was sampled from \
+        outside; run it under `memsight run` (which preloads memsight) for its heap";
+
     /// Whether the heap peaked outside every step and phase of a job that marked some (set-up,
     /// say): `heap_peak_step` and `heap_peak_phase` are then absent for that reason.
     pub fn heap_peaked_outside_marks(&self) -> bool {

@@ -193,7 +193,7 @@ fn leak_tip(r: &Report, tips: &mut Vec<Tip>) {
 /// file-backed pages, shared memory, or anonymous memory beyond the heap.
 fn rss_tip(r: &Report, tips: &mut Vec<Tip>) {
     let p = &r.peaks;
-    let Some(rss) = p.rss_peak_bytes else {
+    let Some(rss) = p.rss_peak_bytes.filter(|_| r.heap_measured()) else {
         return;
     };
     // The process heap counts every allocation through jemalloc, CPU tensor storage included;
@@ -269,6 +269,17 @@ fn rss_gap_cause(
             "The largest part, {} of anonymous memory beyond the heap, matches jemalloc's \
              resident memory well above the live heap: fragmentation and dirty pages (see the \
              fragmentation tip)",
+            fmt_bytes(anon_beyond_heap)
+        )
+    } else if resident.is_none() {
+        // No jemalloc: the process's own allocator (glibc's malloc, with memsight preloaded).
+        format!(
+            "The largest part, {} of anonymous memory beyond the heap, is memory no live \
+             allocation holds: free memory glibc's malloc keeps in its arenas after frees \
+             (fragmentation across threads' arenas; `MALLOC_ARENA_MAX=2`, \
+             `MALLOC_TRIM_THRESHOLD_` or a periodic `malloc_trim(0)` give it back), Python's own \
+             object arenas (mapped directly, not through malloc), thread stacks, pinned host \
+             buffers, or libraries mapping memory themselves",
             fmt_bytes(anon_beyond_heap)
         )
     } else {
