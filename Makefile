@@ -54,6 +54,7 @@ bench: setup
 	./target/release/alloc-ab-prof
 	./target/release/frame-bench
 	./target/release/sidecar-bench
+	$(CARGO) build --release $(PRELOAD)
 	$(VIRTUAL_ENV)/bin/python integrations/python/bench/overhead.py
 
 # A million executions of each fuzz target (report, budget, ring, socket stream, heap profile),

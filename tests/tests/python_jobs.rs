@@ -266,3 +266,44 @@ fn the_python_package_tests_pass_under_the_preloaded_library() {
     println!("{last}");
     assert!(out.status.success(), "{text}");
 }
+
+#[test]
+fn a_launcher_passes_the_session_on_and_a_linked_job_keeps_its_own() {
+    let Some(py) = ready() else { return };
+    let dir = scratch("py-launchers");
+    let report = dir.join("r.json");
+    let steps_of = |command: &[&OsStr]| -> Vec<String> {
+        let mut args: Vec<&OsStr> = vec![
+            "run".as_ref(),
+            "--report".as_ref(),
+            report.as_os_str(),
+            "--".as_ref(),
+        ];
+        args.extend_from_slice(command);
+        let r = run_memsight(&args, None);
+        assert_eq!(r.code, 0, "{}", r.err);
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        names(&v, "steps", "step")
+    };
+    // A shell running the job: the Python process under it gets the session, not the shell.
+    let script = format!(
+        "{} -c 'import memsight; memsight.step(0); memsight.step(1)'; echo done",
+        py.display()
+    );
+    assert_eq!(
+        steps_of(&["sh".as_ref(), "-c".as_ref(), script.as_ref()]),
+        ["0", "1"]
+    );
+    // A Rust job that links memsight defines malloc itself: the preloaded library stays out of
+    // its way, directly and under a shell.
+    let job = env!("CARGO_BIN_EXE_stepping_job");
+    assert_eq!(
+        steps_of(&[job.as_ref(), "exit".as_ref(), "0".as_ref(), "3".as_ref()]),
+        ["0", "1", "2"]
+    );
+    let wrapped = format!("{job} exit 0 3; true");
+    assert_eq!(
+        steps_of(&["sh".as_ref(), "-c".as_ref(), wrapped.as_ref()]),
+        ["0", "1", "2"]
+    );
+}

@@ -1,7 +1,9 @@
 //! The session of the job this library is loaded into: started as the library loads when
 //! `memsight run` (or the user) asked for one through the environment, finished as the process
 //! exits. Only the process that loaded the library owns it: a forked child (a DataLoader worker)
-//! neither marks steps in it nor finishes it, and programs the job starts do not inherit it.
+//! neither marks steps in it nor finishes it, and programs the job starts do not inherit it. A
+//! launcher (a shell running a script, `env`, `timeout`…) is not the job: it passes the session on.
+//! A program that links memsight (its own `malloc` family) is left to its own session.
 
 use memsight::Session;
 use std::ffi::{c_char, c_int};
@@ -25,13 +27,45 @@ pub(crate) fn owned_here() -> bool {
 
 /// True when the program's `malloc` is this library's: otherwise the program brings its own (a
 /// Rust job that links memsight defines the malloc family itself and runs its own session).
+/// Compared by the object that defines each: inside this library, even the address of its own
+/// `malloc` resolves to the program's when the program interposes it.
 fn serving_malloc() -> bool {
     // SAFETY: a NUL-terminated name.
     let found = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) };
-    std::ptr::eq(
-        found.cast_const().cast::<()>(),
-        crate::malloc::malloc as *const (),
-    )
+    let here = on_load as extern "C" fn(c_int, *const *const c_char, *const *const c_char);
+    match (
+        object_of(found.cast_const()),
+        object_of(here as *const libc::c_void),
+    ) {
+        (Some(theirs), Some(ours)) => theirs == ours,
+        _ => false,
+    }
+}
+
+/// The base address of the loaded object that holds `addr`.
+fn object_of(addr: *const libc::c_void) -> Option<usize> {
+    if addr.is_null() {
+        return None;
+    }
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr only reads `addr` as an address and fills `info`.
+    let found = unsafe { libc::dladdr(addr, info.as_mut_ptr()) };
+    // SAFETY: filled by a successful dladdr (zeroed otherwise).
+    (found != 0).then(|| unsafe { info.assume_init() }.dli_fbase as usize)
+}
+
+/// Programs that start the job rather than being it (a shell running a script, `env`, `nohup`,
+/// `timeout`, `taskset`…): they pass the session on, to the job they start or exec, untouched.
+const LAUNCHERS: [&str; 16] = [
+    "sh", "bash", "dash", "zsh", "ksh", "fish", "env", "nohup", "time", "timeout", "nice",
+    "ionice", "taskset", "numactl", "stdbuf", "setsid",
+];
+
+fn is_launcher() -> bool {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .is_some_and(|name| LAUNCHERS.contains(&name.as_str()))
 }
 
 extern "C" fn on_load(_argc: c_int, _argv: *const *const c_char, _envp: *const *const c_char) {
@@ -39,6 +73,9 @@ extern "C" fn on_load(_argc: c_int, _argv: *const *const c_char, _envp: *const *
         return;
     }
     memsight::alloc::foreign::install();
+    if is_launcher() {
+        return;
+    }
     let wanted = SESSION_VARS[..2]
         .iter()
         .any(|v| std::env::var_os(v).is_some_and(|p| !p.is_empty()));

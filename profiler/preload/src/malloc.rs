@@ -5,7 +5,7 @@
 //!
 //! Until the next allocator is found (`dlsym` may itself allocate), calls are served from a small
 //! static arena whose blocks are never counted nor freed. Nothing here allocates, locks or panics;
-//! `errno` is what the next allocator left.
+//! `errno` is what the next allocator left (the counting keeps it).
 
 use memsight::alloc::foreign;
 use std::cell::Cell;
@@ -137,9 +137,8 @@ unsafe fn counted(p: *mut c_void, size: usize) -> *mut c_void {
     if p.is_null() {
         foreign::count_failure(size);
     } else {
-        let errno = *libc::__errno_location();
+        // glibc's malloc_usable_size leaves errno alone; the counting keeps it too.
         foreign::count_alloc(next::<Usable>(&NEXT.usable)(p));
-        *libc::__errno_location() = errno;
     }
     p
 }
@@ -193,9 +192,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     let old = usable(p);
     let q = next::<Realloc>(&NEXT.realloc)(p, size);
     if !q.is_null() {
-        let errno = *libc::__errno_location();
         foreign::count_realloc(old, usable(q));
-        *libc::__errno_location() = errno;
     } else if size == 0 {
         // glibc frees the block and returns NULL for realloc(p, 0).
         foreign::count_free(old);

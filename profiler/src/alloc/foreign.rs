@@ -26,26 +26,40 @@ pub fn installed() -> bool {
 pub const WHY_NO_JEMALLOC: &str =
     "not in this job: memsight is preloaded and counts the allocator the program uses (glibc's malloc)";
 
-/// Counts an allocation of `bytes` that has happened.
+/// Counts an allocation of `bytes` that has happened. Leaves `errno` as it was.
 #[inline(always)]
 pub fn count_alloc(bytes: usize) {
     if !counters::alloc_fast(bytes) {
-        counters::on_alloc(bytes);
+        keeping_errno(|| counters::on_alloc(bytes));
     }
 }
 
-/// Counts the free of an allocation of `bytes`, before or after it happens.
+/// Counts the free of an allocation of `bytes`, before or after it happens. Leaves `errno` as it
+/// was.
 #[inline(always)]
 pub fn count_free(bytes: usize) {
     if !counters::dealloc_fast(bytes) {
-        counters::on_dealloc(bytes);
+        keeping_errno(|| counters::on_dealloc(bytes));
     }
 }
 
-/// Counts a reallocation that moved or resized a block from `old` to `new` bytes.
+/// Counts a reallocation that moved or resized a block from `old` to `new` bytes. Leaves `errno`
+/// as it was.
 #[inline(always)]
 pub fn count_realloc(old: usize, new: usize) {
-    counters::on_realloc(old, new);
+    keeping_errno(|| counters::on_realloc(old, new));
+}
+
+/// Runs `f` (a slow path that may register the thread, which calls into libc) and puts `errno`
+/// back: a caller's `malloc` or `free` must not change it on success. The fast paths touch no libc
+/// and skip this.
+#[inline(always)]
+fn keeping_errno(f: impl FnOnce()) {
+    // SAFETY: errno is this thread's; reading and writing it has no other effect.
+    let errno = unsafe { *libc::__errno_location() };
+    f();
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
 }
 
 /// Records an allocation of `bytes` that the wrapped allocator refused (in the flight recorder's
