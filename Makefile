@@ -16,9 +16,14 @@ setup:
 # The preloaded library (memsight in Python and C++ jobs) is a workspace of its own: built with the
 # main one, `memsight` would carry jemalloc's malloc family, which it must not (profiler/preload).
 PRELOAD = --manifest-path profiler/preload/Cargo.toml --target-dir target/preload
+# Its thread-locals (the counters read by every malloc and free) use the initial-exec TLS model: the
+# default model for a shared library calls __tls_get_addr, which glibc lets allocate (to grow a
+# thread's TLS table after dlopen) — through this very malloc. Stable rustc takes -Z flags only
+# with RUSTC_BOOTSTRAP, set for this build alone.
+PRELOAD_ENV = RUSTC_BOOTSTRAP=1 RUSTFLAGS="-Z tls-model=initial-exec"
 
 build: setup
-	$(CARGO) build --release $(PRELOAD)
+	$(PRELOAD_ENV) $(CARGO) build --release $(PRELOAD)
 	$(CARGO) build --release --workspace --all-targets
 
 # The main job under memsight. Its last line is the path of the report it wrote.
@@ -33,7 +38,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) fmt $(subst --target-dir target/preload,,$(PRELOAD)) -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
-	$(CARGO) clippy --release $(PRELOAD) -- -D warnings
+	$(PRELOAD_ENV) $(CARGO) clippy --release $(PRELOAD) -- -D warnings
 
 # Allocator overhead vs bare jemalloc, glibc malloc, heaptrack and dhat-rs (prints a ratio table),
 # the sampler's cost per snapshot, and the sidecar's CPU and effect on step time.
@@ -54,7 +59,7 @@ bench: setup
 	./target/release/alloc-ab-prof
 	./target/release/frame-bench
 	./target/release/sidecar-bench
-	$(CARGO) build --release $(PRELOAD)
+	$(PRELOAD_ENV) $(CARGO) build --release $(PRELOAD)
 	$(VIRTUAL_ENV)/bin/python integrations/python/bench/overhead.py
 
 # A million executions of each fuzz target (report, budget, ring, socket stream, heap profile),

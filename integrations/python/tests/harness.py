@@ -34,7 +34,7 @@ def need(*modules):
 
 def need_preload():
     if not os.path.exists(PRELOAD):
-        reason = "no preload library at %s (build it: cargo build --release --manifest-path profiler/preload/Cargo.toml --target-dir target/preload)" % PRELOAD
+        reason = "no preload library at %s (build it: make build)" % PRELOAD
         print("skip: " + reason, file=sys.stderr)
         raise unittest.SkipTest(reason)
 

@@ -16,7 +16,12 @@ static OWNER: AtomicI32 = AtomicI32::new(0);
 
 /// The variables that ask for a session; removed once read, so the programs the job starts run
 /// without one (a session is the started process's, as with a job that links memsight).
-const SESSION_VARS: [&str; 3] = ["MEMSIGHT_RING", "MEMSIGHT_REPORT", "MEMSIGHT_INTERVAL_MS"];
+const SESSION_VARS: [&str; 4] = [
+    "MEMSIGHT_RING",
+    "MEMSIGHT_REPORT",
+    "MEMSIGHT_INTERVAL_MS",
+    PARENT_VAR,
+];
 
 /// True in the process that owns the session.
 pub(crate) fn owned_here() -> bool {
@@ -61,19 +66,49 @@ const LAUNCHERS: [&str; 16] = [
     "ionice", "taskset", "numactl", "stdbuf", "setsid",
 ];
 
-fn is_launcher() -> bool {
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .is_some_and(|name| LAUNCHERS.contains(&name.as_str()))
+/// Whether the program is a launcher, by the name it was started as (`argv[0]`: multicall
+/// binaries such as busybox or uutils resolve to one file for every name).
+fn is_launcher(argv0: Option<&std::ffi::CStr>) -> bool {
+    argv0
+        .and_then(|a| a.to_str().ok())
+        .and_then(|a| a.rsplit('/').next())
+        .is_some_and(|name| LAUNCHERS.contains(&name))
 }
 
-extern "C" fn on_load(_argc: c_int, _argv: *const *const c_char, _envp: *const *const c_char) {
+/// The sidecar (or the launcher that passed the session on) that the session's process is a
+/// direct child of; without the variable (preloaded by hand) any process may start it.
+const PARENT_VAR: &str = "MEMSIGHT_SESSION_PARENT";
+
+/// True when this process is the one the session was meant for: a direct child of
+/// [`PARENT_VAR`]'s process. A program the job (or a Rust job that links memsight) starts is not.
+fn meant_for_this_process() -> bool {
+    match std::env::var(PARENT_VAR)
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok())
+    {
+        // SAFETY: getppid has no preconditions.
+        Some(parent) => parent == unsafe { libc::getppid() },
+        None => true,
+    }
+}
+
+extern "C" fn on_load(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
     if !serving_malloc() {
         return;
     }
     memsight::alloc::foreign::install();
-    if is_launcher() {
+    if !meant_for_this_process() {
+        return;
+    }
+    // SAFETY: the loader passes the program's argc and argv to ELF constructors.
+    let argv0 = (argc > 0 && !argv.is_null())
+        .then(|| unsafe { *argv })
+        .filter(|a| !a.is_null())
+        .map(|a| unsafe { std::ffi::CStr::from_ptr(a) });
+    if is_launcher(argv0) {
+        // The launcher's own children are the candidates now.
+        // SAFETY: getpid has no preconditions.
+        std::env::set_var(PARENT_VAR, unsafe { libc::getpid() }.to_string());
         return;
     }
     let wanted = SESSION_VARS[..2]

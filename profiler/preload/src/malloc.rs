@@ -91,12 +91,17 @@ fn resolve() -> bool {
             let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) };
             slot.store(f as usize, Ordering::Relaxed);
         }
-        if NEXT.malloc.load(Ordering::Relaxed) == 0
-            || NEXT.free.load(Ordering::Relaxed) == 0
-            || NEXT.usable.load(Ordering::Relaxed) == 0
-        {
-            const MSG: &[u8] =
-                b"memsight: no malloc, free or malloc_usable_size after the preloaded library\n";
+        let required = [
+            &NEXT.malloc,
+            &NEXT.free,
+            &NEXT.calloc,
+            &NEXT.realloc,
+            &NEXT.posix_memalign,
+            &NEXT.usable,
+        ];
+        if required.iter().any(|f| f.load(Ordering::Relaxed) == 0) {
+            const MSG: &[u8] = b"memsight: the allocator after the preloaded library lacks one of \
+malloc, free, calloc, realloc, posix_memalign, malloc_usable_size\n";
             // SAFETY: writing a static buffer to stderr, then ending the process.
             unsafe {
                 libc::write(2, MSG.as_ptr().cast(), MSG.len());
@@ -135,7 +140,10 @@ unsafe fn usable(p: *mut c_void) -> usize {
 #[inline(always)]
 unsafe fn counted(p: *mut c_void, size: usize) -> *mut c_void {
     if p.is_null() {
-        foreign::count_failure(size);
+        // Only running out of memory is an allocation failure (a bad alignment is EINVAL).
+        if *libc::__errno_location() == libc::ENOMEM {
+            foreign::count_failure(size);
+        }
     } else {
         // glibc's malloc_usable_size leaves errno alone; the counting keeps it too.
         foreign::count_alloc(next::<Usable>(&NEXT.usable)(p));
@@ -163,6 +171,24 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     }
     foreign::count_free(next::<Usable>(&NEXT.usable)(p));
     next::<Free>(&NEXT.free)(p)
+}
+
+/// C23's `free_sized`: glibc frees whatever the size; so does this.
+#[no_mangle]
+pub unsafe extern "C" fn free_sized(p: *mut c_void, _size: usize) {
+    free(p)
+}
+
+/// C23's `free_aligned_sized`.
+#[no_mangle]
+pub unsafe extern "C" fn free_aligned_sized(p: *mut c_void, _align: usize, _size: usize) {
+    free(p)
+}
+
+/// The obsolete `cfree`, still exported by glibc.
+#[no_mangle]
+pub unsafe extern "C" fn cfree(p: *mut c_void) {
+    free(p)
 }
 
 /// `calloc(3)`.
@@ -253,7 +279,13 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
     if !ready() || NEXT.pvalloc.load(Ordering::Relaxed) == 0 {
         let page = page_size();
-        return memalign(page, size.div_ceil(page).max(1) * page);
+        return match size.div_ceil(page).max(1).checked_mul(page) {
+            Some(rounded) => memalign(page, rounded),
+            None => {
+                *libc::__errno_location() = libc::ENOMEM;
+                std::ptr::null_mut()
+            }
+        };
     }
     counted(next::<Malloc>(&NEXT.pvalloc)(size), size)
 }

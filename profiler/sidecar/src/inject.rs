@@ -78,7 +78,10 @@ pub(crate) fn prepare(cmd: &mut Command, dir: &Path, tag: &str) -> Injected {
     cmd.env(
         "LD_PRELOAD",
         prepend(lib.into_os_string(), "LD_PRELOAD", ":"),
-    );
+    )
+    // Only a direct child of this sidecar (or of a launcher it passes the session to) starts
+    // the session: programs a Rust job or a script starts do not take it (preload/src/job.rs).
+    .env("MEMSIGHT_SESSION_PARENT", std::process::id().to_string());
     let python_dir = dir.join(format!("python-{tag}"));
     match write_python_package(&python_dir) {
         Ok(()) => {

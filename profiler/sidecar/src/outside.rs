@@ -1,9 +1,8 @@
 //! Sampling a job from outside, for jobs without a flight recorder (`attach` to any process, `run`
-//! of a job that does not link memsight): /proc status, the memory cgroup and the process tree,
-//! each sample fed into the [`Watch`] as the job's own snapshots would be.
+//! of a job that does not link memsight): /proc status and the memory cgroup, each sample fed
+//! into the [`Watch`] as the job's own snapshots would be (which adds the process tree to both).
 
 use crate::outputs::Outputs;
-use crate::tree::TreeSampler;
 use crate::watch::Watch;
 use memsight::collect::{command_line, HostCollector, SourceStatus};
 use memsight_format::heap::HeapStats;
@@ -17,7 +16,6 @@ use std::time::{Duration, Instant};
 pub(crate) struct Outside {
     pid: u32,
     host: HostCollector,
-    trees: TreeSampler,
     started: Instant,
     next: Instant,
     interval: Duration,
@@ -37,7 +35,6 @@ impl Outside {
         Outside {
             pid,
             host: HostCollector::open(&proc_dir, Path::new("/proc"), Path::new("/"), false),
-            trees: TreeSampler::new(pid),
             started: now,
             next: now,
             interval,
@@ -57,14 +54,13 @@ impl Outside {
         if self.next < now {
             self.next = now + self.interval;
         }
-        let mut s = Snapshot::new(
+        let s = Snapshot::new(
             self.started.elapsed().as_millis() as u64,
             0,
             None,
             HeapStats::default(),
             self.host.sample(),
         );
-        s.tree = self.trees.sample();
         if s.process.is_none() {
             return;
         }
