@@ -294,6 +294,17 @@ fn a_launcher_passes_the_session_on_and_a_linked_job_keeps_its_own() {
         steps_of(&["sh".as_ref(), "-c".as_ref(), script.as_ref()]),
         ["0", "1"]
     );
+    // A launcher that execs the job in its place.
+    let marks = "import memsight; memsight.step(0); memsight.step(1); memsight.step(2)";
+    assert_eq!(
+        steps_of(&[
+            "env".as_ref(),
+            py.as_os_str(),
+            "-c".as_ref(),
+            marks.as_ref()
+        ]),
+        ["0", "1", "2"]
+    );
     // A Rust job that links memsight defines malloc itself: the preloaded library stays out of
     // its way, directly and under a shell.
     let job = env!("CARGO_BIN_EXE_stepping_job");

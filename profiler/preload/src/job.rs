@@ -80,14 +80,16 @@ fn is_launcher(argv0: Option<&std::ffi::CStr>) -> bool {
 const PARENT_VAR: &str = "MEMSIGHT_SESSION_PARENT";
 
 /// True when this process is the one the session was meant for: a direct child of
-/// [`PARENT_VAR`]'s process. A program the job (or a Rust job that links memsight) starts is not.
+/// [`PARENT_VAR`]'s process, or that process itself once a launcher (`env`, `nice`, a shell's
+/// last command) exec'd the job in its place. A program the job (or a Rust job that links
+/// memsight) starts is not.
 fn meant_for_this_process() -> bool {
     match std::env::var(PARENT_VAR)
         .ok()
         .and_then(|p| p.trim().parse::<i32>().ok())
     {
         // SAFETY: getppid has no preconditions.
-        Some(parent) => parent == unsafe { libc::getppid() },
+        Some(parent) => parent == unsafe { libc::getppid() } || parent == unsafe { libc::getpid() },
         None => true,
     }
 }
