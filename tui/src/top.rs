@@ -171,7 +171,17 @@ fn run_ui(mut state: ViewerState, feed: Option<Receiver<Feed>>) -> ExitCode {
             break Err(e);
         }
         let mut quit = false;
-        while let Ok(true) = event::poll(frame.saturating_sub(t0.elapsed())) {
+        loop {
+            // A terminal that is gone (its pty closed) fails the poll at once: end, don't spin.
+            match event::poll(frame.saturating_sub(t0.elapsed())) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    last_error = Some(e.to_string());
+                    quit = true;
+                    break;
+                }
+            }
             match event::read() {
                 Ok(Event::Key(k)) if k.kind == KeyEventKind::Press => {
                     if let Some(i) = intent(k) {
