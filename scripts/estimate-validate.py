@@ -37,7 +37,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-# A configuration: shape, batch and the training loop's switches.
+# A configuration: shape, batch and the training loop's switches (optionally `positions`, the
+# position table's and naive attention's mask size, when it is not `seq`). `memsight estimate
+# --check-batch` runs `--measure` with configurations in this form.
 DEFAULTS = dict(
     layers=2, hidden=128, heads=4, vocab=256, seq=128, batch=4, attention="naive",
     autocast=False, checkpointing=False, dropout=0.0, optimizer_impl="per-tensor",
@@ -113,9 +115,39 @@ def quick_grid():
     ]
 
 
+def random_grid(seed, count, vocabs=(65, 256, 1000, 8192, 32000, 50257)):
+    """Configurations drawn at random (a held-out check: measure a seed the model was not tuned
+    on). Shapes, vocabularies and every loop switch at random; sizes kept to seconds per run."""
+    import random
+    rng = random.Random(seed)
+    g = []
+    while len(g) < count:
+        heads = rng.choice([1, 2, 3, 4, 6, 8])
+        hidden = heads * rng.choice([8, 16, 24, 32, 48, 64])
+        optimizer = rng.choice(["adamw", "adamw", "adamw", "sgd"])
+        impls = ["per-tensor", "foreach"] + (["fused"] if optimizer == "adamw" else [])
+        c = cfg(layers=rng.randint(1, 6), hidden=hidden, heads=heads,
+                vocab=rng.choice(list(vocabs)),
+                seq=rng.choice([32, 48, 64, 96, 128, 192, 256, 384]),
+                batch=rng.randint(1, 8), attention=rng.choice(["naive", "sdpa"]),
+                autocast=rng.random() < 0.35, checkpointing=rng.random() < 0.3,
+                dropout=rng.choice([0.0, 0.0, 0.1, 0.2]), optimizer=optimizer,
+                optimizer_impl=rng.choice(impls), accum=rng.choice([1, 1, 2, 3]),
+                keep_logits=rng.random() < 0.6)
+        # Keep each run to seconds on 2 cores: at most ~1.5 GB of logits work and scores.
+        x = c["batch"] * c["seq"] * c["vocab"] * 16
+        sc = c["layers"] * c["batch"] * c["heads"] * c["seq"] ** 2 * 8
+        if x + sc > 1.5e9:
+            continue
+        g.append(c)
+    return g
+
+
 def label(c):
     parts = [f"L{c['layers']} d{c['hidden']} H{c['heads']} V{c['vocab']} S{c['seq']} B{c['batch']}",
              c["attention"]]
+    if c.get("positions", c["seq"]) != c["seq"]:
+        parts.insert(1, f"P{c['positions']}")
     if c["autocast"]:
         parts.append("bf16")
     if c["checkpointing"]:
@@ -152,7 +184,7 @@ def measure(c):
             self.attn_dropout = nn.Dropout(c["dropout"])
             self.resid_dropout = nn.Dropout(c["dropout"])
             if c["attention"] == "naive":
-                p = c["seq"]
+                p = c.get("positions", c["seq"])
                 self.register_buffer("bias", torch.tril(torch.ones(p, p)).view(1, 1, p, p))
 
         def forward(self, x):
@@ -196,7 +228,7 @@ def measure(c):
             super().__init__()
             d = c["hidden"]
             self.wte = nn.Embedding(c["vocab"], d)
-            self.wpe = nn.Embedding(c["seq"], d)
+            self.wpe = nn.Embedding(c.get("positions", c["seq"]), d)
             self.drop = nn.Dropout(c["dropout"])
             self.h = nn.ModuleList([Block() for _ in range(c["layers"])])
             self.ln_f = nn.LayerNorm(d)
@@ -316,6 +348,8 @@ def estimate_args(c):
         a.append("--autocast")
     if c["checkpointing"]:
         a.append("--checkpointing")
+    if "positions" in c:
+        a += ["--positions", str(c["positions"])]
     return a
 
 
@@ -422,9 +456,20 @@ def check_batch(args):
     return 1 if failed else 0
 
 
+def grid_of(args):
+    if args.grid == "random":
+        return random_grid(args.seed, args.count, [int(v) for v in args.vocabs.split(",")])
+    return full_grid() if args.grid == "full" else quick_grid()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--grid", choices=["quick", "full"], default="quick")
+    p.add_argument("--grid", choices=["quick", "full", "random"], default="quick")
+    p.add_argument("--seed", type=int, default=1, help="--grid random: the draw's seed")
+    p.add_argument("--count", type=int, default=29, help="--grid random: how many")
+    p.add_argument("--vocabs", default="65,256,1000,8192,32000,50257",
+                   help="--grid random: the vocabularies drawn from (small ones: activations "
+                   "rather than the loss's logits make the peak)")
     p.add_argument("--check-batch", action="store_true")
     p.add_argument("--device-memory", type=int, default=2 << 30, help="bytes (check-batch; default 2 GiB)")
     p.add_argument("--headroom", type=float, default=0.15)
@@ -457,13 +502,13 @@ def main():
             with open(args.cache) as f:
                 CACHE.update(json.load(f))
     if args.measure_only:
-        for c in full_grid() if args.grid == "full" else quick_grid():
+        for c in grid_of(args):
             r = run_measure(args.python, c)
             print(f"{label(c)}: {mib(r['peak_bytes']):.2f} MiB at {r['peak_op']}", flush=True)
         return 0
     if args.check_batch:
         return check_batch(args)
-    return validate(args, full_grid() if args.grid == "full" else quick_grid())
+    return validate(args, grid_of(args))
 
 
 if __name__ == "__main__":

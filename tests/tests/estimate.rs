@@ -226,3 +226,77 @@ fn a_preset_keeps_its_position_table_under_seq() {
     assert_eq!(full["params"], 124_439_808u64);
     assert_eq!(short["params"], 124_439_808u64);
 }
+
+/// A small configuration whose largest micro-batch on a 64 MiB device (15% headroom) is 5: its
+/// estimated peak is 7% under the budget and batch 6's 9% over, so a run confirms both.
+#[rustfmt::skip]
+const CHECKED: [&str; 16] = [
+    "--layers", "2", "--hidden", "64", "--heads", "4", "--vocab", "8192", "--seq", "64",
+    "--device", "cpu", "--device-memory", "64MiB", "--headroom", "0.15",
+];
+
+#[test]
+fn check_batch_runs_the_largest_micro_batch_and_one_more() {
+    let Some(python) = memsight_e2e::torch_python() else {
+        println!("skipped: no torch venv (run scripts/setup.sh; make build does)");
+        return;
+    };
+    let mut a = CHECKED.to_vec();
+    let py = python.to_string_lossy().into_owned();
+    a.extend(["--check-batch", "--python", &py, "--json"]);
+    let (code, out, err) = estimate(&a);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let largest = v["estimate"]["max_micro_batch"].as_u64().unwrap();
+    let runs = v["check_batch"]["runs"].as_array().unwrap();
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&v["check_batch"]).unwrap()
+    );
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0]["batch"], largest);
+    assert_eq!(runs[1]["batch"], largest + 1);
+    assert_eq!(runs[0]["suggested"], true);
+    assert_eq!(runs[0]["fits"], true, "the suggested micro-batch must fit");
+    assert_eq!(
+        runs[1]["fits"], false,
+        "one more is estimated 9% over the budget"
+    );
+    for r in runs {
+        assert!(r["error"].as_f64().unwrap().abs() <= 0.10, "{r}");
+        assert!(r["measured_bytes"].as_u64().unwrap() > 0);
+    }
+    assert_eq!(v["check_batch"]["ok"], true);
+}
+
+#[test]
+fn check_batch_says_what_it_cannot_run() {
+    // Each fails before anything runs (exit 2), with or without the torch venv.
+    let missing = ["--check-batch", "--python", "/nonexistent/torch/bin/python"];
+    for (extra, msg) in [
+        (vec!["--check-batch"], "needs --device-memory"),
+        (missing.to_vec(), "/nonexistent/torch/bin/python is missing"),
+        (
+            [missing.as_slice(), &["--logits-to-keep", "8"]].concat(),
+            "cannot run this configuration (--logits-to-keep)",
+        ),
+        (
+            [missing.as_slice(), &["--dtype", "bf16"]].concat(),
+            "--dtype bf16/fp16 weights",
+        ),
+    ] {
+        let mut a: Vec<&str> = if msg.contains("device-memory") {
+            CHECKED[..12].to_vec()
+        } else {
+            CHECKED.to_vec()
+        };
+        a.extend(extra);
+        let (code, out, err) = estimate(&a);
+        assert_eq!(code, 2, "{a:?}: {out}{err}");
+        assert!(err.contains(msg), "{a:?}: {err}");
+        assert!(out.is_empty(), "nothing printed before the error: {out}");
+    }
+    let (code, _, err) = estimate(&["--params", "1B", "--device-memory", "8GiB", "--check-batch"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("needs the model's shape"), "{err}");
+}

@@ -1,6 +1,7 @@
 //! `memsight estimate`: the analytic memory breakdown of training (or running) a GPT-style model,
 //! its peak, and the largest micro-batch that fits a device.
 
+use crate::estimate_check;
 use memsight_analysis::estimate::{
     estimate, preset, Attention, Device, Dtype, EstimateInput, ModelShape, Optimizer,
     OptimizerImpl, PRESETS,
@@ -104,6 +105,17 @@ pub struct Args {
     /// Share of device memory kept free (0.15 = 15%).
     #[arg(long, default_value_t = 0.15)]
     headroom: f64,
+    /// Confirm the largest micro-batch by running it: trains this configuration with PyTorch on
+    /// this machine's CPU (the validation harness, scripts/estimate-validate.py, in the torch venv
+    /// of scripts/setup.sh) at that micro-batch and one more, and prints the measured and estimated
+    /// peaks and whether each fits the budget (needs --device-memory; exit 1 when the suggested
+    /// micro-batch does not fit).
+    #[arg(long)]
+    check_batch: bool,
+    /// The torch venv's python for --check-batch (default: $MEMSIGHT_CACHE/torch-2.11.0/bin/python,
+    /// else ~/.cache/memsight/torch-2.11.0/bin/python).
+    #[arg(long, value_name = "PATH", requires = "check_batch")]
+    python: Option<std::path::PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -303,12 +315,41 @@ pub fn run(a: Args) -> ExitCode {
         Err(e) => return fail(e),
     };
     let e = estimate(&i);
+    // --check-batch: everything that can make it fail to start is checked before it runs.
+    let check = if a.check_batch {
+        let (Some(device), Some(largest)) = (e.device_memory_bytes, e.max_micro_batch) else {
+            return fail("--check-batch needs --device-memory SIZE (the batch it checks is the largest that fits it)");
+        };
+        let plan = match estimate_check::plan(&i, device, largest, a.python.as_deref()) {
+            Ok(p) => p,
+            Err(err) => return fail(err),
+        };
+        if !a.json {
+            eprintln!(
+                "memsight estimate: running the largest micro-batch and one more with PyTorch on \
+                 this CPU (--check-batch)…"
+            );
+        }
+        match estimate_check::run(plan) {
+            Ok(c) => Some((c, device)),
+            Err(err) => return fail(err),
+        }
+    } else {
+        None
+    };
+    let code = |c: &Option<(estimate_check::Check, u64)>| match c {
+        Some((c, _)) if !c.ok => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
+    };
     if a.json {
-        let v = serde_json::json!({ "input": i, "estimate": e });
+        let mut v = serde_json::json!({ "input": i, "estimate": e });
+        if let Some((c, _)) = &check {
+            v["check_batch"] = serde_json::to_value(c).unwrap_or_default();
+        }
         return match serde_json::to_string_pretty(&v) {
             Ok(s) => {
                 println!("{s}");
-                ExitCode::SUCCESS
+                code(&check)
             }
             Err(err) => fail(err),
         };
@@ -432,5 +473,8 @@ pub fn run(a: Args) -> ExitCode {
         ),
         _ => println!("\n  no device memory given: pass --device-memory SIZE for the fit and the largest micro-batch"),
     }
-    ExitCode::SUCCESS
+    if let Some((c, device)) = &check {
+        estimate_check::print(c, *device, i.headroom, i.device);
+    }
+    code(&check)
 }

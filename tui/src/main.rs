@@ -3,6 +3,7 @@
 mod check;
 mod diagnose;
 mod estimate;
+mod estimate_check;
 mod heap;
 mod plan;
 mod run;
