@@ -10,8 +10,8 @@ which is what a preloaded library or memray's default mode sees. Prints one pars
 
 import argparse
 import random
-import statistics
-import time
+
+from timing import time_and_report
 
 
 def main() -> None:
@@ -46,18 +46,7 @@ def main() -> None:
             del s, t
 
     chunk(0)  # warm-up: fills the window
-    times = []
-    t_loop = time.perf_counter()
-    for c in range(args.chunks):
-        t0 = time.perf_counter()
-        chunk((c + 1) * args.per_chunk)
-        times.append(time.perf_counter() - t0)
-    loop = time.perf_counter() - t_loop
-    print(
-        f"BENCH churn median_s={statistics.median(times):.9f} min_s={min(times):.9f} "
-        f"loop_s={loop:.9f} steps={args.chunks}",
-        flush=True,
-    )
+    time_and_report("churn", args.chunks, lambda i: chunk((i + 1) * args.per_chunk))
 
 
 if __name__ == "__main__":

@@ -7,10 +7,10 @@ then `--steps` timed steps with time.perf_counter. Prints one parseable line:
 """
 
 import argparse
-import statistics
-import time
 
 import torch
+
+from timing import time_and_report
 
 
 def main() -> None:
@@ -41,18 +41,7 @@ def main() -> None:
 
     for _ in range(args.warmup):
         step()
-    times = []
-    t_loop = time.perf_counter()
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    loop = time.perf_counter() - t_loop
-    print(
-        f"BENCH train_step median_s={statistics.median(times):.9f} min_s={min(times):.9f} "
-        f"loop_s={loop:.9f} steps={args.steps}",
-        flush=True,
-    )
+    time_and_report("train_step", args.steps, lambda i: step())
 
 
 if __name__ == "__main__":
