@@ -20,6 +20,12 @@ fn pty() -> (OwnedFd, OwnedFd) {
     // SAFETY: openpty writes two descriptors; the name and termios are optional.
     let rc = unsafe { libc::openpty(&mut c, &mut t, std::ptr::null_mut(), std::ptr::null(), &ws) };
     assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // Not inherited by other tests' children (tests run on threads of one process): a controller
+    // left open in one of them would keep a terminal from ever hanging up.
+    for fd in [c, t] {
+        // SAFETY: setting a flag on a descriptor we own.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
     // SAFETY: fresh descriptors we own.
     unsafe { (OwnedFd::from_raw_fd(c), OwnedFd::from_raw_fd(t)) }
 }
@@ -89,4 +95,46 @@ fn the_viewer_restores_the_terminal_on_stop_signals() {
             "{name}: still on the alternate screen"
         );
     }
+}
+
+#[test]
+fn a_live_run_whose_terminal_goes_away_still_writes_the_report_and_ends() {
+    let dir = memsight_e2e::scratch("live-hangup");
+    let report = dir.join("r.json");
+    let (controller, terminal) = pty();
+    let mut child = Command::new(memsight_bin())
+        .args(["run", "--live", "--report"])
+        .arg(&report)
+        .args(["--", "sleep", "3"])
+        .stdin(Stdio::from(terminal.try_clone().unwrap()))
+        .stdout(Stdio::from(terminal.try_clone().unwrap()))
+        .stderr(Stdio::from(terminal))
+        .env("TERM", "xterm")
+        .spawn()
+        .unwrap();
+    // Show the viewer for a moment, then close the terminal's other end (a killed tmux server).
+    let mut out = std::fs::File::from(controller);
+    let shown = Instant::now();
+    let mut buf = [0u8; 4096];
+    while shown.elapsed() < Duration::from_millis(1500) {
+        if out.read(&mut buf).unwrap_or(0) == 0 {
+            break;
+        }
+    }
+    drop(out);
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("memsight run --live did not end after its terminal went away");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        report.exists(),
+        "no report after the terminal went away ({status})"
+    );
 }

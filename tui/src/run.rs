@@ -1,6 +1,15 @@
 //! `memsight run [--report PATH] [--interval D] -- CMD ARGS…`: runs a job under the sidecar and
 //! writes its report with a post-mortem; exits with the job's code (128 + signal when killed).
 
+/// `eprintln!` that never panics: with `--live` the terminal may be gone (its pty closed) while
+/// the job still runs, and its report must still be written.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 use memsight_sidecar::{attach as attach_to, run as run_job, AttachOptions, RunOptions};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -67,14 +76,14 @@ pub fn attach(a: AttachArgs) -> ExitCode {
         interval: w.interval,
         metrics: w.metrics,
     };
-    eprintln!(
+    say!(
         "memsight · watching process {} (Ctrl-C to detach)",
         opts.pid
     );
     match attach_to(&opts) {
         Ok(outcome) => finish(&outcome, &opts.report),
         Err(e) => {
-            eprintln!("memsight attach: {e}");
+            say!("memsight attach: {e}");
             ExitCode::from(2)
         }
     }
@@ -84,18 +93,18 @@ pub fn attach(a: AttachArgs) -> ExitCode {
 /// either way.
 fn finish(outcome: &memsight_sidecar::RunOutcome, report: &std::path::Path) -> ExitCode {
     if let Some(pm) = &outcome.report.post_mortem {
-        eprintln!("memsight · {}", pm.description);
+        say!("memsight · {}", pm.description);
         for f in &pm.findings {
-            eprintln!("memsight · verdict {}: {}", f.verdict, f.evidence);
+            say!("memsight · verdict {}: {}", f.verdict, f.evidence);
             if let Some(first) = f.remedies.first() {
-                eprintln!("memsight · first remedy: {first}");
+                say!("memsight · first remedy: {first}");
             }
         }
     }
     match &outcome.report_error {
-        Some(e) => eprintln!("memsight: the report was not written: {e}"),
+        Some(e) => say!("memsight: the report was not written: {e}"),
         None if memsight_sidecar::to_stdout(report) => {}
-        None => eprintln!("memsight · report written to {}", report.display()),
+        None => say!("memsight · report written to {}", report.display()),
     }
     ExitCode::from(outcome.exit_code.clamp(0, 255) as u8)
 }
@@ -135,7 +144,7 @@ pub fn run(a: Args) -> ExitCode {
     use std::io::IsTerminal;
     let live = a.live && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     if a.live && !live {
-        eprintln!("memsight · --live needs a terminal; running headless");
+        say!("memsight · --live needs a terminal; running headless");
     }
     let (tx, rx) = std::sync::mpsc::channel();
     let w = a.watching;
@@ -171,19 +180,17 @@ pub fn run(a: Args) -> ExitCode {
                     }
                     let _ = crate::top::live(&socket);
                 }
-                Err((p, e)) => eprintln!("memsight: no viewer: {}: {e}", p.display()),
+                Err((p, e)) => say!("memsight: no viewer: {}: {e}", p.display()),
             }
-            eprintln!("memsight · viewer closed; waiting for the job to end");
+            say!("memsight · viewer closed; waiting for the job to end");
         }
         if let Some(l) = &log {
-            eprintln!("memsight · the job's output is in {}", l.display());
+            say!("memsight · the job's output is in {}", l.display());
         }
         match sidecar.join() {
             Ok(r) => r,
             Err(_) => {
-                eprintln!(
-                    "memsight run: the sidecar thread failed; the job's report may be missing"
-                );
+                say!("memsight run: the sidecar thread failed; the job's report may be missing");
                 return ExitCode::from(2);
             }
         }
@@ -193,7 +200,7 @@ pub fn run(a: Args) -> ExitCode {
     match result {
         Ok(outcome) => finish(&outcome, &opts.report),
         Err(e) => {
-            eprintln!("memsight run: {e}");
+            say!("memsight run: {e}");
             ExitCode::from(match e {
                 memsight_sidecar::SidecarError::Spawn(..) => 127,
                 _ => 2,

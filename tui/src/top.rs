@@ -129,6 +129,36 @@ const STOP_SIGNALS: [i32; 3] = [
 ];
 
 /// The last stop signal received (0: none), set by the handlers `signal-hook` installs.
+/// Waits up to `timeout` for input on the terminal (standard input): `Ok(true)` when some is
+/// there, `Ok(false)` on timeout, `Err` when the terminal hung up or is unusable. When standard
+/// input is not a terminal (crossterm then reads /dev/tty), crossterm's own poll waits.
+fn terminal_input(timeout: Duration) -> Result<bool, String> {
+    use std::io::IsTerminal;
+    if !std::io::stdin().is_terminal() {
+        return event::poll(timeout).map_err(|e| e.to_string());
+    }
+    let mut p = libc::pollfd {
+        fd: 0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd.
+    let ready = unsafe { libc::poll(&mut p, 1, ms) };
+    if ready < 0 {
+        let e = std::io::Error::last_os_error();
+        return if e.kind() == std::io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(format!("cannot wait on the terminal: {e}"))
+        };
+    }
+    if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+        return Err("the terminal hung up".into());
+    }
+    Ok(ready == 1)
+}
+
 fn watch_stop_signals() -> Arc<AtomicUsize> {
     let got = Arc::new(AtomicUsize::new(0));
     for sig in STOP_SIGNALS {
@@ -151,6 +181,7 @@ fn run_ui(mut state: ViewerState, feed: Option<Receiver<Feed>>) -> ExitCode {
     };
     let mut ui = Ui::default();
     let mut last_error = None;
+    let mut hung_up = false;
     let frame = Duration::from_millis(100);
     let result = loop {
         let t0 = Instant::now();
@@ -172,26 +203,30 @@ fn run_ui(mut state: ViewerState, feed: Option<Receiver<Feed>>) -> ExitCode {
         }
         let mut quit = false;
         loop {
-            // A terminal that is gone (its pty closed) fails the poll at once: end, don't spin.
-            match event::poll(frame.saturating_sub(t0.elapsed())) {
+            // Waits on the terminal itself first: once it hangs up (its pty's other end closed,
+            // e.g. the tmux server killed), crossterm reads end-of-file forever inside its poll.
+            match terminal_input(frame.saturating_sub(t0.elapsed())) {
                 Ok(true) => {}
                 Ok(false) => break,
-                Err(e) => {
-                    last_error = Some(e.to_string());
+                Err(why) => {
+                    last_error = Some(why);
+                    hung_up = true;
                     quit = true;
                     break;
                 }
             }
-            match event::read() {
-                Ok(Event::Key(k)) if k.kind == KeyEventKind::Press => {
-                    if let Some(i) = intent(k) {
-                        quit |= !ui.apply(i, state.timeline.len());
+            while let Ok(true) = event::poll(Duration::ZERO) {
+                match event::read() {
+                    Ok(Event::Key(k)) if k.kind == KeyEventKind::Press => {
+                        if let Some(i) = intent(k) {
+                            quit |= !ui.apply(i, state.timeline.len());
+                        }
                     }
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    last_error = Some(e.to_string());
-                    quit = true;
+                    Ok(_) => {}
+                    Err(e) => {
+                        last_error = Some(e.to_string());
+                        quit = true;
+                    }
                 }
             }
             if quit {
@@ -202,14 +237,22 @@ fn run_ui(mut state: ViewerState, feed: Option<Receiver<Feed>>) -> ExitCode {
             break Ok(());
         }
     };
-    ratatui::restore();
+    // Not `ratatui::restore`: it reports a failure with `eprintln!`, which panics when the
+    // terminal is gone, and `memsight run --live` must go on to write the job's report.
+    if hung_up {
+        // Its drop would report (with `eprintln!`, which panics) that it cannot show the cursor.
+        std::mem::forget(term);
+    }
+    let _ = ratatui::try_restore();
     let sig = signalled.load(Ordering::Relaxed);
     match result {
         // The shell's code for death by that signal, now that the terminal is back.
         Ok(()) if sig != 0 => ExitCode::from((128 + sig).min(255) as u8),
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!(
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
                 "memsight: {e}{}",
                 last_error.map_or(String::new(), |w| format!(" ({w})"))
             );
