@@ -218,15 +218,16 @@ fn a_lora_finetune_with_workers_and_eval_reads_as_a_pytorch_user_expects() {
         .find(|p| p["path"] == "eval")
         .unwrap();
     assert_eq!(eval["count"], 3, "eval every 4 of 12 steps: {eval}");
-    let procs = v["process_tree"]["tree"]["processes"].as_array().unwrap();
-    assert_eq!(
-        procs
-            .iter()
-            .filter(|p| p["name"] == "pt_data_worker")
-            .count(),
-        2,
-        "{procs:?}"
-    );
+    // The trees the sidecar sampled (about once a second) list both workers while they run; the
+    // report's own tree is the one at the PSS peak, which may come before they start.
+    let most_workers = v["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["tree"]["processes"].as_array())
+        .map(|ps| ps.iter().filter(|p| p["name"] == "pt_data_worker").count())
+        .max();
+    assert_eq!(most_workers, Some(2), "{}", v["process_tree"]);
     // Where the heap peaked is a phase of the loop, and every tip's numbers are finite sizes.
     let phase = v["peaks"]["heap_peak_phase"].as_str().unwrap_or("");
     assert!(

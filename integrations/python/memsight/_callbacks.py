@@ -6,11 +6,21 @@ import memsight
 
 
 class Marks:
-    """The phases a callback holds open, innermost last, and the last step it marked."""
+    """The phases a callback holds open, innermost last, the last step it marked, and whether it
+    adds PyTorch's device memory when training starts (``install_torch``, every ``interval`` s)."""
 
-    def __init__(self):
+    def __init__(self, install_torch=True, interval=0.1):
         self._open = []  # [(name, memsight.phase)]
         self._step = None
+        self.install_torch = install_torch
+        self.interval = interval
+
+    def start(self):
+        """Training starts: installs the PyTorch integration, unless asked not to."""
+        if self.install_torch:
+            import memsight.torch
+
+            memsight.torch.install(self.interval)
 
     def step(self, n):
         """Marks step ``n`` unless it is the step already marked."""

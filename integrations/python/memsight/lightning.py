@@ -35,15 +35,10 @@ class MemsightCallback(Callback):
     """
 
     def __init__(self, install_torch=True, interval=0.1):
-        self.install_torch = install_torch
-        self.interval = interval
-        self.marks = Marks()
+        self.marks = Marks(install_torch, interval)
 
     def on_fit_start(self, trainer, pl_module):
-        if self.install_torch:
-            import memsight.torch
-
-            memsight.torch.install(self.interval)
+        self.marks.start()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self.marks.step(trainer.global_step)

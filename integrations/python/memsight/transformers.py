@@ -31,15 +31,10 @@ class MemsightCallback(transformers.TrainerCallback):
     """
 
     def __init__(self, install_torch=True, interval=0.1):
-        self.install_torch = install_torch
-        self.interval = interval
-        self.marks = Marks()
+        self.marks = Marks(install_torch, interval)
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if self.install_torch:
-            import memsight.torch
-
-            memsight.torch.install(self.interval)
+        self.marks.start()
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.marks.close("eval")

@@ -46,10 +46,6 @@ pub fn library_path() -> Result<PathBuf, String> {
     let candidates = [
         dir.join(LIBRARY),
         dir.join("..").join("preload").join("release").join(LIBRARY),
-        dir.join("../..")
-            .join("preload")
-            .join("release")
-            .join(LIBRARY),
     ];
     candidates
         .iter()

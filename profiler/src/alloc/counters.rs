@@ -337,7 +337,16 @@ pub(crate) fn on_dealloc(size: usize) {
 /// as bytes allocated (growth) or freed (shrinkage).
 #[inline(always)]
 pub(crate) fn on_realloc(old: usize, new: usize) {
-    let counted = LOCAL
+    if !realloc_fast(old, new) {
+        realloc_slow(old, new);
+    }
+}
+
+/// Counts a reallocation from `old` to `new` bytes when that keeps this thread below its mark;
+/// `false` when nothing was counted and the caller must call [`realloc_slow`].
+#[inline(always)]
+pub(crate) fn realloc_fast(old: usize, new: usize) -> bool {
+    LOCAL
         .try_with(|l| {
             let (bytes, mark, by) = if new >= old {
                 (&l.counts.bytes_allocated, &l.alloc_mark, new - old)
@@ -352,16 +361,14 @@ pub(crate) fn on_realloc(old: usize, new: usize) {
             bump(&l.counts.reallocs, 1);
             true
         })
-        .unwrap_or(false);
-    if !counted {
-        realloc_slow(new as i64 - old as i64);
-    }
+        .unwrap_or(false)
 }
 
+/// Records a reallocation from `old` to `new` bytes that the fast path did not count.
 #[cold]
 #[inline(never)]
-fn realloc_slow(delta: i64) {
-    record(delta, Call::Realloc);
+pub(crate) fn realloc_slow(old: usize, new: usize) {
+    record(new as i64 - old as i64, Call::Realloc);
 }
 
 /// The slow path: counts the call in this thread's block and settles (registering the thread on

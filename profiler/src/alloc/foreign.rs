@@ -47,13 +47,15 @@ pub fn count_free(bytes: usize) {
 /// as it was.
 #[inline(always)]
 pub fn count_realloc(old: usize, new: usize) {
-    keeping_errno(|| counters::on_realloc(old, new));
+    if !counters::realloc_fast(old, new) {
+        keeping_errno(|| counters::realloc_slow(old, new));
+    }
 }
 
 /// Runs `f` (a slow path that may register the thread, which calls into libc) and puts `errno`
 /// back: a caller's `malloc` or `free` must not change it on success. The fast paths touch no libc
 /// and skip this.
-#[inline(always)]
+#[inline(never)]
 fn keeping_errno(f: impl FnOnce()) {
     // SAFETY: errno is this thread's; reading and writing it has no other effect.
     let errno = unsafe { *libc::__errno_location() };
