@@ -45,18 +45,11 @@ lint:
 bench: setup
 	@command -v heaptrack >/dev/null || (apt-get update -qq && apt-get install -y -qq heaptrack >/dev/null)
 	$(CARGO) build --release -p memsight-bench -p memsight-bench-system
-	@# The same churn binaries with jemalloc built for heap profiling (separate target: features differ).
-	$(CARGO) build --release -p memsight-bench --features memsight/heap-profile --target-dir target/bench-heap-profile --bin churn-jemalloc --bin churn-memsight --bin alloc-ab
-	cp target/bench-heap-profile/release/churn-jemalloc target/release/churn-jemalloc-prof
-	cp target/bench-heap-profile/release/churn-memsight target/release/churn-memsight-prof
-	cp target/bench-heap-profile/release/alloc-ab target/release/alloc-ab-prof
 	$(CARGO) build --release -p memsight-tui
 	$(CARGO) build --release -p memsight --examples
 	./target/release/sampler-bench
 	./target/release/alloc-bench 21
 	./target/release/alloc-ab
-	MALLOC_CONF=prof_active:false ./target/release/alloc-ab-prof
-	./target/release/alloc-ab-prof
 	./target/release/frame-bench
 	./target/release/sidecar-bench
 	$(PRELOAD_ENV) $(CARGO) build --release $(PRELOAD)

@@ -22,9 +22,11 @@
 //! ```
 //!
 //! # Limitations
-//! - Heap counters see allocations made through the installed [`Allocator`] (all Rust code). C and
-//!   C++ code (libtorch tensors) is served by the same jemalloc and shows in its statistics
-//!   ([`Snapshot::jemalloc`]), not in the per-call counters.
+//! - The call counts and size histogram are Rust's (through the installed [`Allocator`]); the
+//!   process heap's live and peak bytes count C and C++ code (libtorch tensors) too, through the
+//!   `malloc` family memsight defines over the same jemalloc.
+//! - Heap sampling (allocation sites, [`heapprof`]) starts when the program loads, after the shared
+//!   libraries' own initialisers; their start-up allocations have no sites.
 //! - The peak is within 64 KiB per allocating thread of the true peak (see [`alloc`]).
 //! - Phases form one process-wide stack, meant to be driven from the training loop's thread.
 //! - jemalloc statistics refresh only on an epoch advance, done once per sample.

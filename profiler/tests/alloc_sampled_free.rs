@@ -1,15 +1,15 @@
-//! With the `heap-profile` feature, page-aligned pointers are freed through jemalloc's unsized
-//! `free` (sampled objects are page-aligned). With every allocation sampled, objects of a
-//! page-sized class (all page-aligned) and small ones are allocated and freed through memsight's
-//! allocator: jemalloc's profile sees them while they live and drops them when they are freed, and
-//! memsight's live bytes return to where they were.
+//! Sampled blocks are served by the sampled arena and recognised when freed: with every allocation
+//! sampled, Rust blocks of several sizes and alignments and C blocks (`malloc`, `calloc`,
+//! `posix_memalign`, `realloc`) show in the profile while they live and leave it when freed; blocks
+//! reallocated into and out of the arena keep their contents; memsight's live bytes return to where
+//! they were.
 
 #[global_allocator]
 static ALLOC: memsight::Allocator = memsight::Allocator::new();
 
-#[cfg(feature = "heap-profile")]
+#[cfg(feature = "jemalloc")]
 #[test]
-fn sampled_page_aligned_objects_are_freed_and_unaccounted() {
+fn sampled_blocks_are_profiled_while_live_and_forgotten_when_freed() {
     use memsight::heapprof::control;
     use memsight_analysis::heapprof::dump::HeapDump;
     use std::hint::black_box;
@@ -24,30 +24,55 @@ fn sampled_page_aligned_objects_are_freed_and_unaccounted() {
     // Every allocation sampled (one sample per byte on average).
     std::env::set_var("MEMSIGHT_HEAP_SAMPLE", "1");
     assert_eq!(control::configure_from_env().unwrap(), Some(1));
-    // The thread's next sample was drawn at the old rate (mean 512 KiB away): allocate past it, so
-    // that every allocation below is sampled.
-    for _ in 0..256 {
-        drop(black_box(vec![0u8; 64 * 1024]));
-    }
+    assert_eq!(control::sampling(), Some(true));
 
-    let live_before = memsight::stats().rust_live_bytes;
+    let live_before = memsight::stats().live_bytes;
     let profiled_before = profiled("before.heap");
     let pages: Vec<Vec<u8>> = (0..1000).map(|i| vec![i as u8; 4096]).collect();
     let small: Vec<Vec<u8>> = (0..1000).map(|i| vec![i as u8; 100]).collect();
-    assert!(pages
-        .iter()
-        .all(|p| (p.as_ptr() as usize).is_multiple_of(4096)));
+    let aligned = std::alloc::Layout::from_size_align(3000, 4096).unwrap();
+    // SAFETY: a non-zero layout; freed below with the same layout.
+    let page_aligned = unsafe { std::alloc::alloc(aligned) };
+    assert!(!page_aligned.is_null() && (page_aligned as usize).is_multiple_of(4096));
+    // SAFETY: C allocations, each freed once below.
+    let c_blocks = unsafe {
+        let m = libc::malloc(5000).cast::<u8>();
+        let z = libc::calloc(10, 700).cast::<u8>();
+        let mut a = std::ptr::null_mut();
+        assert_eq!(libc::posix_memalign(&mut a, 256, 9000), 0);
+        assert!((a as usize).is_multiple_of(256));
+        std::ptr::write_bytes(m, 7, 5000);
+        assert!((0..7000).all(|i| *z.add(i) == 0));
+        let r = libc::realloc(m.cast(), 20_000).cast::<u8>();
+        assert!(
+            (0..5000).all(|i| *r.add(i) == 7),
+            "realloc kept the contents"
+        );
+        [r, z, a.cast()]
+    };
     let profiled_held = profiled("held.heap");
-    let live_held = memsight::stats().rust_live_bytes;
+    let live_held = memsight::stats().live_bytes;
+    // A Rust block grown by realloc keeps its contents, wherever it moved.
+    let mut grown = vec![3u8; 1000];
+    grown.resize(300_000, 4);
+    assert!(grown[..1000].iter().all(|&b| b == 3) && grown[1000..].iter().all(|&b| b == 4));
+    drop(black_box(grown));
     drop(black_box(pages));
     drop(black_box(small));
+    // SAFETY: allocated above with these layouts / by the C allocator.
+    unsafe {
+        std::alloc::dealloc(page_aligned, aligned);
+        for p in c_blocks {
+            libc::free(p.cast());
+        }
+    }
     let profiled_after = profiled("after.heap");
-    let live_after = memsight::stats().rust_live_bytes;
+    let live_after = memsight::stats().live_bytes;
     let _ = std::fs::remove_dir_all(&dir);
 
-    let held = 1000.0 * (4096.0 + 100.0);
+    let held = 1000.0 * (4096.0 + 100.0) + 3000.0 + 20_000.0 + 7000.0 + 9000.0;
     assert!(
-        profiled_held - profiled_before >= 0.95 * held,
+        profiled_held - profiled_before >= 0.99 * held,
         "profile before {profiled_before}, holding {profiled_held}"
     );
     assert!(
@@ -61,10 +86,8 @@ fn sampled_page_aligned_objects_are_freed_and_unaccounted() {
     );
 }
 
-#[cfg(not(feature = "heap-profile"))]
+#[cfg(not(feature = "jemalloc"))]
 #[test]
-fn sampled_page_aligned_objects_are_freed_and_unaccounted() {
-    eprintln!(
-        "skipped: memsight was built without its `heap-profile` feature (make test enables it)"
-    );
+fn sampled_blocks_are_profiled_while_live_and_forgotten_when_freed() {
+    eprintln!("skipped: memsight was built without its `jemalloc` feature (no heap sampler)");
 }

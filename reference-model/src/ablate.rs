@@ -386,8 +386,7 @@ fn step_ms(o: &Options, mode: Profiling, i: usize) -> Result<f64, String> {
     let mut cmd = train_command(o, &report, &summary)?;
     match mode {
         Profiling::Off => {
-            cmd.arg("--no-profile")
-                .env("MALLOC_CONF", "prof_active:false");
+            cmd.arg("--no-profile").env("MEMSIGHT_HEAP_SAMPLE", "off");
         }
         Profiling::On => {
             cmd.env("MEMSIGHT_HEAP_SAMPLE", "off");

@@ -128,3 +128,37 @@ pub fn torch_python() -> Option<std::path::PathBuf> {
     let py = cache.join("torch-2.11.0/bin/python");
     py.exists().then_some(py)
 }
+
+/// Functions with known allocations, in a crate of their own (not memsight's), whose names a heap
+/// profile must show as the sites of their bytes.
+pub mod probe {
+    use std::ffi::{c_char, CStr};
+    use std::hint::black_box;
+
+    /// Holds 200 MiB, every page touched: the innermost user frame of its samples.
+    #[inline(never)]
+    pub fn hold_two_hundred_mib_here() -> Vec<u8> {
+        let mut v = vec![0u8; 200 << 20];
+        for i in (0..v.len()).step_by(4096) {
+            v[i] = 1;
+        }
+        black_box(v)
+    }
+
+    /// Keeps 256 KiB more in `kept` at every call: the leak a growth view must name.
+    #[inline(never)]
+    pub fn leak_a_little_here(kept: &mut Vec<Vec<u8>>) {
+        for i in 0..4u8 {
+            kept.push(black_box(vec![i; 64 << 10]));
+        }
+    }
+
+    /// C code allocates: glibc's `strdup` copies `s` with `malloc`. The copy's bytes belong to this
+    /// Rust function, which called the C library.
+    #[inline(never)]
+    pub fn c_library_allocates_here(s: &CStr) -> *mut c_char {
+        // SAFETY: `s` is NUL-terminated; the copy is the caller's to free.
+        let copy = unsafe { libc::strdup(s.as_ptr()) };
+        black_box(copy)
+    }
+}

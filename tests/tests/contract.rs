@@ -50,8 +50,10 @@ fn contract_job_peak_malloc_baseline_and_budget_gate() {
         (peak - mib100).abs() < mib100 / 100,
         "peak above baseline {peak} not within 1% of 100 MiB"
     );
+    // jemalloc's `stats.allocated` counts objects resting in thread caches as allocated, so a
+    // cache flush between the two reads moves it by a few KiB either way.
     assert!(
-        v["jemalloc_allocated_delta_malloc"] >= 64 << 20,
+        v["jemalloc_allocated_delta_malloc"] >= (64 << 20) - (64 << 10),
         "C malloc not in jemalloc stats: {v:?}"
     );
     assert!(

@@ -1,8 +1,11 @@
-//! Allocation sites from jemalloc's heap profiler, end to end: a job with a function that holds
-//! 200 MiB at its peak and one that leaks a little each step runs under `memsight run`; the report
-//! names the first as the top site (also in the flamegraph and the pprof file) and the second as
-//! the site that grew; a SIGKILLed job still gets its sites; `memsight heap` reads the profiles and
-//! asks a running job for one.
+//! Allocation sites from memsight's heap sampler, end to end, in jobs linked without any feature: a
+//! job with a function that holds 200 MiB at its peak and one that leaks a little each step runs
+//! under `memsight run`; the report names the first as the top site (also in the flamegraph and the
+//! pprof file) and the second as the site that grew; an `#[inline(never)]` function of another
+//! crate is the innermost user frame of its samples, and C code's allocation (glibc's `strdup`)
+//! belongs to the Rust function that called it; sampled totals are within 10% of the exact heap at
+//! the peak; a SIGKILLed job still gets its sites; `memsight heap` reads the profiles and asks a
+//! running job for one.
 
 use memsight_e2e::{memsight_bin, run_memsight, scratch};
 use prost::Message;
@@ -12,6 +15,7 @@ use std::path::Path;
 use std::process::Command;
 
 const JOB: &str = env!("CARGO_BIN_EXE_sites_job");
+const PROBE: &str = env!("CARGO_BIN_EXE_probe_sites");
 const MIB: f64 = 1048576.0;
 
 fn run_job(report: &Path, job_args: &[&str]) -> (i32, String, Value) {
@@ -170,18 +174,8 @@ fn the_report_names_the_function_holding_the_peak_and_the_one_that_leaks() {
     );
 
     // memsight heap reads the same profiles.
-    let peak_heap = dir.join(peak["heap_file"].as_str().unwrap());
-    let r = run_memsight(
-        &[
-            std::ffi::OsStr::new("heap"),
-            "top".as_ref(),
-            peak_heap.as_os_str(),
-        ],
-        None,
-    );
-    assert_eq!(r.code, 0, "{}", r.err);
-    let first = r.out.lines().nth(1).unwrap_or_default();
-    assert!(first.contains("hold_at_peak"), "{}", r.out);
+    let (first, out) = heap_top(&dir.join(peak["heap_file"].as_str().unwrap()));
+    assert!(first.contains("hold_at_peak"), "{out}");
     let dumps = hp["dumps"].as_array().unwrap();
     let steps: Vec<_> = dumps.iter().filter(|d| d["kind"] == "step").collect();
     assert_eq!(
@@ -209,6 +203,102 @@ fn the_report_names_the_function_holding_the_peak_and_the_one_that_leaks() {
             .contains("leak_a_little"),
         "{}",
         r.out
+    );
+}
+
+/// `memsight heap top PROFILE`: its first site row and its whole output.
+fn heap_top(profile: &Path) -> (String, String) {
+    let r = run_memsight(
+        &[
+            std::ffi::OsStr::new("heap"),
+            "top".as_ref(),
+            profile.as_os_str(),
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    let first = r.out.lines().nth(1).unwrap_or_default().to_string();
+    (first, r.out)
+}
+
+/// The report's top sites at the peak: (function, bytes).
+fn top_sites(v: &Value) -> Vec<(String, f64)> {
+    v["heap_profile"]["at_peak"]["top_sites"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| {
+                    (
+                        s["function"].as_str().unwrap_or_default().to_string(),
+                        s["bytes"].as_f64().unwrap_or(0.0),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_allocating_function_of_another_crate_and_c_codes_rust_caller_are_the_sites() {
+    let dir = scratch("heap-sites-probe");
+    let report = dir.join("r.json");
+    let out = Command::new(memsight_bin())
+        .args(["run", "--interval", "20ms", "--report"])
+        .arg(&report)
+        .args(["--", PROBE, "30"])
+        .current_dir(&dir)
+        .env("MEMSIGHT_HEAP_STEP_EVERY_MS", "0")
+        .output()
+        .expect("memsight runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let sites = top_sites(&v);
+    let find = |name: &str| {
+        sites
+            .iter()
+            .find(|(f, _)| f == name)
+            .map(|(_, b)| *b)
+            .unwrap_or_else(|| panic!("no site {name}: {sites:#?}"))
+    };
+    // The function whose code allocated, not the line that called it: the report's site is the
+    // innermost user frame of the samples.
+    assert_eq!(sites[0].0, "memsight_e2e::probe::hold_two_hundred_mib_here");
+    assert!(
+        (190.0 * MIB..=210.0 * MIB).contains(&sites[0].1),
+        "{sites:#?}"
+    );
+    // C code's 64 MiB (strdup's malloc) belongs to the Rust function that called the C library.
+    let c = find("memsight_e2e::probe::c_library_allocates_here");
+    assert!((60.0 * MIB..=70.0 * MIB).contains(&c), "{sites:#?}");
+    // A block made before the session started (sampling starts when the program loads), and
+    // reallocated since, keeps its site.
+    let before = find("probe_sites::main");
+    assert!((60.0 * MIB..=70.0 * MIB).contains(&before), "{sites:#?}");
+    // Sampled totals within 10% of the exact heap at the peak.
+    let peak = &v["heap_profile"]["at_peak"];
+    let (profiled, heap) = (
+        peak["profiled_bytes"].as_f64().unwrap(),
+        peak["heap_bytes"].as_f64().unwrap(),
+    );
+    assert!((profiled / heap - 1.0).abs() < 0.10, "{profiled} vs {heap}");
+    // The leak.
+    let grew = &v["heap_profile"]["growth"]["sites"][0];
+    assert_eq!(grew["function"], "memsight_e2e::probe::leak_a_little_here");
+
+    // The flamegraph: the function's frame is there, and nothing of the user's code is inside it.
+    let svg = std::fs::read_to_string(dir.join(peak["flamegraph_file"].as_str().unwrap())).unwrap();
+    assert!(svg.contains("memsight_e2e::probe::hold_two_hundred_mib_here"));
+    assert!(svg.contains("memsight_e2e::probe::c_library_allocates_here"));
+    assert!(
+        svg.contains("strdup"),
+        "C code's frames are in the flamegraph"
+    );
+    // memsight heap top: the same first site.
+    let (first, out) = heap_top(&dir.join(peak["heap_file"].as_str().unwrap()));
+    assert!(
+        first.contains("memsight_e2e::probe::hold_two_hundred_mib_here (src/lib.rs:"),
+        "{out}"
     );
 }
 

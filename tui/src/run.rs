@@ -40,9 +40,8 @@ pub struct Args {
     /// Open the live viewer in this terminal; the job's output goes to REPORT's name + `.log`.
     #[arg(long)]
     live: bool,
-    /// Mean bytes between heap-profile samples (jemalloc's `lg_prof_sample`; rounded down to a
-    /// power of two) in a job built with memsight's `heap-profile` feature. The profiles go to
-    /// REPORT's name + `.heap/`.
+    /// Mean bytes between heap samples in a job that links memsight (allocation sites). The
+    /// profiles go to REPORT's name + `.heap/`.
     #[arg(long, default_value = "512KiB", value_parser = parse_sample, value_name = "SIZE")]
     heap_sample: u64,
     /// Start the job with heap sampling off (no allocation sites in the report unless switched on

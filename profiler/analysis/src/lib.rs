@@ -3,7 +3,7 @@
 //! (pprof, flamegraphs), and text and SVG summaries of reports.
 //!
 //! It reads only `memsight-format` types and never links into a training job (except a job built
-//! with `memsight`'s `heap-profile` feature, which symbolizes its own profiles without a sidecar).
+//! with `memsight`'s `symbolize` feature, which symbolizes its own profiles without a sidecar).
 //! Dependency direction: `memsight-format` ← this crate ← `memsight-sidecar`, `memsight-tui`.
 //! Its modules are independent of one another: none imports another, except `diagnose`, which
 //! reads a report's leak estimate (from the format crate) and nothing else here.

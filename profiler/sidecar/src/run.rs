@@ -38,8 +38,8 @@ pub struct RunOptions {
     pub preload: bool,
 }
 
-/// The environment that sets the job's heap sampling (`heap-profile` builds read it; others
-/// ignore it) and says where its profiles go (`memsight-report.heap/` here for `--report -`).
+/// The environment that sets the job's heap sampling (memsight's heap sampler reads it) and says
+/// where its profiles go (`memsight-report.heap/` here for `--report -`).
 fn heap_profile_env(opts: &RunOptions) -> Vec<(&'static str, OsString)> {
     let sample = match opts.heap_sample_bytes {
         Some(b) => OsString::from(b.to_string()),

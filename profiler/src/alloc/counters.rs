@@ -118,6 +118,9 @@ pub(crate) struct Local {
     /// jemalloc's counters of this thread: its share of the process heap.
     #[cfg(feature = "jemalloc")]
     pub(crate) je: super::process_heap::JeView,
+    /// This thread's heap-sample points.
+    #[cfg(feature = "jemalloc")]
+    pub(crate) sample: super::sampling::Points,
 }
 
 impl Local {
@@ -131,6 +134,8 @@ impl Local {
             entry: AtomicU64::new(0),
             #[cfg(feature = "jemalloc")]
             je: super::process_heap::JeView::new(),
+            #[cfg(feature = "jemalloc")]
+            sample: super::sampling::Points::new(),
         }
     }
 
@@ -342,6 +347,25 @@ pub(crate) fn on_realloc(old: usize, new: usize) {
     }
 }
 
+/// Whether growing a block from `old` to `new` bytes takes this thread's allocated bytes to its
+/// mark (where a heap sample may be due); always `false` without the sampler (`jemalloc`).
+#[inline(always)]
+pub(crate) fn growth_passes_mark(old: usize, new: usize) -> bool {
+    #[cfg(feature = "jemalloc")]
+    return new > old
+        && LOCAL
+            .try_with(|l| {
+                let a = l.counts.bytes_allocated.load(Relaxed);
+                a.wrapping_add((new - old) as u64) >= l.alloc_mark.load(Relaxed)
+            })
+            .unwrap_or(false);
+    #[cfg(not(feature = "jemalloc"))]
+    {
+        let _ = (old, new);
+        false
+    }
+}
+
 /// Counts a reallocation from `old` to `new` bytes when that keeps this thread below its mark;
 /// `false` when nothing was counted and the caller must call [`realloc_slow`].
 #[inline(always)]
@@ -419,10 +443,12 @@ fn count(counts: &Counts, delta: i64, call: Call, add: impl Fn(&AtomicU64, u64))
 }
 
 /// Settles this thread's Rust counters (and, with the `jemalloc` feature, its view of the process
-/// heap).
+/// heap), and lowers the allocation mark to the next heap-sample point, so that the allocation
+/// that reaches it takes the slow path, where it is sampled.
 fn settle(l: &Local) {
+    let allocated = l.counts.bytes_allocated.load(Relaxed);
     settle_marks(
-        l.counts.bytes_allocated.load(Relaxed),
+        allocated,
         l.counts.bytes_freed.load(Relaxed),
         Marks {
             flushed: &l.flushed,
@@ -432,7 +458,13 @@ fn settle(l: &Local) {
         publish,
     );
     #[cfg(feature = "jemalloc")]
-    super::process_heap::settle(l);
+    {
+        let point = l.sample.rust_point(allocated);
+        if point < l.alloc_mark.load(Relaxed) {
+            l.alloc_mark.store(point, Relaxed);
+        }
+        super::process_heap::settle(l);
+    }
 }
 
 /// A thread's publishing state for one pair of cumulative counters.

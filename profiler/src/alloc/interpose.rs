@@ -15,7 +15,8 @@
 //! (and the documented `MALLOC_CONF`) use the plain name, which [`MALLOC_CONF_FROM_ENV`] hands to
 //! jemalloc before anything in the process can allocate.
 
-use super::process_heap::{after_alloc, after_free, after_realloc, alloc_fits};
+use super::process_heap::{after_alloc, after_free, after_realloc, alloc_fits, c_stream_fits};
+use super::{sample_heap, sampling};
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 use tikv_jemalloc_sys as je;
@@ -80,21 +81,39 @@ extern "C" fn malloc_conf_from_env(_: c_int, _: *const *const c_char, envp: *con
     }
 }
 
-/// Runs the jemalloc call `call` that allocates about `size` bytes: straight (a tail call) when
-/// the thread stays below its mark, else out of line, followed by the slow path.
+/// Runs the jemalloc call `call` that allocates `size` bytes aligned to `align` (zeroed when
+/// `zero`): straight (a tail call) when the thread stays below its mark and its next heap-sample
+/// point, else out of line, where the allocation may be sampled, followed by the slow path.
 #[inline(always)]
-unsafe fn allocate<R: Outcome>(size: usize, call: impl FnOnce() -> R) -> R {
+unsafe fn allocate<R: Outcome>(
+    size: usize,
+    align: usize,
+    zero: bool,
+    call: impl FnOnce() -> R,
+) -> R {
     if alloc_fits(size) {
         call()
     } else {
-        allocate_slow(size, call)
+        allocate_slow(size, align, zero, call)
     }
 }
 
 /// [`allocate`]'s other branch (huge requests take it too: a refused one is recorded).
 #[cold]
 #[inline(never)]
-unsafe fn allocate_slow<R: Outcome>(size: usize, call: impl FnOnce() -> R) -> R {
+unsafe fn allocate_slow<R: Outcome>(
+    size: usize,
+    align: usize,
+    zero: bool,
+    call: impl FnOnce() -> R,
+) -> R {
+    if sampling::c_due(size) {
+        let p = sampling::alloc(size, align, zero);
+        if !p.is_null() {
+            after_alloc();
+            return R::block(p.cast());
+        }
+    }
     let r = call();
     after_alloc();
     if r.failed() {
@@ -103,21 +122,27 @@ unsafe fn allocate_slow<R: Outcome>(size: usize, call: impl FnOnce() -> R) -> R 
     r
 }
 
-/// What an allocation function returns: a pointer, or `posix_memalign`'s error number.
+/// What an allocation function returns: a pointer (also for `posix_memalign`, whose caller
+/// stores it).
 trait Outcome {
     fn failed(&self) -> bool;
+    /// The outcome of a sampled block.
+    fn block(p: *mut c_void) -> Self;
 }
 
 impl Outcome for *mut c_void {
     fn failed(&self) -> bool {
         self.is_null()
     }
+    fn block(p: *mut c_void) -> Self {
+        p
+    }
 }
 
-impl Outcome for c_int {
-    fn failed(&self) -> bool {
-        *self == libc::ENOMEM
-    }
+/// Whether `alignment` is one `posix_memalign` and `aligned_alloc` accept: a power of two (and, for
+/// `posix_memalign`, a multiple of a pointer's size).
+fn valid_alignment(alignment: usize) -> bool {
+    alignment.is_power_of_two()
 }
 
 /// `malloc(3)`.
@@ -126,7 +151,7 @@ impl Outcome for c_int {
 /// The C contract of `malloc`.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    allocate(size, || je::malloc(size))
+    allocate(size, 1, false, || je::malloc(size))
 }
 
 /// `calloc(3)`.
@@ -135,7 +160,10 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 /// The C contract of `calloc`.
 #[no_mangle]
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
-    allocate(n.saturating_mul(size), || je::calloc(n, size))
+    match n.checked_mul(size) {
+        Some(bytes) => allocate(bytes, 1, true, || je::calloc(n, size)),
+        None => allocate_slow(usize::MAX, 1, true, || je::calloc(n, size)),
+    }
 }
 
 /// `free(3)`.
@@ -144,7 +172,11 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
 /// The C contract of `free`: `p` is null or came from this family and is freed once.
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
-    je::free(p);
+    if sample_heap::contains(p.cast()) {
+        sampling::free(p.cast());
+    } else {
+        je::free(p);
+    }
     after_free();
 }
 
@@ -154,11 +186,68 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 /// The C contract of `realloc`.
 #[no_mangle]
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    if sample_heap::contains(p.cast()) || !c_stream_fits(size) {
+        return realloc_slow(p, size);
+    }
     let q = je::realloc(p, size);
     after_realloc();
     if q.is_null() && size != 0 {
         super::failed(size);
     }
+    q
+}
+
+/// `realloc` of a sampled block, or one whose size reaches the thread's next heap-sample point
+/// (counted as an allocation of `size` bytes, as jemalloc's profiler counts a reallocation): a
+/// sampled block stays sampled (its stack kept), a block due a sample moves into the sampled
+/// arena.
+#[cold]
+#[inline(never)]
+unsafe fn realloc_slow(p: *mut c_void, size: usize) -> *mut c_void {
+    let was_sampled = sample_heap::contains(p.cast());
+    let due = size != 0 && sampling::c_due(size);
+    if !was_sampled && !due {
+        let q = je::realloc(p, size);
+        after_realloc();
+        if q.is_null() && size != 0 {
+            super::failed(size);
+        }
+        return q;
+    }
+    if size == 0 {
+        // As jemalloc's (and glibc's) `realloc(p, 0)`: frees, returns null.
+        free(p);
+        return std::ptr::null_mut();
+    }
+    if was_sampled && !p.is_null() {
+        let q = sampling::realloc(p.cast(), sampling::usable(p.cast()), size, 1);
+        if !q.is_null() {
+            after_realloc();
+            return q.cast();
+        }
+    }
+    let mut q: *mut c_void = if due {
+        sampling::alloc(size, 1, false).cast()
+    } else {
+        std::ptr::null_mut()
+    };
+    if q.is_null() {
+        q = je::malloc(size);
+    }
+    if q.is_null() {
+        super::failed(size);
+        return q;
+    }
+    if !p.is_null() {
+        let old = if was_sampled {
+            sampling::usable(p.cast())
+        } else {
+            je::malloc_usable_size(p)
+        };
+        std::ptr::copy_nonoverlapping(p.cast::<u8>(), q.cast::<u8>(), old.min(size));
+        free(p);
+    }
+    after_realloc();
     q
 }
 
@@ -187,7 +276,21 @@ pub unsafe extern "C" fn posix_memalign(
     alignment: usize,
     size: usize,
 ) -> c_int {
-    allocate(size, || je::posix_memalign(out, alignment, size))
+    if !valid_alignment(alignment) || alignment < std::mem::size_of::<*mut c_void>() {
+        return libc::EINVAL;
+    }
+    let p = allocate(size, alignment, false, || {
+        let mut p = std::ptr::null_mut();
+        match je::posix_memalign(&mut p, alignment, size) {
+            0 => p,
+            _ => std::ptr::null_mut(),
+        }
+    });
+    if p.is_null() {
+        return libc::ENOMEM;
+    }
+    *out = p;
+    0
 }
 
 /// `aligned_alloc(3)`.
@@ -196,7 +299,12 @@ pub unsafe extern "C" fn posix_memalign(
 /// The C contract of `aligned_alloc`.
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(alignment: usize, size: usize) -> *mut c_void {
-    allocate(size, || je::aligned_alloc(alignment, size))
+    if !valid_alignment(alignment) {
+        return je::aligned_alloc(alignment, size);
+    }
+    allocate(size, alignment, false, || {
+        je::aligned_alloc(alignment, size)
+    })
 }
 
 /// `memalign(3)`, as glibc's: an alignment that is not a power of two is rounded up to one, and

@@ -16,8 +16,12 @@ mod interpose;
 #[cfg(feature = "jemalloc")]
 mod process_heap;
 mod registry;
-#[cfg(feature = "heap-profile")]
-mod sampled_jemalloc;
+#[cfg(feature = "jemalloc")]
+mod sample_heap;
+#[cfg(feature = "jemalloc")]
+mod sample_table;
+#[cfg(feature = "jemalloc")]
+pub mod sampling;
 
 use std::alloc::{GlobalAlloc, Layout};
 
@@ -43,14 +47,8 @@ pub struct Allocator<A = DefaultInner> {
 }
 
 /// The inner allocator of [`Allocator::new`]: jemalloc when the `jemalloc` feature is on.
-#[cfg(all(feature = "jemalloc", not(feature = "heap-profile")))]
+#[cfg(feature = "jemalloc")]
 pub type DefaultInner = tikv_jemallocator::Jemalloc;
-/// The inner allocator of [`Allocator::new`] with `heap-profile`: prof-built jemalloc, with the
-/// sized free of page-aligned pointers (possibly sampled ones) sent through `free`.
-#[cfg(feature = "heap-profile")]
-pub type DefaultInner = sampled_jemalloc::SampledJemalloc;
-#[cfg(feature = "heap-profile")]
-pub use sampled_jemalloc::SampledJemalloc;
 /// The inner allocator of [`Allocator::new`]: the system allocator without the `jemalloc` feature.
 #[cfg(not(feature = "jemalloc"))]
 pub type DefaultInner = std::alloc::System;
@@ -108,7 +106,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Allocator<A> {
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if counters::dealloc_fast(layout.size()) {
+        if !sampled(ptr) && counters::dealloc_fast(layout.size()) {
             self.inner.dealloc(ptr, layout)
         } else {
             self.dealloc_slow(ptr, layout)
@@ -117,6 +115,9 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Allocator<A> {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if sampled(ptr) || counters::growth_passes_mark(layout.size(), new_size) {
+            return self.realloc_slow(ptr, layout, new_size);
+        }
         let p = self.inner.realloc(ptr, layout, new_size);
         if !p.is_null() {
             counters::on_realloc(layout.size(), new_size);
@@ -127,12 +128,39 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Allocator<A> {
     }
 }
 
+/// Whether `p` is a heap-sampled block (served by the sampled arena): one compare.
+#[inline(always)]
+fn sampled(p: *const u8) -> bool {
+    #[cfg(feature = "jemalloc")]
+    return sample_heap::contains(p);
+    #[cfg(not(feature = "jemalloc"))]
+    {
+        let _ = p;
+        false
+    }
+}
+
+/// A sampled block of `layout` when this thread's Rust stream is due a sample at `size` more
+/// bytes; null otherwise (or when the sampled arena is full).
+#[inline(always)]
+unsafe fn sampled_block(layout: Layout, size: usize, zero: bool) -> *mut u8 {
+    #[cfg(feature = "jemalloc")]
+    if sampling::rust_due(size) {
+        return sampling::alloc(layout.size(), layout.align(), zero);
+    }
+    let _ = (layout, size, zero);
+    std::ptr::null_mut()
+}
+
 impl<A: GlobalAlloc> Allocator<A> {
     /// An allocation the counters' fast path did not count: allocate, then count what succeeded.
     #[cold]
     #[inline(never)]
     unsafe fn alloc_slow(&self, layout: Layout) -> *mut u8 {
-        let p = self.inner.alloc(layout);
+        let mut p = sampled_block(layout, layout.size(), false);
+        if p.is_null() {
+            p = self.inner.alloc(layout);
+        }
         count_after(p, layout.size());
         p
     }
@@ -141,18 +169,67 @@ impl<A: GlobalAlloc> Allocator<A> {
     #[cold]
     #[inline(never)]
     unsafe fn alloc_zeroed_slow(&self, layout: Layout) -> *mut u8 {
-        let p = self.inner.alloc_zeroed(layout);
+        let mut p = sampled_block(layout, layout.size(), true);
+        if p.is_null() {
+            p = self.inner.alloc_zeroed(layout);
+        }
         count_after(p, layout.size());
         p
     }
 
-    /// A deallocation that the counters' fast path left to finish; kept out of line so that
-    /// `dealloc` saves no register and ends in a tail call.
+    /// A deallocation that the counters' fast path left to finish (or of a sampled block); kept
+    /// out of line so that `dealloc` saves no register and ends in a tail call.
     #[cold]
     #[inline(never)]
     unsafe fn dealloc_slow(&self, ptr: *mut u8, layout: Layout) {
-        self.inner.dealloc(ptr, layout);
+        self.free_block(ptr, layout);
         counters::on_dealloc(layout.size());
+    }
+
+    /// Frees a block to whoever served it: the sampled arena or the inner allocator.
+    #[inline(always)]
+    unsafe fn free_block(&self, ptr: *mut u8, layout: Layout) {
+        #[cfg(feature = "jemalloc")]
+        if sampled(ptr) {
+            return sampling::free(ptr);
+        }
+        self.inner.dealloc(ptr, layout)
+    }
+
+    /// A reallocation of a sampled block, or one whose growth reaches the thread's mark: a sampled
+    /// block stays sampled (moved within the sampled arena, its stack kept); growth due a sample
+    /// moves the block into the sampled arena; anything else is the inner allocator's.
+    #[cold]
+    #[inline(never)]
+    unsafe fn realloc_slow(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let old = layout.size();
+        // SAFETY: `realloc`'s contract: `new_size`, rounded to `layout.align()`, does not overflow.
+        let new_layout = Layout::from_size_align_unchecked(new_size, layout.align());
+        let mut q: *mut u8 = std::ptr::null_mut();
+        #[cfg(feature = "jemalloc")]
+        if sampled(ptr) {
+            q = sampling::realloc(ptr, old, new_size, layout.align());
+        }
+        if q.is_null() {
+            q = sampled_block(new_layout, new_size.saturating_sub(old), false);
+            if q.is_null() && !sampled(ptr) {
+                q = self.inner.realloc(ptr, layout, new_size);
+            } else {
+                if q.is_null() {
+                    q = self.inner.alloc(new_layout);
+                }
+                if !q.is_null() {
+                    std::ptr::copy_nonoverlapping(ptr, q, old.min(new_size));
+                    self.free_block(ptr, layout);
+                }
+            }
+        }
+        if q.is_null() {
+            failed(new_size);
+        } else {
+            counters::realloc_slow(old, new_size);
+        }
+        q
     }
 }
 

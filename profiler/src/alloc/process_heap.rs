@@ -108,17 +108,36 @@ fn counter(name: &std::ffi::CStr) -> Option<*mut u64> {
 }
 
 /// Before a C allocation of `size` bytes: whether it keeps this thread's allocated bytes below
-/// its mark, so the call can go straight to jemalloc; otherwise the caller allocates and then
-/// calls [`after_alloc`]. (jemalloc counts the usable size, at most a size class above `size`;
-/// what that leaves past the mark, the thread's next call sees.)
+/// its mark and its C heap-sample stream below the next sample point, so the call can go straight
+/// to jemalloc (its bytes then join the stream); otherwise the caller takes the slow path (which
+/// may sample) and calls [`after_alloc`]. (jemalloc counts the usable size, at most a size class
+/// above `size`; what that leaves past the mark, the thread's next call sees.)
 #[inline(always)]
 pub(crate) fn alloc_fits(size: usize) -> bool {
     counters::with_local_or(false, |l| {
         let v = &l.je;
         // SAFETY: see `JeView::read`; this is the owner thread.
         let after = unsafe { *v.allocated.load(Relaxed) }.saturating_add(size as u64);
-        after < v.alloc_mark.load(Relaxed)
+        after < v.alloc_mark.load(Relaxed) && stream_takes(l, size)
     })
+}
+
+/// Adds `size` bytes to this thread's C heap-sample stream when they stay below the next sample
+/// point; `false` (nothing added) when the call must take the sampler's slow path.
+#[inline(always)]
+pub(crate) fn c_stream_fits(size: usize) -> bool {
+    counters::with_local_or(false, |l| stream_takes(l, size))
+}
+
+#[inline(always)]
+fn stream_takes(l: &Local, size: usize) -> bool {
+    let c = l.sample.c_bytes.load(Relaxed).wrapping_add(size as u64);
+    if c < l.sample.c_at.load(Relaxed) {
+        l.sample.c_bytes.store(c, Relaxed);
+        true
+    } else {
+        false
+    }
 }
 
 /// After a C allocation that [`alloc_fits`] refused: registers, settles or folds.

@@ -1,100 +1,70 @@
-//! jemalloc's heap profiler switches (mallctl): is it compiled in and enabled, sampling on or off
-//! now, the sampling rate, and writing a dump. With the `heap-profile` feature the binary carries
-//! jemalloc's start-up configuration (`malloc_conf`: profiling on, one sample per 512 KiB), which
-//! `MALLOC_CONF` still overrides; `MEMSIGHT_HEAP_SAMPLE` (`off` or a size, set by `memsight run`)
-//! adjusts it when the session starts.
+//! The heap sampler's switches: is it available, sampling on or off now, the sampling rate, and
+//! writing a profile. The sampler is memsight's own (`crate::alloc::sampling`), in every build with
+//! the default `jemalloc` feature; a session turns it on at its start (one sample per 512 KiB
+//! allocated, or `MEMSIGHT_HEAP_SAMPLE`: `off` or a size, set by `memsight run --heap-sample` /
+//! `--no-heap-profile`).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// How a process gets heap profiling.
-pub const HOW_TO_ENABLE: &str = "build the job with memsight's `heap-profile` feature \
-(memsight = { features = [\"heap-profile\"] })";
+pub const HOW_TO_ENABLE: &str = "link memsight with its default `jemalloc` feature and start a \
+session (memsight::Session, or run the job under `memsight run`)";
 
 /// The default mean bytes between samples.
 pub const DEFAULT_SAMPLE_BYTES: u64 = 512 * 1024;
+#[cfg(feature = "jemalloc")]
+const _: () = assert!(DEFAULT_SAMPLE_BYTES == crate::alloc::sampling::DEFAULT_RATE);
 
-#[cfg(feature = "heap-profile")]
-mod start_up {
-    /// A C string pointer jemalloc reads at start-up.
-    #[repr(transparent)]
-    pub struct ConfPtr(*const std::ffi::c_char);
-    // SAFETY: it points at a static, immutable C string.
-    unsafe impl Sync for ConfPtr {}
+/// The rate sampling runs at when switched on (the last one configured).
+static CONFIGURED: AtomicU64 = AtomicU64::new(DEFAULT_SAMPLE_BYTES);
 
-    /// jemalloc's compiled-in options (it defines a weak `malloc_conf`, `_rjem_`-prefixed as all its
-    /// symbols; this one wins), read before
-    /// the first allocation: profiling on from the start, one sample per 512 KiB allocated.
-    #[used]
-    #[export_name = "_rjem_malloc_conf"]
-    pub static MALLOC_CONF: ConfPtr =
-        ConfPtr(c"prof:true,prof_active:true,lg_prof_sample:19".as_ptr());
-}
-
-#[cfg(feature = "heap-profile")]
+#[cfg(feature = "jemalloc")]
 mod imp {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
+    use crate::alloc::sampling;
     use std::path::Path;
-    use tikv_jemalloc_ctl::raw;
 
     pub fn enabled() -> bool {
-        // SAFETY: `opt.prof` is a bool.
-        unsafe { raw::read::<bool>(b"opt.prof\0") }.unwrap_or(false)
+        sampling::available()
     }
 
-    pub fn sample_bytes() -> Option<u64> {
-        // SAFETY: `prof.lg_sample` is a size_t.
-        let lg = unsafe { raw::read::<usize>(b"prof.lg_sample\0") }.ok()?;
-        (lg < 64).then(|| 1u64 << lg)
+    pub fn start(rate: u64) -> Result<(), String> {
+        sampling::enable(rate).map_err(|e| format!("the heap sampler cannot run: {e}"))
     }
 
-    pub fn sampling() -> Option<bool> {
-        // SAFETY: `prof.active` is a bool.
-        unsafe { raw::read::<bool>(b"prof.active\0") }.ok()
+    pub fn stop() {
+        sampling::disable()
     }
 
-    pub fn set_sampling(on: bool) -> Result<(), String> {
-        // SAFETY: `prof.active` is a bool.
-        unsafe { raw::write(b"prof.active\0", on) }
-            .map_err(|e| format!("cannot switch heap sampling: {e}"))
+    pub fn sampling() -> bool {
+        sampling::rate().is_some()
     }
 
-    pub fn reset(lg_sample: usize) -> Result<(), String> {
-        // SAFETY: `prof.reset` takes a size_t (the new lg_prof_sample).
-        unsafe { raw::write(b"prof.reset\0", lg_sample) }
-            .map_err(|e| format!("cannot set the heap sampling rate: {e}"))
-    }
-
-    pub fn dump(path: &Path) -> Result<(), String> {
-        let c = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| format!("bad profile path {}", path.display()))?;
-        // SAFETY: `prof.dump` takes a NUL-terminated path that outlives the call.
-        unsafe { raw::write(b"prof.dump\0", c.as_ptr()) }
-            .map_err(|e| format!("jemalloc could not write {}: {e}", path.display()))
+    pub fn dump(path: &Path, rate: u64) -> Result<(), String> {
+        std::fs::write(path, sampling::profile_text(rate))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))
     }
 }
 
-#[cfg(not(feature = "heap-profile"))]
+#[cfg(not(feature = "jemalloc"))]
 mod imp {
     use std::path::Path;
+
+    const NO: &str =
+        "memsight was built without its `jemalloc` feature, which the heap sampler needs";
 
     pub fn enabled() -> bool {
         false
     }
-    pub fn sample_bytes() -> Option<u64> {
-        None
+    pub fn start(_: u64) -> Result<(), String> {
+        Err(NO.into())
     }
-    pub fn sampling() -> Option<bool> {
-        None
+    pub fn stop() {}
+    pub fn sampling() -> bool {
+        false
     }
-    pub fn set_sampling(_: bool) -> Result<(), String> {
-        Err("memsight was built without its `heap-profile` feature".into())
-    }
-    pub fn reset(_: usize) -> Result<(), String> {
-        Err("memsight was built without its `heap-profile` feature".into())
-    }
-    pub fn dump(_: &Path) -> Result<(), String> {
-        Err("memsight was built without its `heap-profile` feature".into())
+    pub fn dump(_: &Path, _: u64) -> Result<(), String> {
+        Err(NO.into())
     }
 }
 
@@ -109,58 +79,62 @@ fn not_enabled() -> String {
     format!("heap profiling is not enabled: {HOW_TO_ENABLE}")
 }
 
-/// Whether jemalloc's heap profiler is enabled in this process (`prof:true` at start).
+/// Whether the heap sampler can run in this process (a session started it at least once).
 pub fn enabled() -> bool {
     imp::enabled()
 }
 
-/// Mean bytes between samples, when profiling is enabled.
+/// Mean bytes between samples (the rate sampling runs or would run at), when the sampler exists.
 pub fn sample_bytes() -> Option<u64> {
-    imp::sample_bytes()
+    enabled().then(|| CONFIGURED.load(Relaxed))
 }
 
 /// Whether allocations are being sampled now.
 pub fn sampling() -> Option<bool> {
-    imp::sampling()
+    enabled().then(imp::sampling)
 }
 
-/// Switches allocation sampling on or off (profiling must be enabled at start).
+/// Switches allocation sampling on (at the configured rate) or off.
 pub fn set_sampling(on: bool) -> Result<(), String> {
     if !enabled() {
         return Err(not_enabled());
     }
-    imp::set_sampling(on)
+    if on {
+        imp::start(CONFIGURED.load(Relaxed))
+    } else {
+        imp::stop();
+        Ok(())
+    }
 }
 
-/// Applies `MEMSIGHT_HEAP_SAMPLE` (`off`, or the mean bytes between samples, rounded down to a
-/// power of two) and says what is in effect: `Ok(Some(bytes))` sampling, `Ok(None)` off.
+/// The rate `MEMSIGHT_HEAP_SAMPLE` asks for (`None`: `off`), `default` when unset.
+fn rate_from_env(default: u64) -> Result<Option<u64>, String> {
+    #[cfg(feature = "jemalloc")]
+    return crate::alloc::sampling::rate_from_env(default);
+    #[cfg(not(feature = "jemalloc"))]
+    match std::env::var("MEMSIGHT_HEAP_SAMPLE") {
+        Ok(v) if v.trim() == "off" => Ok(None),
+        _ => Ok(Some(default)),
+    }
+}
+
+/// Starts the sampler as `MEMSIGHT_HEAP_SAMPLE` says (`off`: ready but not sampling; a size: the
+/// mean bytes between samples; unset: one sample per 512 KiB) and says what is in effect:
+/// `Ok(Some(bytes))` sampling, `Ok(None)` off.
 pub fn configure_from_env() -> Result<Option<u64>, String> {
-    if !enabled() {
+    let wanted = rate_from_env(CONFIGURED.load(Relaxed))?;
+    if let Some(rate) = wanted {
+        CONFIGURED.store(rate, Relaxed);
+    }
+    #[cfg(not(feature = "jemalloc"))]
+    if crate::alloc::foreign::installed() {
         return Err(not_enabled());
     }
-    match std::env::var("MEMSIGHT_HEAP_SAMPLE") {
-        Ok(v) if v.trim() == "off" => {
-            imp::set_sampling(false)?;
-            Ok(None)
-        }
-        Ok(v) => {
-            let bytes = memsight_format::units::parse_size(v.trim())
-                .ok()
-                .filter(|b| *b >= 1)
-                .ok_or_else(|| format!("MEMSIGHT_HEAP_SAMPLE={v:?} is neither `off` nor a size"))?;
-            let lg = 63 - bytes.leading_zeros() as usize;
-            if sample_bytes() != Some(1 << lg) {
-                imp::reset(lg)?;
-            }
-            imp::set_sampling(true)?;
-            Ok(sample_bytes())
-        }
-        Err(_) => Ok(if sampling() == Some(true) {
-            sample_bytes()
-        } else {
-            None
-        }),
+    imp::start(CONFIGURED.load(Relaxed))?;
+    if wanted.is_none() {
+        imp::stop();
     }
+    Ok(wanted)
 }
 
 /// Writes a heap profile to `path`, complete or not at all (written beside it, then renamed).
@@ -170,7 +144,7 @@ pub fn dump(path: &Path) -> Result<(), String> {
     }
     let tmp = memsight_format::safe_file::Pending::new(path)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    imp::dump(tmp.tmp_path())?;
+    imp::dump(tmp.tmp_path(), CONFIGURED.load(Relaxed))?;
     tmp.commit()
         .map(drop)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))

@@ -1,10 +1,10 @@
-//! Where the memory is, written from inside the job: jemalloc's sampling heap profiler (it sees
-//! Rust and C/C++ allocations alike) and the profiles a job writes (at new peaks, at step
-//! boundaries, on request, at the end). Reading them — symbolized sites, pprof, flamegraphs, growth
-//! — is `memsight_analysis::heapprof`.
+//! Where the memory is, written from inside the job: memsight's heap sampler
+//! (`crate::alloc::sampling`: Rust and C/C++ allocations alike) and the profiles a job writes (at
+//! new peaks, at step boundaries, on request, at the end). Reading them — symbolized sites, pprof,
+//! flamegraphs, growth — is `memsight_analysis::heapprof`.
 //!
-//! Profiling is enabled when the process starts with `MALLOC_CONF=prof:true` (`memsight run` does
-//! this); sampling can then be switched on and off at run time ([`set_sampling`],
+//! A session starts the sampler (one sample per 512 KiB allocated unless `MEMSIGHT_HEAP_SAMPLE`
+//! says otherwise); sampling can be switched on and off at run time ([`set_sampling`],
 //! `memsight heap sampling on|off PID`).
 
 pub mod control;

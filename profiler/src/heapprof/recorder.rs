@@ -81,7 +81,7 @@ pub(crate) fn start(
     });
     Ok(match rate {
         Some(b) => format!(
-            "jemalloc sampling every {} into {}",
+            "one allocation sampled per {} on average, profiles in {}",
             memsight_format::units::fmt_bytes(b),
             dir.display()
         ),

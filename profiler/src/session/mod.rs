@@ -5,8 +5,8 @@
 //! (no snapshot blocks on stderr), `MEMSIGHT_RING` (the flight-recorder ring's path, set by
 //! `memsight run`; `off` for none), `MEMSIGHT_PROFILE_DIR` (where heap profiles go; by default
 //! beside the report, see [`crate::heapprof::dir_for_report`]), `MEMSIGHT_HEAP_SAMPLE` (`off` or
-//! the mean bytes between heap-profile samples; `heap-profile` builds). They take precedence over the builder. Without `MEMSIGHT_RING`
-//! a session writes its ring to `ring-<pid>.bin` in the runtime directory, where `memsight attach`
+//! the mean bytes between heap samples). They take precedence over the builder. Without
+//! `MEMSIGHT_RING` a session writes its ring to `ring-<pid>.bin` in the runtime directory, where `memsight attach`
 //! finds it, and removes it when it finishes.
 
 use crate::alloc;
@@ -278,6 +278,45 @@ impl Session {
         lock(&self.shared.timeline).samples().to_vec()
     }
 
+    /// The report's heap-profile section of a session without a sidecar: symbolized here with the
+    /// `symbolize` feature; otherwise the profiles, and how to read their sites.
+    fn heap_profile_section(
+        &self,
+        dumps: Vec<heapprof::DumpRecord>,
+    ) -> Option<heapprof::HeapProfile> {
+        #[cfg(feature = "symbolize")]
+        {
+            let dir = self
+                .cfg
+                .report_path
+                .as_deref()
+                .and_then(std::path::Path::parent)
+                .map(PathBuf::from)
+                .unwrap_or_default();
+            memsight_analysis::heapprof::summarize(&dumps, &dir)
+        }
+        #[cfg(not(feature = "symbolize"))]
+        {
+            let peak = dumps
+                .iter()
+                .find(|d| d.kind == heapprof::DumpKind::Peak)
+                .or(dumps.last())
+                .map(|d| d.path.clone())
+                .unwrap_or_default();
+            Some(heapprof::HeapProfile {
+                sample_bytes: heapprof::sample_bytes().unwrap_or_default(),
+                at_peak: None,
+                growth: None,
+                dumps,
+                notes: vec![format!(
+                    "not symbolized by the job: `memsight heap top {peak}` lists its sites \
+                     (`memsight run` puts them in the report, as does memsight's `symbolize` \
+                     feature)"
+                )],
+            })
+        }
+    }
+
     /// Stops sampling, takes a last snapshot, writes the report (when a path is set) and returns it.
     pub fn finish(mut self) -> Result<Report, SessionError> {
         self.finish_inner()
@@ -337,25 +376,16 @@ impl Session {
                 device_ooms: devices::ooms(),
             })
         };
-        // Under `memsight run` the sidecar symbolizes (it outlives the job); otherwise a
-        // `heap-profile` build does it here (other builds write no profiles).
-        #[cfg(feature = "heap-profile")]
+        // Under `memsight run` the sidecar symbolizes (it outlives the job); otherwise a build
+        // with the `symbolize` feature does it here, and any other lists the profiles and says how
+        // to read them.
         let report = {
             let mut report = report;
-            if !matches!(self.cfg.ring, RingChoice::At(_)) {
-                let dir = self
-                    .cfg
-                    .report_path
-                    .as_deref()
-                    .and_then(std::path::Path::parent)
-                    .map(PathBuf::from)
-                    .unwrap_or_default();
-                report.set_heap_profile(memsight_analysis::heapprof::summarize(&dumps, &dir));
+            if !matches!(self.cfg.ring, RingChoice::At(_)) && !dumps.is_empty() {
+                report.set_heap_profile(self.heap_profile_section(dumps));
             }
             report
         };
-        #[cfg(not(feature = "heap-profile"))]
-        drop(dumps);
         *lock(&CURRENT) = None;
         flight::remove();
         ACTIVE.store(false, Ordering::SeqCst);

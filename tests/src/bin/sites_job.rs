@@ -9,30 +9,35 @@ use std::time::Duration;
 #[global_allocator]
 static ALLOC: memsight::Allocator = memsight::Allocator::new();
 
-/// Fills every page, so nothing is optimized away and the bytes are resident.
-fn filled(n: usize, byte: u8) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    for i in (0..n).step_by(4096) {
-        v[i] = byte;
-    }
-    black_box(v)
+/// A vector of `n` bytes with every page filled, so nothing is optimized away and the bytes are
+/// resident — allocated in the function that uses the macro (a site is the function whose code
+/// allocated: a helper function would be the site of all three).
+macro_rules! filled {
+    ($n:expr, $byte:expr) => {{
+        let n: usize = $n;
+        let mut v = vec![0u8; n];
+        for i in (0..n).step_by(4096) {
+            v[i] = $byte;
+        }
+        black_box(v)
+    }};
 }
 
 #[inline(never)]
 fn hold_at_peak() -> Vec<Vec<u8>> {
-    (0..50).map(|i| filled(4 << 20, i as u8)).collect()
+    (0..50).map(|i| filled!(4 << 20, i as u8)).collect()
 }
 
 #[inline(never)]
 fn leak_a_little(kept: &mut Vec<Vec<u8>>) {
     for i in 0..4 {
-        kept.push(filled(64 << 10, i));
+        kept.push(filled!(64 << 10, i));
     }
 }
 
 #[inline(never)]
 fn step_scratch() -> usize {
-    let v = filled(8 << 20, 7);
+    let v = filled!(8 << 20, 7);
     black_box(&v).len()
 }
 

@@ -28,8 +28,9 @@ fn render_sites(f: &mut Frame, area: Rect, s: &ViewerState) {
                 fmt_bytes(d.heap_bytes),
                 d.path
             ),
-            None => "No heap profile: allocation sites come from jemalloc's heap profiler in a \
-                     job built with memsight's `heap-profile` feature (see the report's sources)."
+            None => "No heap profile yet: a job linking memsight samples its heap and writes \
+                     profiles while a session runs (see the report's sources; a Python job \
+                     memsight is preloaded into has no sites yet)."
                 .into(),
         };
         f.render_widget(

@@ -1,4 +1,5 @@
-//! jemalloc's heap dump (`heap_v2` text, as written by `prof.dump`): sampled stacks with their
+//! A heap dump in jemalloc's `heap_v2` text (memsight's sampler writes it; so does jemalloc's
+//! `prof.dump`): sampled stacks with their
 //! live objects and bytes, and the process's memory map at dump time (for symbolizing later,
 //! also in another process).
 
@@ -33,7 +34,7 @@ pub struct Mapping {
 /// A parsed heap dump.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HeapDump {
-    /// Mean bytes between samples (`2^lg_prof_sample`).
+    /// Mean bytes between samples.
     pub sample_bytes: u64,
     /// Every stack with live sampled allocations.
     pub stacks: Vec<SampledStack>,

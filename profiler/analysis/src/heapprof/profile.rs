@@ -35,10 +35,25 @@ impl Stack {
     }
 
     /// The allocation site: the first frame in the user's own Rust code, else the innermost frame.
-    /// A closure is named after the function around it (`app::load::{closure#0}`).
+    /// A closure is named after the function around it (`app::load::{closure#0}`). A library's
+    /// start-up (its initialisers, run by the dynamic loader while it is loaded) is one site per
+    /// library, `(library start-up) libtorch_cpu.so`, not the user's call that loaded it.
     pub fn site(&self) -> Option<Frame> {
         let frames: Vec<&Frame> = self.frames().collect();
-        let i = frames.iter().position(|f| is_user_code(f)).unwrap_or(0);
+        let user = frames.iter().position(|f| is_user_code(f));
+        let i = user.unwrap_or(0);
+        if let Some(first) = frames.first() {
+            let before_user = &frames[..user.unwrap_or(frames.len())];
+            if before_user.iter().any(|f| is_loader(f)) {
+                return Some(Frame {
+                    function: format!("(library start-up) {}", first.module),
+                    file: None,
+                    line: None,
+                    rust: false,
+                    module: first.module.clone(),
+                });
+            }
+        }
         let mut site = (*frames.get(i)?).clone();
         if site.function.starts_with("{closure") {
             if let Some(outer) = frames[i + 1..]
@@ -218,14 +233,24 @@ fn fold<'a>(stacks: impl Iterator<Item = (&'a Stack, f64)>) -> Vec<(String, u64)
 }
 
 /// Removes the allocator's frames (jemalloc, `malloc`, Rust's allocation shims, memsight's
-/// counting wrapper) from the inner end of a stack.
+/// counting wrapper and sampler) from the inner end of a stack — frame by frame: where the
+/// allocator's code is inlined into the caller's (`alloc::alloc::alloc` inside `app::load`), the
+/// caller's frames at that address stay, so the function whose code allocated keeps its place.
 fn strip_allocator(locations: &mut Vec<Location>) {
     let last = locations
         .iter()
         .take(48)
-        .rposition(|l| l.frames.iter().any(is_allocator));
-    if let Some(i) = last {
-        locations.drain(..=i);
+        .enumerate()
+        .rev()
+        .find_map(|(i, l)| l.frames.iter().rposition(is_allocator).map(|j| (i, j)));
+    if let Some((i, j)) = last {
+        locations[i].frames.drain(..=j);
+        let keep_from = if locations[i].frames.is_empty() {
+            i + 1
+        } else {
+            i
+        };
+        locations.drain(..keep_from);
     }
 }
 
@@ -258,6 +283,21 @@ fn is_allocator(f: &Frame) -> bool {
     ];
     let name = unwrap_impl(&f.function);
     EXACT.contains(&f.function.as_str()) || PREFIX.iter().any(|p| name.starts_with(p))
+}
+
+/// Whether a frame is the dynamic loader running a library's initialisers (at `dlopen` or before
+/// `main`), or such an initialiser itself.
+fn is_loader(f: &Frame) -> bool {
+    const PREFIX: &[&str] = &[
+        "_dl_init",
+        "_dl_open",
+        "dl_open_worker",
+        "_dl_catch",
+        "call_init",
+        "_GLOBAL__sub_I",
+        "__static_initialization_and_destruction",
+    ];
+    f.module.starts_with("ld-linux") || PREFIX.iter().any(|p| f.function.starts_with(p))
 }
 
 /// memsight's crates: a frame named in one is memsight's.
@@ -385,6 +425,57 @@ mod tests {
             objects: 1.0,
         };
         assert_eq!(s.site().unwrap().function, "app::model::forward");
+    }
+
+    #[test]
+    fn a_user_frame_inlined_with_the_allocator_keeps_its_place() {
+        // `vec![…]` inlined into `app::load`: one return address carries the allocation shims and
+        // the user's function.
+        let mut locs = stack(
+            &[
+                ("memsight::alloc::sampling::alloc", true),
+                ("__rust_alloc", true),
+                ("std::rt::lang_start::{{closure}}", true),
+            ],
+            1.0,
+        )
+        .locations;
+        locs[1].frames.push(frame("alloc::alloc::alloc", true, 1));
+        locs[1].frames.push(frame("alloc::vec::from_elem", true, 2));
+        locs[1].frames.push(frame("app::load", true, 3));
+        strip_allocator(&mut locs);
+        assert_eq!(locs[0].frames[0].function, "alloc::vec::from_elem");
+        let s = Stack {
+            locations: locs,
+            bytes: 1.0,
+            objects: 1.0,
+        };
+        assert_eq!(s.site().unwrap().function, "app::load");
+    }
+
+    #[test]
+    fn a_librarys_start_up_is_one_site_of_its_own() {
+        let mut s = stack(
+            &[
+                ("c10::Dispatcher::registerImpl", false),
+                ("_GLOBAL__sub_I_RegisterCPU.cpp", false),
+                ("call_init", false),
+                ("dlopen", false),
+                ("tch::load_library", true),
+                ("app::main", true),
+            ],
+            1.0,
+        );
+        for l in &mut s.locations {
+            l.frames[0].module = "libtorch_cpu.so".into();
+        }
+        assert_eq!(
+            s.site().unwrap().function,
+            "(library start-up) libtorch_cpu.so"
+        );
+        // An allocation of the library's own, later, is the user's call.
+        let later = stack(&[("c10::alloc_cpu", false), ("app::train", true)], 1.0);
+        assert_eq!(later.site().unwrap().function, "app::train");
     }
 
     #[test]

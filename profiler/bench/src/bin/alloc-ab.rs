@@ -8,11 +8,10 @@
 //! `alloc-ab [PAIRS]` (default 400 chunk pairs per cell) prints, per workload and thread count, the
 //! median ns per alloc+free of each side, the median and interquartile range of the pair ratios.
 //!
-//! Built with `memsight/heap-profile` (`make bench` does, as `alloc-ab-prof`), both sides run on
-//! jemalloc built for heap profiling, with sampling as `MALLOC_CONF` says (memsight's default: one
-//! sample per 512 KiB): that compares memsight's profiling build with the bare profiling jemalloc.
-//! With sampling on it then prints what sampling itself costs: memsight with sampling switched off
-//! and on between alternating chunks.
+//! memsight's heap sampler runs as in a job's session (one sample per 512 KiB, or
+//! `MEMSIGHT_HEAP_SAMPLE`: a size or `off`). With sampling on it then prints what sampling itself
+//! costs: memsight with sampling switched off and on between alternating chunks, on 1 and 2
+//! threads, and the cost per sample that follows from the samples taken.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;
@@ -105,6 +104,20 @@ fn chunk<S: Side>(workload: &str, ops: usize, seed: &mut u64) -> f64 {
                     }
                 }
             }
+            "batch1000" => {
+                let l = Layout::from_size_align_unchecked(64, 8);
+                let mut held = [std::ptr::null_mut::<u8>(); 1000];
+                for _ in 0..ops / 1000 {
+                    for h in held.iter_mut() {
+                        *h = black_box(S::alloc(l));
+                    }
+                    for h in held {
+                        if !h.is_null() {
+                            S::dealloc(h, l);
+                        }
+                    }
+                }
+            }
             _ => {
                 let mut ring = [(std::ptr::null_mut::<u8>(), 0usize); 64];
                 for i in 0..ops {
@@ -187,44 +200,68 @@ fn summarize(all: &[(f64, f64)]) -> [f64; 5] {
     ]
 }
 
-/// memsight with jemalloc's sampling off (A) and on (B), switched between alternating chunks on
-/// one thread: what sampling itself costs.
-fn sampling_cell(workload: &'static str, pairs: usize) -> [f64; 5] {
+/// memsight with its heap sampling off (A) and on (B), switched between alternating chunks on
+/// `threads` threads (all in the same state at once): what sampling itself costs. Also returns the
+/// samples taken per operation while on.
+fn sampling_cell(workload: &'static str, threads: usize, pairs: usize) -> ([f64; 5], f64) {
+    use memsight::alloc::sampling;
     use memsight::heapprof::control::set_sampling;
-    let mut seed = 0x2545F4914F6CDD1D;
-    chunk::<Tracked>(workload, OPS, &mut seed);
-    let side = |on: bool, seed: &mut u64| {
-        let _ = set_sampling(on);
-        chunk::<Tracked>(workload, OPS, seed)
-    };
-    let all: Vec<(f64, f64)> = (0..pairs)
-        .map(|i| {
-            if i % 2 == 0 {
-                let off = side(false, &mut seed);
-                (off, side(true, &mut seed))
-            } else {
-                let on = side(true, &mut seed);
-                (side(false, &mut seed), on)
-            }
+    let barrier = Arc::new(Barrier::new(threads));
+    let taken = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let b = barrier.clone();
+            let taken = taken.clone();
+            std::thread::spawn(move || {
+                let mut seed = 0x2545F4914F6CDD1D ^ t as u64;
+                chunk::<Tracked>(workload, OPS, &mut seed);
+                let side = |on: bool, seed: &mut u64| {
+                    b.wait();
+                    let before = sampling::counts().0;
+                    if t == 0 {
+                        let _ = set_sampling(on);
+                    }
+                    b.wait();
+                    let ns = chunk::<Tracked>(workload, OPS, seed);
+                    b.wait();
+                    if on && t == 0 {
+                        let n = sampling::counts().0 - before;
+                        taken.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    ns
+                };
+                (0..pairs)
+                    .map(|i| {
+                        if i % 2 == 0 {
+                            let off = side(false, &mut seed);
+                            (off, side(true, &mut seed))
+                        } else {
+                            let on = side(true, &mut seed);
+                            (side(false, &mut seed), on)
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
         })
         .collect();
+    let all: Vec<(f64, f64)> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap_or_default())
+        .collect();
     let _ = set_sampling(true);
-    summarize(&all)
+    let ops = (pairs * threads * OPS) as f64;
+    (
+        summarize(&all),
+        taken.load(std::sync::atomic::Ordering::Relaxed) as f64 / ops,
+    )
 }
 
-/// Which jemalloc both sides run on.
-fn jemalloc_build() -> String {
-    use memsight::heapprof::control;
-    match (
-        control::enabled(),
-        control::sampling(),
-        control::sample_bytes(),
-    ) {
-        (false, ..) => "jemalloc: not profiling (plain build, or prof:false)".into(),
-        (true, Some(true), Some(b)) => {
-            format!("jemalloc: built for heap profiling, one sample per {b} bytes")
-        }
-        (true, ..) => "jemalloc: built for heap profiling, sampling off".into(),
+/// The heap sampler's state, started as a session starts it.
+fn sampler_state() -> String {
+    match memsight::heapprof::control::configure_from_env() {
+        Ok(Some(b)) => format!("memsight heap sampling: one sample per {b} bytes"),
+        Ok(None) => "memsight heap sampling: off (MEMSIGHT_HEAP_SAMPLE=off)".into(),
+        Err(e) => format!("memsight heap sampling: unavailable ({e})"),
     }
 }
 
@@ -237,13 +274,13 @@ fn main() {
             std::process::exit(2);
         }
     };
-    println!("{}", jemalloc_build());
+    println!("{}", sampler_state());
     println!(
         "| workload | threads | jemalloc ns | memsight ns | ratio (median of pairs) | p25–p75 |"
     );
     println!("|---|---|---|---|---|---|");
     for threads in [1, 2] {
-        for workload in ["box32", "mixed"] {
+        for workload in ["box32", "batch1000", "mixed"] {
             let [b, t, r, lo, hi] = cell::<Bare, Tracked>(workload, threads, pairs);
             println!("| {workload} | {threads} | {b:.2} | {t:.2} | {r:.3}× | {lo:.3}–{hi:.3} |");
         }
@@ -262,14 +299,24 @@ fn main() {
     }
     if memsight::heapprof::control::sampling() == Some(true) {
         println!();
+        println!("What sampling costs: memsight, sampling off and on in alternating chunks");
         println!(
-            "What sampling costs: memsight, sampling off and on in alternating chunks, 1 thread"
+            "| workload | threads | off ns | on ns | ratio (median of pairs) | p25–p75 | samples per 1000 ops | ns per sample |"
         );
-        println!("| workload | off ns | on ns | ratio (median of pairs) | p25–p75 |");
-        println!("|---|---|---|---|---|");
-        for workload in ["box32", "mixed"] {
-            let [off, on, r, lo, hi] = sampling_cell(workload, pairs);
-            println!("| {workload} | {off:.2} | {on:.2} | {r:.3}× | {lo:.3}–{hi:.3} |");
+        println!("|---|---|---|---|---|---|---|---|");
+        for threads in [1, 2] {
+            for workload in ["box32", "batch1000", "mixed"] {
+                let ([off, on, r, lo, hi], per_op) = sampling_cell(workload, threads, pairs);
+                let per_sample = if per_op > 0.0 {
+                    format!("{:.0}", (on - off) / per_op)
+                } else {
+                    "—".into()
+                };
+                println!(
+                    "| {workload} | {threads} | {off:.2} | {on:.2} | {r:.3}× | {lo:.3}–{hi:.3} | {:.2} | {per_sample} |",
+                    per_op * 1000.0
+                );
+            }
         }
     }
 }

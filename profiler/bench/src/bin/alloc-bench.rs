@@ -2,10 +2,9 @@
 //! the global allocator is per binary), takes medians and prints the ratio table.
 //!
 //! `alloc-bench [ROUNDS]` (default 7). Needs the sibling binaries `churn-*` (make bench builds them)
-//! and `heaptrack` on PATH (skipped with a note when missing). The `-prof` binaries are built with
-//! memsight's `heap-profile` feature (jemalloc `--enable-prof`): `jemalloc prof-built` and
-//! `memsight prof-built` with profiling on and sampling off, `jemalloc sampling` and `memsight
-//! sampling` with one sample per 512 KiB (what a `heap-profile` job runs with by default).
+//! and `heaptrack` on PATH (skipped with a note when missing). `memsight` is the accounting alone
+//! (heap sampling off), `memsight sampling` memsight as a job's session runs it (one sample per
+//! 512 KiB).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,8 +14,8 @@ struct Variant {
     bin: &'static str,
     heaptrack: bool,
     ops: usize,
-    /// `MALLOC_CONF` for the run, else the caller's is removed.
-    malloc_conf: Option<&'static str>,
+    /// `MEMSIGHT_HEAP_SAMPLE` for the run (memsight's heap sampler), else the caller's is removed.
+    heap_sample: Option<&'static str>,
 }
 
 fn run(dir: &Path, v: &Variant, workload: &str, threads: usize) -> Option<f64> {
@@ -38,9 +37,9 @@ fn run(dir: &Path, v: &Variant, workload: &str, threads: usize) -> Option<f64> {
         o
     } else {
         let mut c = Command::new(&bin);
-        match v.malloc_conf {
-            Some(conf) => c.env("MALLOC_CONF", conf),
-            None => c.env_remove("MALLOC_CONF"),
+        match v.heap_sample {
+            Some(rate) => c.env("MEMSIGHT_HEAP_SAMPLE", rate),
+            None => c.env_remove("MEMSIGHT_HEAP_SAMPLE"),
         };
         c.args(&args).output().ok()?
     };
@@ -87,57 +86,35 @@ fn main() {
             bin: "churn-jemalloc",
             heaptrack: false,
             ops: 2_000_000,
-            malloc_conf: None,
+            heap_sample: None,
         },
         Variant {
             name: "memsight",
             bin: "churn-memsight",
             heaptrack: false,
             ops: 2_000_000,
-            malloc_conf: None,
-        },
-        Variant {
-            name: "jemalloc prof-built",
-            bin: "churn-jemalloc-prof",
-            heaptrack: false,
-            ops: 2_000_000,
-            // What memsight's compiled-in `malloc_conf` sets, with sampling off.
-            malloc_conf: Some("prof:true,prof_active:false,lg_prof_sample:19"),
-        },
-        Variant {
-            name: "jemalloc sampling",
-            bin: "churn-jemalloc-prof",
-            heaptrack: false,
-            ops: 2_000_000,
-            malloc_conf: Some("prof:true,prof_active:true,lg_prof_sample:19"),
-        },
-        Variant {
-            name: "memsight prof-built",
-            bin: "churn-memsight-prof",
-            heaptrack: false,
-            ops: 2_000_000,
-            malloc_conf: Some("prof_active:false"),
+            heap_sample: Some("off"),
         },
         Variant {
             name: "memsight sampling",
-            bin: "churn-memsight-prof",
+            bin: "churn-memsight",
             heaptrack: false,
             ops: 2_000_000,
-            malloc_conf: None,
+            heap_sample: Some("512KiB"),
         },
         Variant {
             name: "glibc",
             bin: "churn-system",
             heaptrack: false,
             ops: 2_000_000,
-            malloc_conf: None,
+            heap_sample: None,
         },
         Variant {
             name: "dhat-rs",
             bin: "churn-dhat",
             heaptrack: false,
             ops: 200_000,
-            malloc_conf: None,
+            heap_sample: None,
         },
     ];
     if have_heaptrack {
@@ -146,7 +123,7 @@ fn main() {
             bin: "churn-system",
             heaptrack: true,
             ops: 200_000,
-            malloc_conf: None,
+            heap_sample: None,
         });
     } else {
         eprintln!("heaptrack not found on PATH: its column is skipped (Debian: apt-get install heaptrack)");
@@ -191,12 +168,7 @@ fn main() {
         for (vi, v) in variants.iter().enumerate() {
             // The allocator underneath each variant.
             let base = match v.name {
-                "memsight"
-                | "memsight prof-built"
-                | "memsight sampling"
-                | "jemalloc prof-built"
-                | "jemalloc sampling"
-                | "glibc" => idx("jemalloc"),
+                "memsight" | "memsight sampling" | "glibc" => idx("jemalloc"),
                 "heaptrack" | "dhat-rs" => idx("glibc"),
                 _ => None,
             };

@@ -1,0 +1,250 @@
+//! Where sampled allocations live: a jemalloc arena of their own whose memory comes from one
+//! address range reserved for it, so that a free recognises a sampled pointer with one compare
+//! ([`contains`]) and no lookup.
+//!
+//! The arena's extent hooks hand jemalloc pieces of the range, each mapped when jemalloc asks for
+//! it (`MAP_FIXED_NOREPLACE` at the range's next address); jemalloc then manages them as it does
+//! any memory — reuse, splitting, merging, purging (`madvise`) — so a sampled block costs what a
+//! jemalloc block costs, and jemalloc's per-thread counters count it like every other (the process
+//! heap stays exact). Sampled blocks are allocated and freed without the thread cache, so no
+//! sampled block is ever handed to an unsampled allocation.
+//!
+//! Nothing is reserved up front: the range (1 TiB of addresses) starts at a fixed address far
+//! below where the kernel places mappings and programs (64 TiB, or lower when that is taken), and
+//! only what jemalloc asked for is mapped — so the process's address-space size and an
+//! `RLIMIT_AS` see sampled blocks as they see any other. Were something else mapped at the next
+//! address, or the range full, allocations that would have been sampled are served as usual and
+//! counted as lost samples ([`crate::alloc::sampling`]). A pointer of something else mapped inside
+//! the range is still a jemalloc block: freeing it as a sampled one frees it correctly.
+
+use std::ffi::{c_uint, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use tikv_jemalloc_sys as je;
+
+/// First address of the range (0 until reserved).
+static BASE: AtomicUsize = AtomicUsize::new(0);
+/// Length of the range (0 until reserved: [`contains`] is then false for every pointer).
+static LEN: AtomicUsize = AtomicUsize::new(0);
+/// The range's length, which the extent hooks carve (set before the arena is created; [`LEN`] is
+/// published only once the arena is usable).
+static RESERVED: AtomicUsize = AtomicUsize::new(0);
+/// Bytes of the range handed to jemalloc so far.
+static USED: AtomicUsize = AtomicUsize::new(0);
+/// The arena's `mallocx` flags (arena index, no thread cache); 0 until created.
+static FLAGS: AtomicUsize = AtomicUsize::new(0);
+
+/// The range's length.
+const RANGE: usize = 1 << 40;
+/// Where the range may start: far below the kernel's mappings (top-down from below the stack,
+/// 128 TiB) and the program and its `brk` heap (from 85 TiB for position-independent programs).
+const CANDIDATES: [usize; 3] = [64 << 40, 48 << 40, 32 << 40];
+
+/// Whether `p` is a sampled block: inside the range. One subtraction and one compare.
+#[inline(always)]
+pub(crate) fn contains(p: *const u8) -> bool {
+    (p as usize).wrapping_sub(BASE.load(Relaxed)) < LEN.load(Relaxed)
+}
+
+/// Whether the arena exists.
+pub(crate) fn ready() -> bool {
+    FLAGS.load(Relaxed) != 0
+}
+
+/// Picks the range and creates the arena (once; not on an allocation path: `arenas.create`
+/// takes jemalloc's locks). `Err` says why there is none.
+pub(crate) fn create() -> Result<(), String> {
+    if ready() {
+        return Ok(());
+    }
+    let base = CANDIDATES
+        .into_iter()
+        .find(|&at| unmapped(at))
+        .ok_or("no free address range for sampled blocks")?;
+    BASE.store(base, Relaxed);
+    RESERVED.store(RANGE, Relaxed);
+    let mut arena: c_uint = 0;
+    let mut len_out = std::mem::size_of::<c_uint>();
+    let mut hooks: *mut je::extent_hooks_t = (&raw const HOOKS).cast_mut();
+    // SAFETY: `arenas.create` writes an unsigned arena index and takes an extent-hooks pointer,
+    // which points at a static that outlives the process.
+    let rc = unsafe {
+        je::mallctl(
+            c"arenas.create".as_ptr(),
+            (&raw mut arena).cast(),
+            &mut len_out,
+            (&raw mut hooks).cast(),
+            std::mem::size_of::<*mut je::extent_hooks_t>(),
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "jemalloc could not create the sampled arena (error {rc})"
+        ));
+    }
+    LEN.store(RANGE, Relaxed);
+    FLAGS.store(
+        (je::MALLOCX_ARENA(arena as usize) | je::MALLOCX_TCACHE_NONE) as usize,
+        Relaxed,
+    );
+    Ok(())
+}
+
+/// Whether nothing is mapped at `at` (one page mapped there and unmapped again).
+fn unmapped(at: usize) -> bool {
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the probe page is unmapped
+    // before anything can use it.
+    unsafe {
+        let p = libc::mmap(
+            at as *mut c_void,
+            4096,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return false;
+        }
+        libc::munmap(p, 4096);
+        p as usize == at
+    }
+}
+
+/// Allocates a sampled block of `size` bytes aligned to `align` (zeroed when `zero`); null when
+/// the arena is missing or full.
+///
+/// # Safety
+/// `align` is a power of two.
+#[inline]
+pub(crate) unsafe fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
+    let flags = FLAGS.load(Relaxed) as i32;
+    if flags == 0 {
+        return std::ptr::null_mut();
+    }
+    let mut flags = flags | je::MALLOCX_ALIGN(align.max(1));
+    if zero {
+        flags |= je::MALLOCX_ZERO;
+    }
+    je::mallocx(size.max(1), flags).cast()
+}
+
+/// Frees a sampled block.
+///
+/// # Safety
+/// `p` came from [`alloc`] and is freed once.
+#[inline]
+pub(crate) unsafe fn free(p: *mut u8) {
+    je::dallocx(p.cast(), je::MALLOCX_TCACHE_NONE);
+}
+
+/// The usable size of a sampled block.
+///
+/// # Safety
+/// `p` is a live block from [`alloc`].
+pub(crate) unsafe fn usable(p: *mut u8) -> usize {
+    je::malloc_usable_size(p.cast())
+}
+
+/// The arena's extent hooks: pieces of the range; splitting and merging always succeed (the pieces
+/// are contiguous anonymous memory); purging is `madvise(MADV_DONTNEED)`; deallocation, decommit
+/// and lazy purging are declined (jemalloc retains the addresses, as it does by default on 64-bit
+/// Linux, and keeps them committed, so it never asks to commit them again).
+static HOOKS: je::extent_hooks_t = je::extent_hooks_t {
+    alloc: Some(extent_alloc),
+    dalloc: None,
+    destroy: None,
+    commit: None,
+    decommit: None,
+    purge_lazy: None,
+    purge_forced: Some(extent_purge_forced),
+    split: Some(extent_split),
+    merge: Some(extent_merge),
+};
+
+unsafe extern "C" fn extent_alloc(
+    _: *mut je::extent_hooks_t,
+    new_addr: *mut c_void,
+    size: usize,
+    alignment: usize,
+    zero: *mut bool,
+    commit: *mut bool,
+    _: c_uint,
+) -> *mut c_void {
+    let base = BASE.load(Relaxed);
+    let len = RESERVED.load(Relaxed);
+    let mut used = USED.load(Relaxed);
+    loop {
+        let start = (base + used).next_multiple_of(alignment.max(1));
+        if !new_addr.is_null() && new_addr as usize != start {
+            return std::ptr::null_mut();
+        }
+        let end = match start.checked_add(size) {
+            Some(e) if e <= base + len => e,
+            _ => return std::ptr::null_mut(),
+        };
+        match USED.compare_exchange_weak(used, end - base, Relaxed, Relaxed) {
+            Ok(_) => {
+                let p = libc::mmap(
+                    start as *mut c_void,
+                    size,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                    -1,
+                    0,
+                );
+                if p == libc::MAP_FAILED {
+                    return std::ptr::null_mut();
+                }
+                if p as usize != start {
+                    // A kernel without MAP_FIXED_NOREPLACE took the address as a hint.
+                    libc::munmap(p, size);
+                    return std::ptr::null_mut();
+                }
+                // Fresh anonymous pages: zeroed and committed.
+                *zero = true;
+                *commit = true;
+                return p;
+            }
+            Err(now) => used = now,
+        }
+    }
+}
+
+unsafe extern "C" fn extent_purge_forced(
+    _: *mut je::extent_hooks_t,
+    addr: *mut c_void,
+    _size: usize,
+    offset: usize,
+    length: usize,
+    _: c_uint,
+) -> bool {
+    libc::madvise(
+        (addr as usize + offset) as *mut c_void,
+        length,
+        libc::MADV_DONTNEED,
+    ) != 0
+}
+
+unsafe extern "C" fn extent_split(
+    _: *mut je::extent_hooks_t,
+    _: *mut c_void,
+    _: usize,
+    _: usize,
+    _: usize,
+    _: bool,
+    _: c_uint,
+) -> bool {
+    false
+}
+
+unsafe extern "C" fn extent_merge(
+    _: *mut je::extent_hooks_t,
+    _: *mut c_void,
+    _: usize,
+    _: *mut c_void,
+    _: usize,
+    _: bool,
+    _: c_uint,
+) -> bool {
+    false
+}

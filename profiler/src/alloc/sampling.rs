@@ -1,0 +1,386 @@
+//! memsight's heap sampler: one allocation per `rate` bytes on average, chosen where each thread's
+//! byte counters pass a sample point, with its call stack — the allocation sites of heap profiles,
+//! for Rust and C/C++ allocations alike, in every build with the `jemalloc` feature.
+//!
+//! As Go's runtime and tcmalloc do: a thread's allocated bytes form a stream; sample points sit at
+//! exponentially distributed distances (mean `rate`) along it, and the allocation that crosses
+//! one is sampled. An allocation of `s` bytes is then sampled with probability `1 − e^(−s/rate)`,
+//! which a reader divides out (jeprof's correction, `memsight_analysis::heapprof::dump`). Each
+//! thread has two streams: Rust's allocations (the counters' requested bytes, whose fast-path mark
+//! is lowered to the next point, so the check costs nothing more there) and C's (`malloc` family,
+//! one more compare on its fast path).
+//!
+//! A sampled block is served by the sampled arena ([`super::sample_heap`]), whose address range
+//! tells a free of a sampled block with one compare; its stack is taken with libgcc's
+//! `_Unwind_Backtrace` and kept in [`super::sample_table`]. The profile is written in jemalloc's
+//! `heap_v2` text format, so every reader of heap profiles (sites, growth, flamegraphs, pprof)
+//! reads it unchanged.
+
+use super::counters::{self, Local};
+use super::{sample_heap, sample_table};
+use std::ffi::{c_int, c_void};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+/// The default mean bytes between samples (Go's runtime samples at the same rate).
+pub const DEFAULT_RATE: u64 = 512 * 1024;
+
+/// Mean bytes between samples; 0: sampling off.
+static RATE: AtomicU64 = AtomicU64::new(0);
+/// Bumped at every change of [`RATE`]: a thread re-arms when its generation differs.
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+/// Samples taken since the start.
+static TAKEN: AtomicU64 = AtomicU64::new(0);
+/// Allocations that were due a sample but were served unsampled (the sampled arena was full).
+static LOST: AtomicU64 = AtomicU64::new(0);
+/// Seeds the threads' random streams apart.
+static SEED: AtomicU64 = AtomicU64::new(0x2545_F491_4F6C_DD1D);
+
+/// One thread's sample points (inside its `counters::Local`).
+pub(crate) struct Points {
+    /// The Rust stream's next sample point, in the thread's cumulative allocated bytes (0: not
+    /// armed; `u64::MAX`: off).
+    rust_at: AtomicU64,
+    /// Bytes this thread requested through the `malloc` family.
+    pub(crate) c_bytes: AtomicU64,
+    /// The C stream's next sample point in `c_bytes` (0: not armed; `u64::MAX`: off).
+    pub(crate) c_at: AtomicU64,
+    /// The [`GENERATION`] these points were armed for.
+    generation: AtomicU64,
+    /// The thread's random state (xorshift64*).
+    rng: AtomicU64,
+    /// Set while this thread is inside the sampler: its nested allocations are not sampled.
+    busy: AtomicBool,
+}
+
+impl Points {
+    pub(crate) const fn new() -> Self {
+        Points {
+            rust_at: AtomicU64::new(0),
+            c_bytes: AtomicU64::new(0),
+            c_at: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
+            rng: AtomicU64::new(0),
+            busy: AtomicBool::new(false),
+        }
+    }
+
+    /// A distance to the next sample point: exponential with mean `rate` (at least 1 byte).
+    fn draw(&self, rate: u64) -> u64 {
+        let mut x = self.rng.load(Relaxed);
+        if x == 0 {
+            x = SEED.fetch_add(0x9E37_79B9_7F4A_7C15, Relaxed) ^ (self as *const _ as u64);
+            x |= 1;
+        }
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.store(x, Relaxed);
+        let bits = x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
+        // Uniform in (0, 1].
+        let u = (bits as f64 + 1.0) / (1u64 << 53) as f64;
+        ((-u.ln() * rate as f64) as u64).max(1)
+    }
+
+    /// Re-arms both streams when the rate changed since they were armed.
+    fn rearm_if_stale(&self, rust_bytes: u64) {
+        let g = GENERATION.load(Relaxed);
+        if self.generation.load(Relaxed) == g {
+            return;
+        }
+        self.generation.store(g, Relaxed);
+        let rate = RATE.load(Relaxed);
+        if rate == 0 {
+            self.rust_at.store(u64::MAX, Relaxed);
+            self.c_at.store(u64::MAX, Relaxed);
+        } else {
+            self.rust_at
+                .store(rust_bytes.saturating_add(self.draw(rate)), Relaxed);
+            let c = self.c_bytes.load(Relaxed);
+            self.c_at.store(c.saturating_add(self.draw(rate)), Relaxed);
+        }
+    }
+
+    /// The Rust stream's next point (for the counters' fast-path mark), re-armed when stale.
+    pub(crate) fn rust_point(&self, rust_bytes: u64) -> u64 {
+        self.rearm_if_stale(rust_bytes);
+        self.rust_at.load(Relaxed)
+    }
+
+    /// Whether an allocation growing the Rust stream from `before` by `size` bytes is due a sample;
+    /// re-arms past it when it is.
+    fn rust_due(&self, before: u64, size: usize) -> bool {
+        self.rearm_if_stale(before);
+        let after = before.saturating_add(size as u64);
+        if self.busy.load(Relaxed) || after < self.rust_at.load(Relaxed) {
+            return false;
+        }
+        let rate = RATE.load(Relaxed);
+        self.rust_at
+            .store(after.saturating_add(self.draw(rate)), Relaxed);
+        rate != 0
+    }
+
+    /// Adds a C call's `size` bytes to the C stream; whether it is due a sample (re-armed past it).
+    fn c_due(&self, size: usize, rust_bytes: u64) -> bool {
+        let after = self.c_bytes.load(Relaxed).wrapping_add(size as u64);
+        self.c_bytes.store(after, Relaxed);
+        self.rearm_if_stale(rust_bytes);
+        if self.busy.load(Relaxed) || after < self.c_at.load(Relaxed) {
+            return false;
+        }
+        let rate = RATE.load(Relaxed);
+        self.c_at
+            .store(after.saturating_add(self.draw(rate)), Relaxed);
+        rate != 0
+    }
+}
+
+/// Whether a Rust allocation of `size` bytes on this thread is due a sample (its stream then
+/// re-armed past it). Called on the allocator's slow path only, before the allocation.
+#[inline]
+pub(crate) fn rust_due(size: usize) -> bool {
+    counters::with_local_or(false, |l: &Local| {
+        l.sample
+            .rust_due(l.counts.bytes_allocated.load(Relaxed), size)
+    })
+}
+
+/// Whether a C call of `size` bytes that missed its fast path is due a sample (counted into the
+/// C stream either way).
+#[inline]
+pub(crate) fn c_due(size: usize) -> bool {
+    counters::with_local_or(false, |l: &Local| {
+        l.sample.c_due(size, l.counts.bytes_allocated.load(Relaxed))
+    })
+}
+
+/// Allocates a sampled block and records it with the caller's stack; null when the sampled arena
+/// is full or missing (the caller then allocates as usual).
+///
+/// # Safety
+/// `align` is a power of two.
+#[cold]
+#[inline(never)]
+pub(crate) unsafe fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
+    let _busy = Busy::enter();
+    let p = sample_heap::alloc(size, align, zero);
+    if p.is_null() {
+        LOST.fetch_add(1, Relaxed);
+        return p;
+    }
+    let mut stack = Stack::new();
+    stack.capture();
+    sample_table::insert(p as usize, size, stack.frames());
+    TAKEN.fetch_add(1, Relaxed);
+    p
+}
+
+/// Frees a sampled block (one that [`sample_heap::contains`]) and drops its record.
+///
+/// # Safety
+/// `p` is a live sampled block, freed once.
+#[cold]
+#[inline(never)]
+pub(crate) unsafe fn free(p: *mut u8) {
+    sample_table::remove(p as usize);
+    sample_heap::free(p);
+}
+
+/// Reallocates a sampled block of `old` requested bytes to `new` bytes aligned to `align`: a new
+/// sampled block that keeps the record's stack (the block was sampled when allocated: it stays so
+/// while it lives). Null when the sampled arena is full: the caller then moves the block out.
+///
+/// # Safety
+/// `p` is a live sampled block of at least `old` bytes; `align` is a power of two.
+#[cold]
+#[inline(never)]
+pub(crate) unsafe fn realloc(p: *mut u8, old: usize, new: usize, align: usize) -> *mut u8 {
+    let q = sample_heap::alloc(new, align, false);
+    if q.is_null() {
+        return q;
+    }
+    std::ptr::copy_nonoverlapping(p, q, old.min(new));
+    sample_table::moved(p as usize, q as usize, new);
+    sample_heap::free(p);
+    q
+}
+
+/// The usable size of a sampled block.
+///
+/// # Safety
+/// `p` is a live sampled block.
+pub(crate) unsafe fn usable(p: *mut u8) -> usize {
+    sample_heap::usable(p)
+}
+
+/// Marks this thread as inside the sampler while it lives.
+struct Busy;
+
+impl Busy {
+    fn enter() -> Busy {
+        counters::with_local(|l| l.sample.busy.store(true, Relaxed));
+        Busy
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        counters::with_local(|l| l.sample.busy.store(false, Relaxed));
+    }
+}
+
+/// A captured call stack (return addresses, innermost first), on the caller's stack.
+struct Stack {
+    frames: [usize; sample_table::MAX_FRAMES],
+    len: usize,
+}
+
+extern "C" {
+    fn _Unwind_Backtrace(
+        trace: extern "C" fn(*mut c_void, *mut c_void) -> c_int,
+        arg: *mut c_void,
+    ) -> c_int;
+    fn _Unwind_GetIP(ctx: *mut c_void) -> usize;
+}
+
+/// `_URC_NO_REASON`: go on.
+const UNWIND_CONTINUE: c_int = 0;
+/// `_URC_END_OF_STACK`: stop.
+const UNWIND_STOP: c_int = 5;
+
+extern "C" fn one_frame(ctx: *mut c_void, arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the `Stack` that `capture` passed; `ctx` is libgcc's frame context.
+    let s = unsafe { &mut *arg.cast::<Stack>() };
+    let ip = unsafe { _Unwind_GetIP(ctx) };
+    if ip == 0 || s.len == s.frames.len() {
+        return UNWIND_STOP;
+    }
+    s.frames[s.len] = ip;
+    s.len += 1;
+    UNWIND_CONTINUE
+}
+
+impl Stack {
+    fn new() -> Self {
+        Stack {
+            frames: [0; sample_table::MAX_FRAMES],
+            len: 0,
+        }
+    }
+
+    /// Walks this thread's stack with libgcc's unwinder (the program's unwind tables: Rust's, C's
+    /// and C++'s frames alike, with or without frame pointers).
+    #[inline(never)]
+    fn capture(&mut self) {
+        // SAFETY: `one_frame` only writes into `self`, which outlives the walk.
+        unsafe { _Unwind_Backtrace(one_frame, (self as *mut Stack).cast()) };
+    }
+
+    fn frames(&self) -> &[usize] {
+        &self.frames[..self.len]
+    }
+}
+
+/// Starts sampling when the program loads (before `main`, after the shared libraries' own
+/// initialisers), as `MEMSIGHT_HEAP_SAMPLE` says (default one sample per 512 KiB): allocations
+/// made before a session starts have their sites too.
+#[used]
+#[link_section = ".init_array"]
+static START_AT_LOAD: extern "C" fn() = start_at_load;
+
+extern "C" fn start_at_load() {
+    if let Ok(Some(rate)) = rate_from_env(DEFAULT_RATE) {
+        let _ = enable(rate);
+    }
+}
+
+/// The rate `MEMSIGHT_HEAP_SAMPLE` asks for: `Some(bytes)`, `None` for `off`, `default` when it
+/// is unset; `Err` for anything else.
+pub fn rate_from_env(default: u64) -> Result<Option<u64>, String> {
+    match std::env::var("MEMSIGHT_HEAP_SAMPLE") {
+        Ok(v) if v.trim() == "off" => Ok(None),
+        Ok(v) => memsight_format::units::parse_size(v.trim())
+            .ok()
+            .filter(|b| *b >= 1)
+            .map(Some)
+            .ok_or_else(|| format!("MEMSIGHT_HEAP_SAMPLE={v:?} is neither `off` nor a size")),
+        Err(_) => Ok(Some(default)),
+    }
+}
+
+/// Whether the sampler can run in this process (the sampled arena and tables exist).
+pub fn available() -> bool {
+    sample_heap::ready()
+}
+
+/// Starts sampling one allocation per `rate` bytes on average (creating the sampled arena and
+/// tables on first use); `Err` says why the sampler cannot run.
+pub fn enable(rate: u64) -> Result<(), String> {
+    sample_table::init()?;
+    sample_heap::create()?;
+    RATE.store(rate.max(1), Relaxed);
+    GENERATION.fetch_add(1, Relaxed);
+    Ok(())
+}
+
+/// Stops sampling (live sampled blocks stay recorded until they are freed).
+pub fn disable() {
+    RATE.store(0, Relaxed);
+    GENERATION.fetch_add(1, Relaxed);
+}
+
+/// Mean bytes between samples now; `None` while sampling is off.
+pub fn rate() -> Option<u64> {
+    match RATE.load(Relaxed) {
+        0 => None,
+        r => Some(r),
+    }
+}
+
+/// The sampler's counts: samples taken, samples lost to a full arena or table, live samples.
+pub fn counts() -> (u64, u64, usize) {
+    (
+        TAKEN.load(Relaxed),
+        LOST.load(Relaxed) + sample_table::DROPPED.load(Relaxed),
+        sample_table::live_count(),
+    )
+}
+
+/// The live sampled blocks as a heap profile in jemalloc's `heap_v2` text (per stack: sampled
+/// objects and requested bytes), followed by this process's memory map.
+pub fn profile_text(rate: u64) -> String {
+    let mut blocks = Vec::new();
+    sample_table::live_blocks(&mut blocks);
+    blocks.sort_unstable_by_key(|&(stack, _)| stack);
+    let mut per_stack: Vec<(u32, u64, u64)> = Vec::new();
+    for (stack, size) in blocks {
+        match per_stack.last_mut() {
+            Some((s, n, b)) if *s == stack => {
+                *n += 1;
+                *b += size as u64;
+            }
+            _ => per_stack.push((stack, 1, size as u64)),
+        }
+    }
+    let objects: u64 = per_stack.iter().map(|s| s.1).sum();
+    let bytes: u64 = per_stack.iter().map(|s| s.2).sum();
+    let mut out = format!("heap_v2/{rate}\n  t*: {objects}: {bytes} [0: 0]\n");
+    for (stack, n, b) in per_stack {
+        out.push('@');
+        let frames = sample_table::frames_of(stack);
+        if frames.is_empty() {
+            // A sample whose stack did not fit: one unknown frame keeps its bytes in the total.
+            out.push_str(" 0x0");
+        }
+        for f in frames {
+            let _ = write!(out, " {f:#x}");
+        }
+        let _ = write!(out, "\n  t*: {n}: {b} [0: 0]\n");
+    }
+    out.push_str("\nMAPPED_LIBRARIES:\n");
+    if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
+        out.push_str(&maps);
+    }
+    out
+}
