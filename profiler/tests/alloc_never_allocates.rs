@@ -47,7 +47,7 @@ fn tracking_adds_no_allocation_of_its_own() {
         // First use on a new thread claims a slot; that must not allocate either.
         let t = std::thread::spawn(|| {
             let (a0, f0) = inner();
-            let taken0 = memsight::alloc::sampling::counts().0;
+            let taken0 = memsight::alloc::sampling::counts().taken;
             let s0 = memsight::stats();
             for i in 0..10_000u32 {
                 let b = black_box(Box::new(i));
@@ -57,7 +57,7 @@ fn tracking_adds_no_allocation_of_its_own() {
             drop(big);
             let s1 = memsight::stats();
             let (a1, f1) = inner();
-            let sampled = memsight::alloc::sampling::counts().0 - taken0;
+            let sampled = memsight::alloc::sampling::counts().taken - taken0;
             (
                 a1 - a0 + sampled,
                 f1 - f0 + sampled,

@@ -22,6 +22,10 @@ mod sample_heap;
 mod sample_table;
 #[cfg(feature = "jemalloc")]
 pub mod sampling;
+#[cfg(feature = "jemalloc")]
+mod spin;
+#[cfg(feature = "jemalloc")]
+mod unwind;
 
 use std::alloc::{GlobalAlloc, Layout};
 

@@ -6,8 +6,9 @@
 //! it (`MAP_FIXED_NOREPLACE` at the range's next address); jemalloc then manages them as it does
 //! any memory — reuse, splitting, merging, purging (`madvise`) — so a sampled block costs what a
 //! jemalloc block costs, and jemalloc's per-thread counters count it like every other (the process
-//! heap stays exact). Sampled blocks are allocated and freed without the thread cache, so no
-//! sampled block is ever handed to an unsampled allocation.
+//! heap stays exact). Sampled blocks are allocated and freed through a thread cache of their own
+//! (jemalloc's explicit `tcache.create`, shared by all threads under a spin lock), never the
+//! threads' caches, so no sampled block is ever handed to an unsampled allocation.
 //!
 //! Nothing is reserved up front: the range (1 TiB of addresses) starts at a fixed address far
 //! below where the kernel places mappings and programs (64 TiB, or lower when that is taken), and
@@ -17,6 +18,7 @@
 //! counted as lost samples ([`crate::alloc::sampling`]). A pointer of something else mapped inside
 //! the range is still a jemalloc block: freeing it as a sampled one frees it correctly.
 
+use super::spin::SpinLock;
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use tikv_jemalloc_sys as je;
@@ -81,9 +83,26 @@ pub(crate) fn create() -> Result<(), String> {
             "jemalloc could not create the sampled arena (error {rc})"
         ));
     }
+    let mut tcache: c_uint = 0;
+    let mut len_out = std::mem::size_of::<c_uint>();
+    // SAFETY: `tcache.create` writes an unsigned cache index.
+    let rc = unsafe {
+        je::mallctl(
+            c"tcache.create".as_ptr(),
+            (&raw mut tcache).cast(),
+            &mut len_out,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "jemalloc could not create the sampled blocks' cache (error {rc})"
+        ));
+    }
     LEN.store(RANGE, Relaxed);
     FLAGS.store(
-        (je::MALLOCX_ARENA(arena as usize) | je::MALLOCX_TCACHE_NONE) as usize,
+        (je::MALLOCX_ARENA(arena as usize) | je::MALLOCX_TCACHE(tcache as usize)) as usize,
         Relaxed,
     );
     Ok(())
@@ -125,6 +144,7 @@ pub(crate) unsafe fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
     if zero {
         flags |= je::MALLOCX_ZERO;
     }
+    let _g = CACHE_LOCK.lock();
     je::mallocx(size.max(1), flags).cast()
 }
 
@@ -134,8 +154,25 @@ pub(crate) unsafe fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
 /// `p` came from [`alloc`] and is freed once.
 #[inline]
 pub(crate) unsafe fn free(p: *mut u8) {
-    je::dallocx(p.cast(), je::MALLOCX_TCACHE_NONE);
+    // The arena's own cache when it exists (a block of the range freed before it did, none).
+    let flags = FLAGS.load(Relaxed) as i32 & !ARENA_BITS;
+    let _g = CACHE_LOCK.lock();
+    je::dallocx(
+        p.cast(),
+        if flags == 0 {
+            je::MALLOCX_TCACHE_NONE
+        } else {
+            flags
+        },
+    );
 }
+
+/// The arena-index bits of `mallocx` flags (a free takes its arena from the block).
+const ARENA_BITS: i32 = !((1 << 20) - 1);
+
+/// The sampled blocks' cache is jemalloc's explicit thread cache, shared by every thread: one
+/// thread at a time uses it (this lock around each call; sampled calls are rare).
+pub(crate) static CACHE_LOCK: SpinLock = SpinLock::new();
 
 /// The usable size of a sampled block.
 ///

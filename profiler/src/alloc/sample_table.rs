@@ -8,7 +8,8 @@
 //! backward-shift deletion (no tombstones); stacks are appended and never removed, so a reader may
 //! use any stack below the published count without the lock.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use super::spin::SpinLock;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// The deepest stack kept (innermost frames first).
 pub(crate) const MAX_FRAMES: usize = 64;
@@ -50,7 +51,8 @@ struct Tables {
 }
 
 static TABLES: AtomicPtr<Tables> = AtomicPtr::new(std::ptr::null_mut());
-static LOCK: AtomicBool = AtomicBool::new(false);
+/// Guards both tables.
+pub(crate) static LOCK: SpinLock = SpinLock::new();
 /// Stacks stored (readable without the lock below this count).
 static STACK_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Frames stored.
@@ -101,34 +103,6 @@ pub(crate) fn init() -> Result<(), String> {
     Ok(())
 }
 
-/// Holds the spin lock.
-struct Guard;
-
-impl Guard {
-    fn take() -> Guard {
-        let mut spins = 0u32;
-        while LOCK
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                // SAFETY: no preconditions.
-                unsafe { libc::sched_yield() };
-            }
-        }
-        Guard
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        LOCK.store(false, Ordering::Release);
-    }
-}
-
 fn tables() -> Option<&'static Tables> {
     // SAFETY: set once by `init`, never unmapped.
     unsafe { TABLES.load(Ordering::Acquire).as_ref() }
@@ -149,7 +123,7 @@ fn hash_frames(frames: &[usize]) -> u64 {
 /// the table is full (or was never mapped).
 pub(crate) fn insert(ptr: usize, size: usize, frames: &[usize]) -> bool {
     let Some(t) = tables() else { return false };
-    let _g = Guard::take();
+    let _g = LOCK.lock();
     let mask = (1usize << LIVE_BITS) - 1;
     if LIVE_COUNT.load(Ordering::Relaxed) >= mask / 4 * 3 {
         DROPPED.fetch_add(1, Ordering::Relaxed);
@@ -167,7 +141,7 @@ pub(crate) fn moved(old: usize, new: usize, size: usize) -> bool {
         return false;
     };
     let Some(t) = tables() else { return false };
-    let _g = Guard::take();
+    let _g = LOCK.lock();
     put(t, new, size, stack);
     true
 }
@@ -195,7 +169,7 @@ fn put(t: &Tables, ptr: usize, size: usize, stack: u32) {
 /// Removes the record of `ptr`: its (requested size, stack).
 fn remove_record(ptr: usize) -> Option<(usize, u32)> {
     let t = tables()?;
-    let _g = Guard::take();
+    let _g = LOCK.lock();
     let mask = (1usize << LIVE_BITS) - 1;
     let mut i = slot_of(ptr);
     // SAFETY: as in `put`.
@@ -320,7 +294,7 @@ pub(crate) fn live_blocks(out: &mut Vec<(u32, usize)>) {
         if out.capacity() < want {
             out.reserve(want - out.len());
         }
-        let _g = Guard::take();
+        let _g = LOCK.lock();
         if live_count() > out.capacity() {
             continue;
         }

@@ -17,10 +17,10 @@
 //! reads it unchanged.
 
 use super::counters::{self, Local};
-use super::{sample_heap, sample_table};
+use super::{sample_heap, sample_table, unwind};
 use std::ffi::{c_int, c_void};
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// The default mean bytes between samples (Go's runtime samples at the same rate).
 pub const DEFAULT_RATE: u64 = 512 * 1024;
@@ -33,6 +33,8 @@ static GENERATION: AtomicU64 = AtomicU64::new(1);
 static TAKEN: AtomicU64 = AtomicU64::new(0);
 /// Allocations that were due a sample but were served unsampled (the sampled arena was full).
 static LOST: AtomicU64 = AtomicU64::new(0);
+/// Samples whose stack the caching walker could not take (libgcc's unwinder did).
+static SLOW_WALKS: AtomicU64 = AtomicU64::new(0);
 /// Seeds the threads' random streams apart.
 static SEED: AtomicU64 = AtomicU64::new(0x2545_F491_4F6C_DD1D);
 
@@ -51,6 +53,9 @@ pub(crate) struct Points {
     rng: AtomicU64,
     /// Set while this thread is inside the sampler: its nested allocations are not sampled.
     busy: AtomicBool,
+    /// The top of this thread's stack, for the stack walker (0: not looked up yet; `usize::MAX`:
+    /// unknown, libgcc's unwinder walks).
+    stack_top: AtomicUsize,
 }
 
 impl Points {
@@ -62,6 +67,7 @@ impl Points {
             generation: AtomicU64::new(0),
             rng: AtomicU64::new(0),
             busy: AtomicBool::new(false),
+            stack_top: AtomicUsize::new(0),
         }
     }
 
@@ -244,6 +250,10 @@ extern "C" {
     fn _Unwind_GetIP(ctx: *mut c_void) -> usize;
 }
 
+/// A walk shorter than this is taken again with libgcc's unwinder (it cannot have reached the
+/// program's code through the allocator's and the sampler's own frames).
+const MIN_WALK: usize = 8;
+
 /// `_URC_NO_REASON`: go on.
 const UNWIND_CONTINUE: c_int = 0;
 /// `_URC_END_OF_STACK`: stop.
@@ -269,12 +279,32 @@ impl Stack {
         }
     }
 
-    /// Walks this thread's stack with libgcc's unwinder (the program's unwind tables: Rust's, C's
-    /// and C++'s frames alike, with or without frame pointers).
+    /// Walks this thread's stack: with the caching walker ([`unwind`]), or libgcc's unwinder when
+    /// that stopped early (code without unwind tables, an object loaded since its last refresh).
+    /// Both read the program's unwind tables: Rust's, C's and C++'s frames alike, with or without
+    /// frame pointers.
     #[inline(never)]
     fn capture(&mut self) {
-        // SAFETY: `one_frame` only writes into `self`, which outlives the walk.
-        unsafe { _Unwind_Backtrace(one_frame, (self as *mut Stack).cast()) };
+        let top = counters::with_local_or(0, |l: &Local| {
+            let mut top = l.sample.stack_top.load(Relaxed);
+            if top == 0 {
+                top = match unwind::stack_top() {
+                    0 => usize::MAX,
+                    t => t,
+                };
+                l.sample.stack_top.store(top, Relaxed);
+            }
+            top
+        });
+        if top != 0 && top != usize::MAX {
+            self.len = unwind::walk(&mut self.frames, top);
+        }
+        if self.len < MIN_WALK {
+            self.len = 0;
+            SLOW_WALKS.fetch_add(1, Relaxed);
+            // SAFETY: `one_frame` only writes into `self`, which outlives the walk.
+            unsafe { _Unwind_Backtrace(one_frame, (self as *mut Stack).cast()) };
+        }
     }
 
     fn frames(&self) -> &[usize] {
@@ -318,10 +348,25 @@ pub fn available() -> bool {
 /// tables on first use); `Err` says why the sampler cannot run.
 pub fn enable(rate: u64) -> Result<(), String> {
     sample_table::init()?;
+    let first = !sample_heap::ready();
     sample_heap::create()?;
+    if first {
+        static LOCKS: [&super::spin::SpinLock; 3] =
+            [&sample_table::LOCK, &sample_heap::CACHE_LOCK, &unwind::LOCK];
+        super::spin::SpinLock::hold_across_fork(&LOCKS);
+    }
+    unwind::refresh();
     RATE.store(rate.max(1), Relaxed);
     GENERATION.fetch_add(1, Relaxed);
     Ok(())
+}
+
+/// Brings the stack walker's list of loaded objects up to date (a library loaded since is walked
+/// through from then on). Allocates: the session's sampler calls it, never an allocation path.
+pub fn refresh_walker() {
+    if sample_heap::ready() {
+        unwind::refresh();
+    }
 }
 
 /// Stops sampling (live sampled blocks stay recorded until they are freed).
@@ -338,13 +383,27 @@ pub fn rate() -> Option<u64> {
     }
 }
 
-/// The sampler's counts: samples taken, samples lost to a full arena or table, live samples.
-pub fn counts() -> (u64, u64, usize) {
-    (
-        TAKEN.load(Relaxed),
-        LOST.load(Relaxed) + sample_table::DROPPED.load(Relaxed),
-        sample_table::live_count(),
-    )
+/// The sampler's counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Samples taken since the start.
+    pub taken: u64,
+    /// Samples lost to a full sampled arena or table.
+    pub lost: u64,
+    /// Live sampled blocks.
+    pub live: usize,
+    /// Samples whose stack libgcc's unwinder took (the caching walker stopped early).
+    pub slow_walks: u64,
+}
+
+/// The sampler's counts now.
+pub fn counts() -> Counts {
+    Counts {
+        taken: TAKEN.load(Relaxed),
+        lost: LOST.load(Relaxed) + sample_table::DROPPED.load(Relaxed),
+        live: sample_table::live_count(),
+        slow_walks: SLOW_WALKS.load(Relaxed),
+    }
 }
 
 /// The live sampled blocks as a heap profile in jemalloc's `heap_v2` text (per stack: sampled

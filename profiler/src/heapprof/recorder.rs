@@ -123,6 +123,8 @@ impl Recorder {
 
 /// Called by the sampler with the heap's current size: dumps at a new peak, and serves requests.
 pub(crate) fn on_sample(heap_bytes: u64, step: u64) {
+    #[cfg(feature = "jemalloc")]
+    crate::alloc::sampling::refresh_walker();
     let mut guard = lock(&RECORDER);
     let Some(r) = guard.as_mut() else { return };
     if let Some(ring) = r.ring {

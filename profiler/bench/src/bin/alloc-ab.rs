@@ -217,7 +217,7 @@ fn sampling_cell(workload: &'static str, threads: usize, pairs: usize) -> ([f64;
                 chunk::<Tracked>(workload, OPS, &mut seed);
                 let side = |on: bool, seed: &mut u64| {
                     b.wait();
-                    let before = sampling::counts().0;
+                    let before = sampling::counts().taken;
                     if t == 0 {
                         let _ = set_sampling(on);
                     }
@@ -225,7 +225,7 @@ fn sampling_cell(workload: &'static str, threads: usize, pairs: usize) -> ([f64;
                     let ns = chunk::<Tracked>(workload, OPS, seed);
                     b.wait();
                     if on && t == 0 {
-                        let n = sampling::counts().0 - before;
+                        let n = sampling::counts().taken - before;
                         taken.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
                     }
                     ns
@@ -318,5 +318,10 @@ fn main() {
                 );
             }
         }
+        let c = memsight::alloc::sampling::counts();
+        println!(
+            "{} samples, {} of their stacks walked by libgcc's unwinder (the caching walker stopped early)",
+            c.taken, c.slow_walks
+        );
     }
 }
