@@ -11,8 +11,8 @@
 //! threads' caches, so no sampled block is ever handed to an unsampled allocation.
 //!
 //! Nothing is reserved up front: the range (1 TiB of addresses) starts at a fixed address far
-//! below where the kernel places mappings and programs (64 TiB, or lower when that is taken), and
-//! only what jemalloc asked for is mapped — so the process's address-space size and an
+//! below where the kernel places mappings and programs (64 TiB; when something else is mapped
+//! there, the process has no sampler), and only what jemalloc asked for is mapped — so the process's address-space size and an
 //! `RLIMIT_AS` see sampled blocks as they see any other. Were something else mapped at the next
 //! address, or the range full, allocations that would have been sampled are served as usual and
 //! counted as lost samples ([`crate::alloc::sampling`]). A pointer of something else mapped inside
@@ -23,28 +23,24 @@ use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use tikv_jemalloc_sys as je;
 
-/// First address of the range (0 until reserved).
-static BASE: AtomicUsize = AtomicUsize::new(0);
-/// Length of the range (0 until reserved: [`contains`] is then false for every pointer).
-static LEN: AtomicUsize = AtomicUsize::new(0);
-/// The range's length, which the extent hooks carve (set before the arena is created; [`LEN`] is
-/// published only once the arena is usable).
-static RESERVED: AtomicUsize = AtomicUsize::new(0);
 /// Bytes of the range handed to jemalloc so far.
 static USED: AtomicUsize = AtomicUsize::new(0);
-/// The arena's `mallocx` flags (arena index, no thread cache); 0 until created.
+/// The `mallocx` flags of a sampled block (the arena and its own thread cache); 0 until created.
 static FLAGS: AtomicUsize = AtomicUsize::new(0);
 
+/// Where the range starts: far below the kernel's mappings (top-down from below the stack,
+/// 128 TiB) and the program and its `brk` heap (from 85 TiB for position-independent programs).
+/// A constant, so that [`contains`] loads nothing.
+const BASE: usize = 64 << 40;
 /// The range's length.
 const RANGE: usize = 1 << 40;
-/// Where the range may start: far below the kernel's mappings (top-down from below the stack,
-/// 128 TiB) and the program and its `brk` heap (from 85 TiB for position-independent programs).
-const CANDIDATES: [usize; 3] = [64 << 40, 48 << 40, 32 << 40];
 
-/// Whether `p` is a sampled block: inside the range. One subtraction and one compare.
+/// Whether `p` is a sampled block: inside the range. One subtraction and one compare against
+/// constants. (Before the arena exists nothing of the allocator's is there: the kernel places
+/// mappings from the top down, 64 TiB away.)
 #[inline(always)]
 pub(crate) fn contains(p: *const u8) -> bool {
-    (p as usize).wrapping_sub(BASE.load(Relaxed)) < LEN.load(Relaxed)
+    (p as usize).wrapping_sub(BASE) < RANGE
 }
 
 /// Whether the arena exists.
@@ -58,12 +54,11 @@ pub(crate) fn create() -> Result<(), String> {
     if ready() {
         return Ok(());
     }
-    let base = CANDIDATES
-        .into_iter()
-        .find(|&at| unmapped(at))
-        .ok_or("no free address range for sampled blocks")?;
-    BASE.store(base, Relaxed);
-    RESERVED.store(RANGE, Relaxed);
+    if !unmapped(BASE) {
+        return Err(format!(
+            "the address range for sampled blocks ({BASE:#x}) is in use by another mapping"
+        ));
+    }
     let mut arena: c_uint = 0;
     let mut len_out = std::mem::size_of::<c_uint>();
     let mut hooks: *mut je::extent_hooks_t = (&raw const HOOKS).cast_mut();
@@ -100,7 +95,6 @@ pub(crate) fn create() -> Result<(), String> {
             "jemalloc could not create the sampled blocks' cache (error {rc})"
         ));
     }
-    LEN.store(RANGE, Relaxed);
     FLAGS.store(
         (je::MALLOCX_ARENA(arena as usize) | je::MALLOCX_TCACHE(tcache as usize)) as usize,
         Relaxed,
@@ -207,8 +201,7 @@ unsafe extern "C" fn extent_alloc(
     commit: *mut bool,
     _: c_uint,
 ) -> *mut c_void {
-    let base = BASE.load(Relaxed);
-    let len = RESERVED.load(Relaxed);
+    let (base, len) = (BASE, RANGE);
     let mut used = USED.load(Relaxed);
     loop {
         let start = (base + used).next_multiple_of(alignment.max(1));
