@@ -41,6 +41,11 @@ pub struct Activations {
     /// scores' gradients; fused: the output's and q, k, v's) less the attention's own released
     /// tensors.
     pub attention_backward: u128,
+    /// SDPA's math fallback (CPU with dropout): what one block holds when the fallback
+    /// returns, besides the block's input — the first norm's statistics and output (autocast:
+    /// its fp32 output and 2-byte cast), the projection's q, k, v, the fallback's fp32 tensors
+    /// and the attention weights' cast back to the input dtype. 0 for other attention.
+    pub math_attention: u128,
 }
 
 /// Element sizes of the activations of one run.
@@ -161,6 +166,25 @@ pub fn activations(i: &EstimateInput, s: ModelShape, b: u64) -> Activations {
             .map_or(0, |k| 4 * b * h * t * w(k.min(i.seq)) * 4);
         n * by.residual + 4 * n * by.low + chunk
     };
+    // SDPA's math fallback at its return (`_scaled_dot_product_attention_math`, measured: see
+    // docs/estimate.md). Its fp32 tensors are all alive until it returns: five B·H·S·D ones
+    // (scaled q, scaled kᵀ, two contiguous copies for the batched matmuls, the output before
+    // its cast), with 2-byte inputs also the fp32 casts of q, k, v, the output's cast back and
+    // the attention weights' (the second result, discarded by `scaled_dot_product_attention`);
+    // the probabilities, dropout noise and dropped probabilities (fp32); the causal mask as
+    // fp32. Around it: the first norm's statistics and output (autocast: fp32, and the 2-byte
+    // cast the projection keeps) and the projection's output, held as q, k, v.
+    let math_attention = if naive && i.attention == Attention::Efficient {
+        let casts = if by.low < 4 {
+            3 * n * 4 + n * by.low + scores_el * by.low
+        } else {
+            0
+        };
+        let norm_out = n * by.residual + if by.residual != by.low { n * by.low } else { 0 };
+        stats / 2 + norm_out + 3 * n * by.low + 5 * n * 4 + casts + 3 * scores_el * 4 + t * t * 4
+    } else {
+        0
+    };
     Activations {
         per_layer,
         checkpointed,
@@ -171,6 +195,7 @@ pub fn activations(i: &EstimateInput, s: ModelShape, b: u64) -> Activations {
         mlp_share,
         mlp_backward,
         attention_backward,
+        math_attention,
     }
 }
 
@@ -260,7 +285,7 @@ pub fn training_moments(
         l * st.autocast_block
     };
     let head_autocast = st.autocast_head + blocks_autocast;
-    let mut m = Vec::with_capacity(10);
+    let mut m = Vec::with_capacity(12);
     let mut push = |name: &'static str, bytes: u128| {
         m.push(Moment {
             name,
@@ -332,6 +357,37 @@ pub fn training_moments(
     let (mlp, attn) = block(bottom_grads, a.per_layer, st.autocast_block);
     push("backward, first block's MLP", mlp);
     push("backward, first block's attention", attn);
+    // SDPA's math fallback at its return. Checkpointed: in a block's backward the recomputed
+    // forward reaches it with the gradients so far, the checkpointed inputs not yet released,
+    // the incoming gradient and (autocast) its 2-byte cast for the residual branch alive (the
+    // forward keeps nothing of the fallback's, so the recomputation is the larger). Else: the
+    // last block's forward, all other blocks' activations alive.
+    if a.math_attention > 0 {
+        if i.checkpointing {
+            let incoming = n * by.residual + if by.residual != by.low { n * by.low } else { 0 };
+            let recomputed = |grads: u128, inputs: u128, autocast: u128| {
+                base + grads + autocast + logits_kept + inputs + incoming + a.math_attention
+            };
+            push(
+                "backward, last block's recomputed attention",
+                recomputed(top_grads, l * a.checkpointed, blocks_autocast),
+            );
+            push(
+                "backward, first block's recomputed attention",
+                recomputed(bottom_grads, a.checkpointed, st.autocast_block),
+            );
+        } else {
+            push(
+                "forward, last block's attention",
+                base + acc
+                    + head_autocast
+                    + l.saturating_sub(1) * a.per_layer
+                    + n * by.residual
+                    + a.math_attention
+                    + logits_kept,
+            );
+        }
+    }
     // The embedding's backward builds a dense V·d gradient, and autograd's input buffer adds
     // the LM head's gradient of the tied weight to it. Without autocast that gradient is a
     // transposed view and the sum is made out of place (head's, embedding's and the sum at

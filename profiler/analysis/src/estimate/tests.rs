@@ -251,3 +251,52 @@ fn every_saving_lowers_the_peak() {
         assert!(estimate(&i).peak_bytes < p, "{i:?}");
     }
 }
+
+#[test]
+fn sdpa_math_fallback_peaks_in_the_checkpointed_recomputation() {
+    // Issue 23's configuration: CPU, SDPA with dropout 0.1 (PyTorch's math fallback), autocast
+    // bf16, checkpointing, AdamW foreach, logits kept. Measured with torch 2.11 (the harness):
+    // 82,320,556 B at B = 32 and 146,930,860 B at B = 64, 2,019,072 B per sample, the peak at the
+    // end of the recomputed last block's SDPA (the attention weights' cast back to bf16).
+    let mut i = EstimateInput::for_shape(ModelShape {
+        layers: 5,
+        hidden: 144,
+        heads: 6,
+        vocab: 1000,
+        positions: 96,
+    });
+    i.seq = 96;
+    i.device = Device::Cpu;
+    i.attention = Attention::Efficient;
+    i.autocast = true;
+    i.checkpointing = true;
+    i.dropout = 0.1;
+    i.optimizer_impl = Some(OptimizerImpl::Foreach);
+    let mut at = |b: u64| {
+        i.batch = b;
+        estimate(&i)
+    };
+    let (e32, e64) = (at(32), at(64));
+    assert_eq!(
+        e64.peak_moment,
+        Some("backward, last block's recomputed attention")
+    );
+    assert_eq!(e64.peak_bytes - e32.peak_bytes, 32 * 2_019_072);
+    // Per sample: 76 B·S·d-sized bytes, 14 B·H·S² ones, the kept bf16 logits S·V·2, the batch
+    // 2·S·8 and one norm's statistics S·8 (without the term: 78 and 12, the MLP's backward).
+    let (n, sc) = (96 * 144, 6 * 96 * 96);
+    assert_eq!(
+        76 * n + 14 * sc + 96 * 1000 * 2 + 2 * 96 * 8 + 96 * 8,
+        2_019_072
+    );
+    for (e, measured) in [(&e32, 82_320_556f64), (&e64, 146_930_860f64)] {
+        let err = e.peak_bytes as f64 / measured - 1.0;
+        assert!(err.abs() < 0.005, "{err}");
+    }
+    // Without autocast the fallback makes no casts: 5 fp32 B·H·S·D tensors and 3 score-sized
+    // ones besides the q, k, v it is given, and the MLP's backward stays the peak (measured).
+    i.autocast = false;
+    i.batch = 64;
+    let e = estimate(&i);
+    assert_eq!(e.peak_moment, Some("backward, last block's MLP"));
+}
