@@ -466,9 +466,11 @@ pub fn run(a: Args) -> ExitCode {
     );
     match (e.device_memory_bytes, e.max_micro_batch) {
         (Some(d), Some(m)) => println!(
-            "\n  device {} with {:.0}% headroom: {} · largest micro-batch that fits: {m}",
+            "\n  device {} with {:.0}% headroom: {} · largest micro-batch that fits: {m} \
+             (keeping {:.1}% more for the estimate's own error)",
             fmt_bytes(d),
             e.headroom * 100.0,
+            memsight_analysis::estimate::MODEL_MARGIN * 100.0,
             if e.fits == Some(true) { "fits" } else { "does NOT fit" }
         ),
         _ => println!("\n  no device memory given: pass --device-memory SIZE for the fit and the largest micro-batch"),

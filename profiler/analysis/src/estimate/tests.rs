@@ -225,10 +225,16 @@ fn max_micro_batch_is_the_largest_that_fits() {
         i.device_memory = Some(16 << 30);
         let m = estimate(&i).max_micro_batch.unwrap();
         assert!(m > 0);
+        let budget = (16u64 << 30) as f64 * (1.0 - i.headroom);
         for (b, fits) in [(m, true), (m + 1, false)] {
             i.batch = b;
-            assert_eq!(estimate(&i).fits, Some(fits), "batch {b}");
+            let e = estimate(&i);
+            let with_margin = e.peak_bytes as f64 * (1.0 + MODEL_MARGIN);
+            assert_eq!(with_margin <= budget, fits, "batch {b}");
         }
+        // The suggested batch fits the budget itself with the margin to spare.
+        i.batch = m;
+        assert_eq!(estimate(&i).fits, Some(true));
     }
 }
 
