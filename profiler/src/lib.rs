@@ -32,8 +32,8 @@
 //! - jemalloc statistics refresh only on an epoch advance, done once per sample.
 //!
 //! # Crates
-//! This crate is what runs inside the job; it stays small (its dependency tree is jemalloc, serde
-//! and libc). The data it produces is `memsight-format`'s (re-exported here: [`report`],
+//! This crate is what runs inside the job; it stays small (its dependency tree is jemalloc,
+//! framehop (the heap sampler's stack walker), serde and libc). The data it produces is `memsight-format`'s (re-exported here: [`report`],
 //! [`snapshot`], [`timeline`], [`wire`], [`units`]); the sidecar (`memsight-sidecar`), the analysis
 //! (`memsight-analysis`: diagnosis, estimates, heap-profile symbolization) and the viewer
 //! (`memsight-tui`) sit on top and never link into a job. Direction:

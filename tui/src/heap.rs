@@ -21,9 +21,9 @@ pub struct Args {
 enum What {
     /// The sites holding the most bytes in a profile (`REPORT.heap/peak.heap`).
     Top {
-        /// A jemalloc heap profile (`.heap`).
+        /// A heap profile (`.heap`, jemalloc's heap_v2 text: memsight's sampler writes it).
         profile: PathBuf,
-        /// Sites to list.
+        /// Sites to list (the libraries' start-up follows them, apart).
         #[arg(short = 'n', long, default_value_t = 15)]
         count: usize,
         /// Print JSON.
@@ -139,6 +139,14 @@ fn run_inner(what: What) -> Result<(), String> {
                 );
                 for s in sites {
                     println!("{}", s.row());
+                }
+                let total = p.total_bytes().max(1.0);
+                for (module, bytes) in p.start_up_bytes() {
+                    println!(
+                        "{:>10}  {:>5.1}%  (library start-up) {module}",
+                        fmt_bytes(bytes.round() as u64),
+                        bytes / total * 100.0
+                    );
                 }
             }
         }

@@ -59,26 +59,43 @@ static _rjem_malloc_conf_2_conf_harder: AtomicPtr<c_char> = AtomicPtr::new(std::
 static MALLOC_CONF_FROM_ENV: extern "C" fn(c_int, *const *const c_char, *const *const c_char) =
     malloc_conf_from_env;
 
-/// Hands `MALLOC_CONF` to the prefixed jemalloc. It reads the environment block the dynamic
-/// linker passes: libc's own `environ` is set up only after the pre-initialisers ran.
+/// Hands `MALLOC_CONF` to the prefixed jemalloc, then starts the heap sampler as
+/// `MEMSIGHT_HEAP_SAMPLE` says — before the shared libraries' initialisers run, so that what they
+/// allocate (libtorch's operator registries: tens of MiB that stay live) is sampled too, as library
+/// start-up. It reads the environment block the dynamic loader passes: libc's own `environ` is set
+/// up only after the pre-initialisers ran.
 extern "C" fn malloc_conf_from_env(_: c_int, _: *const *const c_char, envp: *const *const c_char) {
-    const NAME: &[u8] = b"MALLOC_CONF=";
     if envp.is_null() {
         return;
     }
+    if let Some(conf) = env_value(envp, b"MALLOC_CONF=") {
+        _rjem_malloc_conf_2_conf_harder.store(conf.cast_mut(), Relaxed);
+    }
+    let rate = env_value(envp, b"MEMSIGHT_HEAP_SAMPLE=")
+        // SAFETY: a NUL-terminated string of the environment block.
+        .map(|v| {
+            unsafe { std::ffi::CStr::from_ptr(v) }
+                .to_str()
+                .unwrap_or("")
+        });
+    sampling::start_at_load(rate);
+}
+
+/// The value of the environment entry starting with `name` (`NAME=`), as a C string pointer.
+fn env_value(envp: *const *const c_char, name: &[u8]) -> Option<*const c_char> {
     // SAFETY: `envp` is the NULL-terminated array of NUL-terminated strings the process started
-    // with; this runs single-threaded, before anything reads the variable it sets.
+    // with; this runs single-threaded.
     unsafe {
         let mut e = envp;
         while !(*e).is_null() {
             let entry = std::ffi::CStr::from_ptr(*e).to_bytes();
-            if entry.starts_with(NAME) {
-                _rjem_malloc_conf_2_conf_harder.store((*e).add(NAME.len()).cast_mut(), Relaxed);
-                return;
+            if entry.starts_with(name) {
+                return Some((*e).add(name.len()));
             }
             e = e.add(1);
         }
     }
+    None
 }
 
 /// Runs the jemalloc call `call` that allocates `size` bytes aligned to `align` (zeroed when

@@ -312,29 +312,38 @@ impl Stack {
     }
 }
 
-/// Starts sampling when the program loads (before `main`, after the shared libraries' own
-/// initialisers), as `MEMSIGHT_HEAP_SAMPLE` says (default one sample per 512 KiB): allocations
-/// made before a session starts have their sites too.
-#[used]
-#[link_section = ".init_array"]
-static START_AT_LOAD: extern "C" fn() = start_at_load;
-
-extern "C" fn start_at_load() {
-    if let Ok(Some(rate)) = rate_from_env(DEFAULT_RATE) {
+/// Starts sampling when the program loads, as `MEMSIGHT_HEAP_SAMPLE` (`setting`: its value, `None`
+/// when unset) says — from the executable's pre-initialiser (`super::interpose`), before the shared
+/// libraries' initialisers, so their start-up allocations have sites too (grouped as library
+/// start-up by the readers). A program without that pre-initialiser (memsight linked into a shared
+/// library) starts at its first session.
+pub(crate) fn start_at_load(setting: Option<&str>) {
+    let rate = match setting {
+        None => Some(DEFAULT_RATE),
+        Some(v) => parse_rate(v).ok().flatten(),
+    };
+    if let Some(rate) = rate {
         let _ = enable(rate);
     }
+}
+
+/// `off` → `None`; a size → `Some(bytes)`.
+fn parse_rate(v: &str) -> Result<Option<u64>, String> {
+    if v.trim() == "off" {
+        return Ok(None);
+    }
+    memsight_format::units::parse_size(v.trim())
+        .ok()
+        .filter(|b| *b >= 1)
+        .map(Some)
+        .ok_or_else(|| format!("MEMSIGHT_HEAP_SAMPLE={v:?} is neither `off` nor a size"))
 }
 
 /// The rate `MEMSIGHT_HEAP_SAMPLE` asks for: `Some(bytes)`, `None` for `off`, `default` when it
 /// is unset; `Err` for anything else.
 pub fn rate_from_env(default: u64) -> Result<Option<u64>, String> {
     match std::env::var("MEMSIGHT_HEAP_SAMPLE") {
-        Ok(v) if v.trim() == "off" => Ok(None),
-        Ok(v) => memsight_format::units::parse_size(v.trim())
-            .ok()
-            .filter(|b| *b >= 1)
-            .map(Some)
-            .ok_or_else(|| format!("MEMSIGHT_HEAP_SAMPLE={v:?} is neither `off` nor a size")),
+        Ok(v) => parse_rate(&v),
         Err(_) => Ok(Some(default)),
     }
 }

@@ -35,25 +35,10 @@ impl Stack {
     }
 
     /// The allocation site: the first frame in the user's own Rust code, else the innermost frame.
-    /// A closure is named after the function around it (`app::load::{closure#0}`). A library's
-    /// start-up (its initialisers, run by the dynamic loader while it is loaded) is one site per
-    /// library, `(library start-up) libtorch_cpu.so`, not the user's call that loaded it.
+    /// A closure is named after the function around it (`app::load::{closure#0}`).
     pub fn site(&self) -> Option<Frame> {
         let frames: Vec<&Frame> = self.frames().collect();
-        let user = frames.iter().position(|f| is_user_code(f));
-        let i = user.unwrap_or(0);
-        if let Some(first) = frames.first() {
-            let before_user = &frames[..user.unwrap_or(frames.len())];
-            if before_user.iter().any(|f| is_loader(f)) {
-                return Some(Frame {
-                    function: format!("(library start-up) {}", first.module),
-                    file: None,
-                    line: None,
-                    rust: false,
-                    module: first.module.clone(),
-                });
-            }
-        }
+        let i = frames.iter().position(|f| is_user_code(f)).unwrap_or(0);
         let mut site = (*frames.get(i)?).clone();
         if site.function.starts_with("{closure") {
             if let Some(outer) = frames[i + 1..]
@@ -64,6 +49,22 @@ impl Stack {
             }
         }
         Some(site)
+    }
+
+    /// The library whose start-up made these allocations (its initialisers, run by the dynamic
+    /// loader while it was loaded, before `main` or at `dlopen`): the module of the innermost
+    /// frame, when a loader frame stands between the allocation and the user's code.
+    pub fn start_up_module(&self) -> Option<&str> {
+        let frames: Vec<&Frame> = self.frames().collect();
+        let user = frames
+            .iter()
+            .position(|f| is_user_code(f))
+            .unwrap_or(frames.len());
+        frames[..user]
+            .iter()
+            .any(|f| is_loader(f))
+            .then(|| frames.first().map(|f| f.module.as_str()))
+            .flatten()
     }
 
     /// Whether memsight's own bookkeeping made these allocations (its sampler's timeline, its
@@ -131,9 +132,26 @@ impl Profile {
             .sum()
     }
 
-    /// The stacks of the program's allocations: all but memsight's own.
+    /// The stacks of the program's allocations: all but memsight's own and the libraries'
+    /// start-up.
     fn program_stacks(&self) -> impl Iterator<Item = &Stack> {
-        self.stacks.iter().filter(|s| !s.is_memsight_own())
+        self.stacks
+            .iter()
+            .filter(|s| !s.is_memsight_own() && s.start_up_module().is_none())
+    }
+
+    /// Estimated live bytes the libraries' start-up allocated, per library, largest first (left
+    /// out of sites and growth: no line of the user's made them).
+    pub fn start_up_bytes(&self) -> Vec<(String, f64)> {
+        let mut by: HashMap<&str, f64> = HashMap::new();
+        for s in &self.stacks {
+            if let Some(m) = s.start_up_module() {
+                *by.entry(m).or_default() += s.bytes;
+            }
+        }
+        let mut out: Vec<(String, f64)> = by.into_iter().map(|(m, b)| (m.to_string(), b)).collect();
+        out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        out
     }
 
     fn bytes_by_site(&self) -> HashMap<SourceSite, f64> {
@@ -454,7 +472,7 @@ mod tests {
     }
 
     #[test]
-    fn a_librarys_start_up_is_one_site_of_its_own() {
+    fn a_librarys_start_up_is_kept_apart_from_the_sites() {
         let mut s = stack(
             &[
                 ("c10::Dispatcher::registerImpl", false),
@@ -469,13 +487,22 @@ mod tests {
         for l in &mut s.locations {
             l.frames[0].module = "libtorch_cpu.so".into();
         }
-        assert_eq!(
-            s.site().unwrap().function,
-            "(library start-up) libtorch_cpu.so"
-        );
+        assert_eq!(s.start_up_module(), Some("libtorch_cpu.so"));
         // An allocation of the library's own, later, is the user's call.
         let later = stack(&[("c10::alloc_cpu", false), ("app::train", true)], 1.0);
+        assert_eq!(later.start_up_module(), None);
         assert_eq!(later.site().unwrap().function, "app::train");
+        let p = Profile {
+            sample_bytes: 1,
+            stacks: vec![s, later],
+        };
+        let top = p.top_sites(5);
+        assert_eq!(top.len(), 1, "{top:?}");
+        assert_eq!(top[0].at.function, "app::train");
+        assert_eq!(
+            p.start_up_bytes(),
+            vec![("libtorch_cpu.so".to_string(), 1.0)]
+        );
     }
 
     #[test]

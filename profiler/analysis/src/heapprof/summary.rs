@@ -105,6 +105,22 @@ fn view(d: &DumpRecord, p: &Profile, report_dir: &Path, notes: &mut Vec<String>)
         report_dir,
         notes,
     );
+    let start_up = p.start_up_bytes();
+    if !start_up.is_empty() {
+        let total: f64 = start_up.iter().map(|(_, b)| b).sum();
+        let each: Vec<String> = start_up
+            .iter()
+            .take(4)
+            .map(|(m, b)| format!("{m} {}", fmt_bytes(b.round() as u64)))
+            .collect();
+        notes.push(format!(
+            "libraries' start-up (their initialisers) held about {} at step {}: {} (in the \
+             flamegraph, not among the sites)",
+            fmt_bytes(total.round() as u64),
+            d.step,
+            each.join(", ")
+        ));
+    }
     let own = p.own_bytes();
     if own >= 1.0 {
         notes.push(format!(
