@@ -7,6 +7,10 @@
 #[global_allocator]
 static ALLOC: memsight::Allocator = memsight::Allocator::new();
 
+/// The tests set the process's sampling rate: one at a time.
+#[cfg(feature = "jemalloc")]
+static RATE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[cfg(feature = "jemalloc")]
 #[test]
 fn sampled_blocks_are_profiled_while_live_and_forgotten_when_freed() {
@@ -14,6 +18,7 @@ fn sampled_blocks_are_profiled_while_live_and_forgotten_when_freed() {
     use memsight_analysis::heapprof::dump::HeapDump;
     use std::hint::black_box;
 
+    let _rate = RATE.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!("memsight-sampled-free-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let profiled = |name: &str| {
@@ -90,4 +95,52 @@ fn sampled_blocks_are_profiled_while_live_and_forgotten_when_freed() {
 #[test]
 fn sampled_blocks_are_profiled_while_live_and_forgotten_when_freed() {
     eprintln!("skipped: memsight was built without its `jemalloc` feature (no heap sampler)");
+}
+
+/// A failed huge allocation does not push the thread's next sample point past bytes it never
+/// allocated; an unloaded object sends walks to libgcc's unwinder until the walker is refreshed.
+#[cfg(feature = "jemalloc")]
+#[test]
+fn failures_and_unloads_leave_the_sampler_working() {
+    use memsight::alloc::sampling;
+    use std::hint::black_box;
+
+    let _rate = RATE.lock().unwrap_or_else(|e| e.into_inner());
+    std::env::set_var("MEMSIGHT_HEAP_SAMPLE", "64KiB");
+    memsight::heapprof::control::configure_from_env().unwrap();
+    let sample_some = || {
+        let before = sampling::counts().taken;
+        for _ in 0..64 {
+            drop(black_box(vec![1u8; 64 << 10]));
+        }
+        sampling::counts().taken - before
+    };
+    assert!(sample_some() > 0);
+    let mut v: Vec<u8> = Vec::new();
+    assert!(v.try_reserve_exact(1 << 46).is_err(), "64 TiB was granted");
+    assert!(
+        sample_some() > 0,
+        "a failed 64 TiB request stopped sampling"
+    );
+
+    // SAFETY: loads and unloads a library of the C library's own, which runs no code of ours.
+    unsafe {
+        let h = libc::dlopen(c"libutil.so.1".as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null(), "dlopen libutil.so.1");
+        assert_eq!(libc::dlclose(h), 0);
+    }
+    let slow = sampling::counts().slow_walks;
+    assert!(sample_some() > 0);
+    assert!(
+        sampling::counts().slow_walks > slow,
+        "after dlclose the walker must not read the objects' tables"
+    );
+    sampling::refresh_walker();
+    let slow = sampling::counts().slow_walks;
+    assert!(sample_some() > 0);
+    assert_eq!(
+        sampling::counts().slow_walks,
+        slow,
+        "refreshed, the walker walks again"
+    );
 }

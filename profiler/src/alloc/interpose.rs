@@ -134,6 +134,7 @@ unsafe fn allocate_slow<R: Outcome>(
     let r = call();
     after_alloc();
     if r.failed() {
+        sampling::c_failed(size);
         super::failed(size);
     }
     r
@@ -216,8 +217,8 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
 
 /// `realloc` of a sampled block, or one whose size reaches the thread's next heap-sample point
 /// (counted as an allocation of `size` bytes, as jemalloc's profiler counts a reallocation): a
-/// sampled block stays sampled (its stack kept), a block due a sample moves into the sampled
-/// arena.
+/// block due a sample is (or stays) in the sampled arena, its first stack kept; a sampled block
+/// not due moves out of it.
 #[cold]
 #[inline(never)]
 unsafe fn realloc_slow(p: *mut c_void, size: usize) -> *mut c_void {
@@ -236,14 +237,16 @@ unsafe fn realloc_slow(p: *mut c_void, size: usize) -> *mut c_void {
         free(p);
         return std::ptr::null_mut();
     }
-    if was_sampled && !p.is_null() {
+    // A reallocation is a new allocation of `size` bytes in the C stream (as jemalloc's profiler
+    // counts it), so a sampled block stays sampled only when this one is due too.
+    if was_sampled && due {
         let q = sampling::realloc(p.cast(), sampling::usable(p.cast()), size, 1);
         if !q.is_null() {
             after_realloc();
             return q.cast();
         }
     }
-    let mut q: *mut c_void = if due {
+    let mut q: *mut c_void = if due && !was_sampled {
         sampling::alloc(size, 1, false).cast()
     } else {
         std::ptr::null_mut()
@@ -379,6 +382,27 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
     } else {
         je::malloc_usable_size(p)
     }
+}
+
+/// `dlclose(3)`: the heap sampler's stack walker stops reading the loaded objects' unwind tables
+/// (one of them may go away) until its next refresh, then the C library's `dlclose` runs.
+///
+/// # Safety
+/// The C contract of `dlclose`.
+#[no_mangle]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    static NEXT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+    sampling::objects_unloading();
+    let mut next = NEXT.load(Relaxed);
+    if next.is_null() {
+        next = libc::dlsym(libc::RTLD_NEXT, c"dlclose".as_ptr());
+        NEXT.store(next, Relaxed);
+    }
+    if next.is_null() || next == dlclose as *mut c_void {
+        return -1;
+    }
+    let real: unsafe extern "C" fn(*mut c_void) -> c_int = std::mem::transmute(next);
+    real(handle)
 }
 
 /// glibc's public aliases of its allocator (`__libc_malloc`, …), which some libraries call

@@ -212,6 +212,9 @@ impl<A: GlobalAlloc> Allocator<A> {
         let mut q: *mut u8 = std::ptr::null_mut();
         #[cfg(feature = "jemalloc")]
         if sampled(ptr) {
+            // The block stays sampled; its growth still spends the stream up to here, so the
+            // next sample point lies past it (not on the thread's next allocation).
+            let _ = sampling::rust_due(new_size.saturating_sub(old));
             q = sampling::realloc(ptr, old, new_size, layout.align());
         }
         if q.is_null() {
@@ -229,6 +232,7 @@ impl<A: GlobalAlloc> Allocator<A> {
             }
         }
         if q.is_null() {
+            rust_stream_failed();
             failed(new_size);
         } else {
             counters::realloc_slow(old, new_size);
@@ -241,10 +245,19 @@ impl<A: GlobalAlloc> Allocator<A> {
 #[inline(always)]
 fn count_after(p: *mut u8, size: usize) {
     if p.is_null() {
+        rust_stream_failed();
         failed(size);
     } else {
         counters::on_alloc(size);
     }
+}
+
+/// A slow-path allocation failed: the heap sampler's Rust stream, which counted it in advance
+/// when it decided, re-arms from the bytes really allocated.
+#[inline(always)]
+fn rust_stream_failed() {
+    #[cfg(feature = "jemalloc")]
+    sampling::rust_failed();
 }
 
 /// An allocation counted in advance that the inner allocator refused: taken back, then recorded.

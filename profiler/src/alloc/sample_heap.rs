@@ -95,6 +95,21 @@ pub(crate) fn create() -> Result<(), String> {
             "jemalloc could not create the sampled blocks' cache (error {rc})"
         ));
     }
+    let mut max = 0usize;
+    let mut len_out = std::mem::size_of::<usize>();
+    // SAFETY: `opt.tcache_max` is a size_t.
+    if unsafe {
+        je::mallctl(
+            c"opt.tcache_max".as_ptr(),
+            (&raw mut max).cast(),
+            &mut len_out,
+            std::ptr::null_mut(),
+            0,
+        )
+    } == 0
+    {
+        CACHED_MAX.store(max, Relaxed);
+    }
     FLAGS.store(
         (je::MALLOCX_ARENA(arena as usize) | je::MALLOCX_TCACHE(tcache as usize)) as usize,
         Relaxed,
@@ -134,12 +149,17 @@ pub(crate) unsafe fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
     if flags == 0 {
         return std::ptr::null_mut();
     }
-    let mut flags = flags | je::MALLOCX_ALIGN(align.max(1));
+    let mut extra = je::MALLOCX_ALIGN(align.max(1));
     if zero {
-        flags |= je::MALLOCX_ZERO;
+        extra |= je::MALLOCX_ZERO;
+    }
+    if size > CACHED_MAX.load(Relaxed) {
+        // Larger than any cached size: straight to the arena, without the shared cache's lock
+        // (zeroing or mapping gigabytes must not hold up other threads' samples).
+        return je::mallocx(size, (flags & ARENA_BITS) | je::MALLOCX_TCACHE_NONE | extra).cast();
     }
     let _g = CACHE_LOCK.lock();
-    je::mallocx(size.max(1), flags).cast()
+    je::mallocx(size.max(1), flags | extra).cast()
 }
 
 /// Frees a sampled block.
@@ -148,18 +168,18 @@ pub(crate) unsafe fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
 /// `p` came from [`alloc`] and is freed once.
 #[inline]
 pub(crate) unsafe fn free(p: *mut u8) {
-    // The arena's own cache when it exists (a block of the range freed before it did, none).
+    // The arena's own cache for the sizes it caches (a block of the range freed before the cache
+    // existed, or a larger one: none, and no lock).
     let flags = FLAGS.load(Relaxed) as i32 & !ARENA_BITS;
+    if flags == 0 || je::malloc_usable_size(p.cast()) > CACHED_MAX.load(Relaxed) {
+        return je::dallocx(p.cast(), je::MALLOCX_TCACHE_NONE);
+    }
     let _g = CACHE_LOCK.lock();
-    je::dallocx(
-        p.cast(),
-        if flags == 0 {
-            je::MALLOCX_TCACHE_NONE
-        } else {
-            flags
-        },
-    );
+    je::dallocx(p.cast(), flags);
 }
+
+/// The largest size jemalloc's thread caches hold (`opt.tcache_max`, 32 KiB by default).
+static CACHED_MAX: AtomicUsize = AtomicUsize::new(32 << 10);
 
 /// The arena-index bits of `mallocx` flags (a free takes its arena from the block).
 const ARENA_BITS: i32 = !((1 << 20) - 1);
@@ -200,6 +220,21 @@ unsafe extern "C" fn extent_alloc(
     zero: *mut bool,
     commit: *mut bool,
     _: c_uint,
+) -> *mut c_void {
+    // A refused mapping sets errno; the allocation it serves may still succeed (keep the caller's).
+    let errno = *libc::__errno_location();
+    let p = carve(new_addr, size, alignment, zero, commit);
+    *libc::__errno_location() = errno;
+    p
+}
+
+/// [`extent_alloc`]'s work: the next piece of the range, mapped.
+unsafe fn carve(
+    new_addr: *mut c_void,
+    size: usize,
+    alignment: usize,
+    zero: *mut bool,
+    commit: *mut bool,
 ) -> *mut c_void {
     let (base, len) = (BASE, RANGE);
     let mut used = USED.load(Relaxed);

@@ -142,6 +142,36 @@ impl Points {
     }
 }
 
+/// After a failed Rust allocation on the slow path: the next sample point is drawn again from the
+/// thread's allocated bytes (the failed request had moved it past bytes never allocated: a failed
+/// `try_reserve` of a TiB would otherwise stop the thread's sampling).
+#[cold]
+pub(crate) fn rust_failed() {
+    counters::with_local(|l: &Local| {
+        let p = &l.sample;
+        let rate = RATE.load(Relaxed);
+        if rate != 0 && p.rust_at.load(Relaxed) != u64::MAX {
+            let now = l.counts.bytes_allocated.load(Relaxed);
+            p.rust_at.store(now.saturating_add(p.draw(rate)), Relaxed);
+        }
+    });
+}
+
+/// After a failed C allocation of `size` bytes on the slow path: the bytes leave the C stream
+/// again and the next point is drawn from there.
+#[cold]
+pub(crate) fn c_failed(size: usize) {
+    counters::with_local(|l: &Local| {
+        let p = &l.sample;
+        let c = p.c_bytes.load(Relaxed).wrapping_sub(size as u64);
+        p.c_bytes.store(c, Relaxed);
+        let rate = RATE.load(Relaxed);
+        if rate != 0 && p.c_at.load(Relaxed) != u64::MAX {
+            p.c_at.store(c.saturating_add(p.draw(rate)), Relaxed);
+        }
+    });
+}
+
 /// Whether a Rust allocation of `size` bytes on this thread is due a sample (its stream then
 /// re-armed past it). Called on the allocator's slow path only, before the allocation.
 #[inline]
@@ -318,12 +348,15 @@ impl Stack {
 /// start-up by the readers). A program without that pre-initialiser (memsight linked into a shared
 /// library) starts at its first session.
 pub(crate) fn start_at_load(setting: Option<&str>) {
+    unwind::note_main_thread();
     let rate = match setting {
         None => Some(DEFAULT_RATE),
         Some(v) => parse_rate(v).ok().flatten(),
     };
-    if let Some(rate) = rate {
-        let _ = enable(rate);
+    // Made ready even when off, so that the fork handlers are registered now: after jemalloc's
+    // (its prepare step then runs after the sampler's) and before any shared library's.
+    if enable(rate.unwrap_or(DEFAULT_RATE)).is_ok() && rate.is_none() {
+        disable();
     }
 }
 
@@ -376,6 +409,12 @@ pub fn refresh_walker() {
     if sample_heap::ready() {
         unwind::refresh();
     }
+}
+
+/// An object is about to be unloaded: stack walks use libgcc's unwinder until the walker's next
+/// refresh (the session's sampler brings it up to date).
+pub(crate) fn objects_unloading() {
+    unwind::invalidate();
 }
 
 /// Stops sampling (live sampled blocks stay recorded until they are freed).

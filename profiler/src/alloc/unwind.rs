@@ -14,7 +14,7 @@ use super::spin::SpinLock;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, MustNotAllocateDuringUnwind, Unwinder};
 use std::ffi::{c_int, c_void, CStr};
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// Bytes of a loaded object, where the loader mapped them (never unmapped while the object is
 /// loaded; an object unloaded later is dropped at the next refresh).
@@ -34,12 +34,18 @@ type RuleCache = CacheX86_64<MustNotAllocateDuringUnwind>;
 struct State {
     walker: Walker,
     cache: RuleCache,
+    /// The modules' code ranges, sorted: a return address outside all of them ends the walk
+    /// (framehop would go on by frame pointers, which such code may not keep).
+    code: Vec<(u64, u64)>,
 }
 
 /// The walker and its cache (null until [`refresh`] built them).
 static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
 /// Guards the walker and its cache.
 pub(crate) static LOCK: SpinLock = SpinLock::new();
+/// Set when an object is being unloaded (`dlclose`): its tables may go away, so walks are left to
+/// libgcc's unwinder until the next refresh.
+static STALE: AtomicBool = AtomicBool::new(false);
 /// `dl_iterate_phdr`'s count of loads when the walker was built.
 static LOADS: AtomicU64 = AtomicU64::new(u64::MAX);
 
@@ -47,22 +53,27 @@ static LOADS: AtomicU64 = AtomicU64::new(u64::MAX);
 /// Allocates: never call it on an allocation path.
 pub(crate) fn refresh() {
     let now = load_count();
-    if LOADS.load(Ordering::Relaxed) == now {
+    if LOADS.load(Ordering::Relaxed) == now && !STALE.load(Ordering::Acquire) {
         return;
     }
     let mut walker = Walker::new();
-    for m in modules() {
+    let mut code = Vec::new();
+    for (m, range) in modules() {
         walker.add_module(m);
+        code.push(range);
     }
+    code.sort_unstable();
     let new = Box::into_raw(Box::new(State {
         walker,
         cache: RuleCache::new_in(),
+        code,
     }));
     let old = {
         let _g = LOCK.lock();
         STATE.swap(new, Ordering::AcqRel)
     };
     LOADS.store(now, Ordering::Relaxed);
+    STALE.store(false, Ordering::Release);
     if !old.is_null() {
         // SAFETY: `old` came from `Box::into_raw` and no walk holds it (the swap was under the lock).
         drop(unsafe { Box::from_raw(old) });
@@ -86,10 +97,21 @@ pub(crate) fn walk(frames: &mut [usize], stack_hi: usize) -> usize {
             options(nomem, nostack, preserves_flags)
         );
     }
+    if stack_hi.wrapping_sub(sp as usize) >= MAX_STACK {
+        return 0;
+    }
     let _g = LOCK.lock();
+    if STALE.load(Ordering::Acquire) {
+        return 0;
+    }
     // SAFETY: published by `refresh`, freed only after a swap under this lock.
     let Some(state) = (unsafe { STATE.load(Ordering::Acquire).as_mut() }) else {
         return 0;
+    };
+    let code = &state.code;
+    let known = |pc: u64| {
+        let i = code.partition_point(|r| r.0 <= pc);
+        i > 0 && pc < code[i - 1].1
     };
     let mut read = |addr: u64| -> Result<u64, ()> {
         if addr < sp || addr.saturating_add(8) > stack_hi as u64 || !addr.is_multiple_of(8) {
@@ -107,10 +129,13 @@ pub(crate) fn walk(frames: &mut [usize], stack_hi: usize) -> usize {
     );
     while n < frames.len() {
         match it.next() {
-            Ok(Some(f)) => {
+            Ok(Some(f)) if known(f.address()) => {
                 frames[n] = f.address() as usize;
                 n += 1;
             }
+            // Code outside every known object (loaded since the last refresh, or generated at
+            // run time): libgcc's unwinder takes the whole walk.
+            Ok(Some(_)) => return 0,
             _ => break,
         }
     }
@@ -130,20 +155,34 @@ extern "C" {
 pub(crate) fn stack_top() -> usize {
     let here = 0u8;
     let sp = std::hint::black_box(&raw const here) as usize;
-    // SAFETY: plain system call and glibc calls without preconditions; `__libc_stack_end` is set
-    // before any user code runs.
+    // SAFETY: glibc calls without preconditions; `__libc_stack_end` is set before any user code.
     let top = unsafe {
-        if libc::gettid() == libc::getpid() {
+        let me = libc::pthread_self() as usize;
+        if me == MAIN_THREAD.load(Ordering::Relaxed) {
             __libc_stack_end as usize
         } else {
-            libc::pthread_self() as usize
+            me
         }
     };
-    if top > sp && top - sp < 1 << 30 {
+    if top > sp && top - sp < MAX_STACK {
         top
     } else {
         0
     }
+}
+
+/// The deepest stack a walk reads (a walk from further below its thread's top, such as from a
+/// signal's alternate stack, is left to libgcc's unwinder).
+const MAX_STACK: usize = 256 << 20;
+
+/// The main thread's `pthread_self()` (recorded at load: after a `fork` from another thread the
+/// child's only thread has the process's id but not the main thread's stack).
+static MAIN_THREAD: AtomicUsize = AtomicUsize::new(0);
+
+/// Records the calling thread as the main thread (the executable's pre-initialiser calls it).
+pub(crate) fn note_main_thread() {
+    // SAFETY: no preconditions.
+    MAIN_THREAD.store(unsafe { libc::pthread_self() } as usize, Ordering::Relaxed);
 }
 
 /// Loads plus unloads so far, as the dynamic loader counts them.
@@ -160,9 +199,9 @@ unsafe extern "C" fn count_cb(info: *mut libc::dl_phdr_info, _: usize, data: *mu
     1
 }
 
-/// Every loaded object with unwind tables, as framehop modules.
-fn modules() -> Vec<Module<Mapped>> {
-    let mut out: Vec<Module<Mapped>> = Vec::new();
+/// Every loaded object with unwind tables, as framehop modules, with their code ranges.
+fn modules() -> Vec<(Module<Mapped>, (u64, u64))> {
+    let mut out: Vec<(Module<Mapped>, (u64, u64))> = Vec::new();
     // SAFETY: the callback reads the loader's program headers of each object.
     unsafe { libc::dl_iterate_phdr(Some(module_cb), (&raw mut out).cast()) };
     out
@@ -173,7 +212,7 @@ unsafe extern "C" fn module_cb(
     _: usize,
     data: *mut c_void,
 ) -> c_int {
-    let out = &mut *data.cast::<Vec<Module<Mapped>>>();
+    let out = &mut *data.cast::<Vec<(Module<Mapped>, (u64, u64))>>();
     if let Some(m) = module_of(&*info) {
         out.push(m);
     }
@@ -182,7 +221,7 @@ unsafe extern "C" fn module_cb(
 
 /// One object's module: its executable segment and its `.eh_frame` (found through
 /// `PT_GNU_EH_FRAME`, the `.eh_frame_hdr` the loader maps).
-unsafe fn module_of(info: &libc::dl_phdr_info) -> Option<Module<Mapped>> {
+unsafe fn module_of(info: &libc::dl_phdr_info) -> Option<(Module<Mapped>, (u64, u64))> {
     let bias = info.dlpi_addr;
     let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
     let text = phdrs
@@ -210,7 +249,8 @@ unsafe fn module_of(info: &libc::dl_phdr_info) -> Option<Module<Mapped>> {
             .into_owned()
     };
     let text_svma = text.p_vaddr..text.p_vaddr + text.p_memsz;
-    Some(Module::new(
+    let range = (bias + text_svma.start, bias + text_svma.end);
+    let module = Module::new(
         name,
         bias + text_svma.start..bias + text_svma.end,
         bias,
@@ -224,7 +264,15 @@ unsafe fn module_of(info: &libc::dl_phdr_info) -> Option<Module<Mapped>> {
             eh_frame_hdr: Some(hdr_bytes),
             ..Default::default()
         },
-    ))
+    );
+    Some((module, range))
+}
+
+/// An object is being unloaded: until the next refresh, walks are libgcc's (its tables may be
+/// unmapped under the walker).
+pub(crate) fn invalidate() {
+    let _g = LOCK.lock();
+    STALE.store(true, Ordering::Release);
 }
 
 /// The address of `.eh_frame` that an `.eh_frame_hdr` at `at` points to (its `eh_frame_ptr`,

@@ -60,11 +60,18 @@ impl Stack {
             .iter()
             .position(|f| is_user_code(f))
             .unwrap_or(frames.len());
-        frames[..user]
-            .iter()
-            .any(|f| is_loader(f))
-            .then(|| frames.first().map(|f| f.module.as_str()))
-            .flatten()
+        let loader = frames[..user].iter().position(|f| is_loader(f))?;
+        // The initialiser the loader called: the frame just inside the loader's (an initialiser's
+        // own frame when it is named as one).
+        let init = if is_initialiser(frames[loader]) {
+            loader
+        } else {
+            frames[..loader]
+                .iter()
+                .rposition(|f| is_initialiser(f))
+                .unwrap_or(loader.saturating_sub(1))
+        };
+        frames.get(init).map(|f| f.module.as_str())
     }
 
     /// Whether memsight's own bookkeeping made these allocations (its sampler's timeline, its
@@ -304,18 +311,16 @@ fn is_allocator(f: &Frame) -> bool {
 }
 
 /// Whether a frame is the dynamic loader running a library's initialisers (at `dlopen` or before
-/// `main`), or such an initialiser itself.
+/// `main`). Only the loader's initialiser-running functions: its other work (thread-local storage
+/// for a new thread, `dlsym`) is made for the caller.
 fn is_loader(f: &Frame) -> bool {
-    const PREFIX: &[&str] = &[
-        "_dl_init",
-        "_dl_open",
-        "dl_open_worker",
-        "_dl_catch",
-        "call_init",
-        "_GLOBAL__sub_I",
-        "__static_initialization_and_destruction",
-    ];
-    f.module.starts_with("ld-linux") || PREFIX.iter().any(|p| f.function.starts_with(p))
+    const LOADER: &[&str] = &["_dl_init", "call_init", "dl_open_worker", "_dl_start_user"];
+    LOADER.iter().any(|p| f.function.starts_with(p)) || is_initialiser(f)
+}
+
+/// Whether a frame is a C++ static initialiser (GCC's and Clang's names for them).
+fn is_initialiser(f: &Frame) -> bool {
+    f.function.starts_with("_GLOBAL__sub_I") || f.function.starts_with("__static_initialization")
 }
 
 /// memsight's crates: a frame named in one is memsight's.
