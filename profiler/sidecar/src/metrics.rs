@@ -1,6 +1,8 @@
 //! Prometheus exposition (opt-in, `--metrics ADDR`, loopback by default): the job's live and peak
-//! heap, RSS, fragmentation, cgroup headroom and step, labelled with the job and its rank, encoded
-//! by the `prometheus-client` crate and served over plain HTTP at `/metrics`.
+//! heap, tensor bytes, device memory (per device), RSS, tree RSS/PSS, fragmentation, cgroup
+//! headroom and step, labelled with the job and its rank (devices also by `device`), encoded by the
+//! `prometheus-client` crate and served over plain HTTP at `/metrics`. docs/grafana has a dashboard
+//! of them for a multi-rank job.
 
 use memsight_format::report::Fragmentation;
 use memsight_format::snapshot::Snapshot;
@@ -31,6 +33,11 @@ pub struct Metrics {
     tree_pss: IntGauge,
     cgroup_headroom: IntGauge,
     step: IntGauge,
+    tensor_live: IntGauge,
+    tensor_peak: IntGauge,
+    device_allocated: IntGauge,
+    device_reserved: IntGauge,
+    device_used: IntGauge,
     fragmentation: FloatGauge,
     /// The sample with the highest jemalloc resident so far, where fragmentation is measured.
     resident_peak: Mutex<Option<(PeakAt, Snapshot)>>,
@@ -90,6 +97,26 @@ impl Metrics {
             "Bytes left below the memory cgroup limit",
         );
         let step = int("memsight_step", "Current training step");
+        let tensor_live = int(
+            "memsight_tensor_live_bytes",
+            "Live tensor bytes (libtorch's allocator hook)",
+        );
+        let tensor_peak = int(
+            "memsight_tensor_peak_bytes",
+            "Peak live tensor bytes of the run",
+        );
+        let device_allocated = int(
+            "memsight_device_allocated_bytes",
+            "Device memory allocated to tensors by the framework's caching allocator, per device",
+        );
+        let device_reserved = int(
+            "memsight_device_reserved_bytes",
+            "Device memory reserved by the framework's caching allocator, per device",
+        );
+        let device_used = int(
+            "memsight_device_used_bytes",
+            "Device memory in use as the driver reports it (NVML), per device",
+        );
         let fragmentation = FloatGauge::default();
         registry.register(
             "memsight_fragmentation_ratio",
@@ -107,6 +134,11 @@ impl Metrics {
             tree_pss,
             cgroup_headroom,
             step,
+            tensor_live,
+            tensor_peak,
+            device_allocated,
+            device_reserved,
+            device_used,
             fragmentation,
             resident_peak: Mutex::new(None),
         }
@@ -136,6 +168,23 @@ impl Metrics {
         }
         if let Some(h) = s.cgroup.and_then(|c| c.headroom()) {
             self.cgroup_headroom.get_or_create(l).set(clamp(h));
+        }
+        if let Some(t) = &s.tensors {
+            self.tensor_live.get_or_create(l).set(clamp(t.live_bytes));
+            self.tensor_peak.get_or_create(l).set(clamp(t.peak_bytes));
+        }
+        for d in &s.devices {
+            let mut dl = l.clone();
+            dl.push(("device".to_string(), d.index.to_string()));
+            for (gauge, value) in [
+                (&self.device_allocated, d.allocated_bytes),
+                (&self.device_reserved, d.reserved_bytes),
+                (&self.device_used, d.used_bytes),
+            ] {
+                if let Some(v) = value {
+                    gauge.get_or_create(&dl).set(clamp(v));
+                }
+            }
         }
         let mut peak = crate::lock(&self.resident_peak);
         raise_resident(&mut peak, s);

@@ -77,3 +77,122 @@ fn the_fragmentation_gauge_is_the_reports_fragmentation_not_the_latest_samples()
         "{text}"
     );
 }
+
+#[test]
+fn tensors_and_each_device_have_gauges() {
+    use memsight_format::device::{DeviceSample, TensorStats};
+    use memsight_format::snapshot::Snapshot;
+    let m = crate::metrics::Metrics::new(vec![
+        ("job".into(), "t".into()),
+        ("rank".into(), "3".into()),
+    ]);
+    let device = |index: u32, allocated: u64| DeviceSample {
+        index,
+        backend: "cuda".into(),
+        allocated_bytes: Some(allocated),
+        reserved_bytes: Some(allocated * 2),
+        used_bytes: Some(allocated * 3),
+        ..Default::default()
+    };
+    m.update(&Snapshot {
+        tensors: Some(TensorStats {
+            live_bytes: 100,
+            peak_bytes: 250,
+            ..Default::default()
+        }),
+        devices: vec![device(0, 1000), device(1, 7)],
+        ..Default::default()
+    });
+    let text = m.encode();
+    for line in [
+        "memsight_tensor_live_bytes{job=\"t\",rank=\"3\"} 100",
+        "memsight_tensor_peak_bytes{job=\"t\",rank=\"3\"} 250",
+        "memsight_device_allocated_bytes{job=\"t\",rank=\"3\",device=\"0\"} 1000",
+        "memsight_device_reserved_bytes{job=\"t\",rank=\"3\",device=\"1\"} 14",
+        "memsight_device_used_bytes{job=\"t\",rank=\"3\",device=\"1\"} 21",
+    ] {
+        assert!(text.contains(line), "{line} missing in\n{text}");
+    }
+}
+
+/// The exposition of a sidecar whose job has every source (a gauge appears once it has a value).
+fn every_gauge_set() -> String {
+    use memsight_format::device::{DeviceSample, TensorStats};
+    use memsight_format::heap::HeapStats;
+    use memsight_format::host::{CgroupMemory, JemallocStats, ProcessMemory, ProcessTree};
+    use memsight_format::snapshot::Snapshot;
+    let m = crate::metrics::Metrics::new(vec![("job".into(), "t".into())]);
+    m.update(&Snapshot {
+        heap: HeapStats {
+            allocations: 1,
+            live_bytes: 1,
+            peak_bytes: 1,
+            ..Default::default()
+        },
+        jemalloc: Some(JemallocStats {
+            resident: 2,
+            allocated: 1,
+            active: 2,
+            ..Default::default()
+        }),
+        process: Some(ProcessMemory {
+            rss: 1,
+            hwm: 1,
+            ..Default::default()
+        }),
+        cgroup: Some(CgroupMemory {
+            limit: Some(2),
+            usage: 1,
+            ..Default::default()
+        }),
+        tree: Some(ProcessTree {
+            total_rss: 1,
+            total_pss: Some(1),
+            ..Default::default()
+        }),
+        tensors: Some(TensorStats::default()),
+        devices: vec![DeviceSample {
+            allocated_bytes: Some(1),
+            reserved_bytes: Some(1),
+            used_bytes: Some(1),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    m.encode()
+}
+
+#[test]
+fn the_grafana_dashboard_queries_only_exported_metrics() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/grafana/memsight.json"
+    );
+    let text = std::fs::read_to_string(path).expect("docs/grafana/memsight.json");
+    let dash: serde_json::Value = serde_json::from_str(&text).expect("dashboard JSON");
+    let exported = every_gauge_set();
+    let mut queries = 0;
+    for panel in dash["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().expect("expr");
+            queries += 1;
+            let names: Vec<&str> = expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("memsight_"))
+                .collect();
+            assert!(!names.is_empty(), "{expr} queries no memsight metric");
+            for n in names {
+                assert!(
+                    exported.contains(&format!("# TYPE {n} ")),
+                    "{n} (in {expr}) is not exported"
+                );
+            }
+        }
+    }
+    assert!(queries >= 8, "{queries} queries");
+    // A multi-rank job: every panel splits or selects by rank through the dashboard's variable.
+    assert!(
+        text.contains("$rank") && text.contains("by (rank"),
+        "no per-rank view"
+    );
+}
