@@ -94,7 +94,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
     if let Some(r) = &reader {
         watch.ring_start_unix_ms = Some(r.info().start_unix_ms);
     }
-    let mut outputs = crate::outputs::Outputs::new(opts.metrics, &command)?;
+    let mut outputs = crate::outputs::Outputs::new(opts.metrics, &command, Some(pid))?;
     outputs.listen(pid, &command);
     let attach_unix_ms = unix_ms();
     let mut next = Instant::now();

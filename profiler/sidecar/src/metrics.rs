@@ -43,18 +43,33 @@ pub struct Metrics {
     resident_peak: Mutex<Option<(PeakAt, Snapshot)>>,
 }
 
-/// Labels for a job: its program name, and RANK / LOCAL_RANK / WORLD_SIZE when set.
-pub fn job_labels(program: &str) -> Labels {
+/// Labels for a job: its program name, and RANK / LOCAL_RANK / WORLD_SIZE when set in the job's
+/// environment: the process `pid`'s own (`/proc/PID/environ`, for `attach`), else this process's
+/// (under `run` the job inherits it).
+pub fn job_labels(program: &str, pid: Option<u32>) -> Labels {
     let name = std::path::Path::new(program)
         .file_name()
         .map_or_else(|| program.to_string(), |n| n.to_string_lossy().into_owned());
+    let theirs = pid.and_then(|p| std::fs::read(format!("/proc/{p}/environ")).ok());
+    let lookup = |var: &str| -> Option<String> {
+        match &theirs {
+            Some(block) => block.split(|b| *b == 0).find_map(|entry| {
+                let entry = std::str::from_utf8(entry).ok()?;
+                entry
+                    .strip_prefix(var)
+                    .and_then(|rest| rest.strip_prefix('='))
+                    .map(str::to_string)
+            }),
+            None => std::env::var(var).ok(),
+        }
+    };
     let mut l = vec![("job".to_string(), name)];
     for (var, label) in [
         ("RANK", "rank"),
         ("LOCAL_RANK", "local_rank"),
         ("WORLD_SIZE", "world_size"),
     ] {
-        if let Ok(v) = std::env::var(var) {
+        if let Some(v) = lookup(var) {
             l.push((label.to_string(), v));
         }
     }

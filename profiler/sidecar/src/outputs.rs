@@ -14,10 +14,12 @@ pub(crate) struct Outputs {
 }
 
 impl Outputs {
-    /// Binds the metrics address (an explicit request: failing is an error).
+    /// Binds the metrics address (an explicit request: failing is an error). The rank labels come
+    /// from the environment of `attached` (a process watched from outside), else this process's.
     pub(crate) fn new(
         addr: Option<std::net::SocketAddr>,
         command: &[OsString],
+        attached: Option<u32>,
     ) -> Result<Self, SidecarError> {
         let metrics = match addr {
             None => None,
@@ -26,7 +28,9 @@ impl Outputs {
                     .first()
                     .map(|c| c.to_string_lossy().into_owned())
                     .unwrap_or_default();
-                let m = Arc::new(metrics::Metrics::new(metrics::job_labels(&program)));
+                let m = Arc::new(metrics::Metrics::new(metrics::job_labels(
+                    &program, attached,
+                )));
                 let bound =
                     metrics::serve(a, Arc::clone(&m)).map_err(|e| SidecarError::Metrics(a, e))?;
                 if !bound.ip().is_loopback() {

@@ -69,7 +69,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     let ring_path = dir.join(format!("ring-{tag}.bin"));
     let job_report = job_report_path(opts, &dir, &tag)?;
 
-    let mut outputs = Outputs::new(opts.metrics, &opts.command)?;
+    let mut outputs = Outputs::new(opts.metrics, &opts.command, None)?;
     let start_unix_ms = unix_ms();
     let mut cmd = Command::new(program);
     cmd.args(args)

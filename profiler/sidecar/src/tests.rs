@@ -196,3 +196,26 @@ fn the_grafana_dashboard_queries_only_exported_metrics() {
         "no per-rank view"
     );
 }
+
+#[test]
+fn an_attached_process_is_labelled_with_its_own_rank() {
+    let child = std::process::Command::new("sleep")
+        .arg("5")
+        .env("RANK", "7")
+        .env("WORLD_SIZE", "8")
+        .env_remove("LOCAL_RANK")
+        .spawn()
+        .expect("sleep runs");
+    let labels = crate::metrics::job_labels("/usr/bin/train", Some(child.id()));
+    let mut child = child;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        labels,
+        vec![
+            ("job".to_string(), "train".to_string()),
+            ("rank".to_string(), "7".to_string()),
+            ("world_size".to_string(), "8".to_string()),
+        ]
+    );
+}
