@@ -206,6 +206,17 @@ fn an_attached_process_is_labelled_with_its_own_rank() {
         .env_remove("LOCAL_RANK")
         .spawn()
         .expect("sleep runs");
+    // Until the child has run `sleep`, its environment is still the test's.
+    let environ = format!("/proc/{}/environ", child.id());
+    let t = std::time::Instant::now();
+    while !std::fs::read(&environ)
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .any(|e| e == b"RANK=7")
+        && t.elapsed().as_secs() < 5
+    {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     let labels = crate::metrics::job_labels("/usr/bin/train", Some(child.id()));
     let mut child = child;
     let _ = child.kill();

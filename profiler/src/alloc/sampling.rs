@@ -11,8 +11,10 @@
 //! one more compare on its fast path).
 //!
 //! A sampled block is served by the sampled arena ([`super::sample_heap`]), whose address range
-//! tells a free of a sampled block with one compare; its stack is taken with libgcc's
-//! `_Unwind_Backtrace` and kept in [`super::sample_table`]. The profile is written in jemalloc's
+//! tells a free of a sampled block with one compare; its stack is taken by the caching walker
+//! ([`super::unwind`], libgcc's `_Unwind_Backtrace` when that cannot) and kept in
+//! [`super::sample_table`]. Sampling starts in the executable's pre-initialiser
+//! ([`start_at_load`]). The profile is written in jemalloc's
 //! `heap_v2` text format, so every reader of heap profiles (sites, growth, flamegraphs, pprof)
 //! reads it unchanged.
 
