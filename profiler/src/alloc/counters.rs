@@ -338,34 +338,6 @@ pub(crate) fn on_dealloc(size: usize) {
     record(-(size as i64), Call::Dealloc);
 }
 
-/// Records a successful reallocation from `old` to `new` bytes: one realloc, and the size change
-/// as bytes allocated (growth) or freed (shrinkage).
-#[inline(always)]
-pub(crate) fn on_realloc(old: usize, new: usize) {
-    if !realloc_fast(old, new) {
-        realloc_slow(old, new);
-    }
-}
-
-/// Whether growing a block from `old` to `new` bytes takes this thread's allocated bytes to its
-/// mark (where a heap sample may be due); always `false` without the sampler (`jemalloc`).
-#[inline(always)]
-pub(crate) fn growth_passes_mark(old: usize, new: usize) -> bool {
-    #[cfg(feature = "jemalloc")]
-    return new > old
-        && LOCAL
-            .try_with(|l| {
-                let a = l.counts.bytes_allocated.load(Relaxed);
-                a.wrapping_add((new - old) as u64) >= l.alloc_mark.load(Relaxed)
-            })
-            .unwrap_or(false);
-    #[cfg(not(feature = "jemalloc"))]
-    {
-        let _ = (old, new);
-        false
-    }
-}
-
 /// Counts a reallocation from `old` to `new` bytes when that keeps this thread below its mark;
 /// `false` when nothing was counted and the caller must call [`realloc_slow`].
 #[inline(always)]
@@ -386,6 +358,21 @@ pub(crate) fn realloc_fast(old: usize, new: usize) -> bool {
             true
         })
         .unwrap_or(false)
+}
+
+/// Takes back a reallocation that [`realloc_fast`] counted and the inner allocator then refused.
+#[cold]
+#[inline(never)]
+pub(crate) fn realloc_failed_after_count(old: usize, new: usize) {
+    let _ = LOCAL.try_with(|l| {
+        let (bytes, by) = if new >= old {
+            (&l.counts.bytes_allocated, new - old)
+        } else {
+            (&l.counts.bytes_freed, old - new)
+        };
+        bump(bytes, (by as u64).wrapping_neg());
+        bump(&l.counts.reallocs, u64::MAX);
+    });
 }
 
 /// Records a reallocation from `old` to `new` bytes that the fast path did not count.

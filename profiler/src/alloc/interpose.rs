@@ -102,12 +102,12 @@ fn env_value(envp: *const *const c_char, name: &[u8]) -> Option<*const c_char> {
 /// `zero`): straight (a tail call) when the thread stays below its mark and its next heap-sample
 /// point, else out of line, where the allocation may be sampled, followed by the slow path.
 #[inline(always)]
-unsafe fn allocate<R: Outcome>(
+unsafe fn allocate(
     size: usize,
     align: usize,
     zero: bool,
-    call: impl FnOnce() -> R,
-) -> R {
+    call: impl FnOnce() -> *mut c_void,
+) -> *mut c_void {
     if alloc_fits(size) {
         call()
     } else {
@@ -118,43 +118,26 @@ unsafe fn allocate<R: Outcome>(
 /// [`allocate`]'s other branch (huge requests take it too: a refused one is recorded).
 #[cold]
 #[inline(never)]
-unsafe fn allocate_slow<R: Outcome>(
+unsafe fn allocate_slow(
     size: usize,
     align: usize,
     zero: bool,
-    call: impl FnOnce() -> R,
-) -> R {
+    call: impl FnOnce() -> *mut c_void,
+) -> *mut c_void {
     if sampling::c_due(size) {
         let p = sampling::alloc(size, align, zero);
         if !p.is_null() {
             after_alloc();
-            return R::block(p.cast());
+            return p.cast();
         }
     }
     let r = call();
     after_alloc();
-    if r.failed() {
+    if r.is_null() {
         sampling::c_failed(size);
         super::failed(size);
     }
     r
-}
-
-/// What an allocation function returns: a pointer (also for `posix_memalign`, whose caller
-/// stores it).
-trait Outcome {
-    fn failed(&self) -> bool;
-    /// The outcome of a sampled block.
-    fn block(p: *mut c_void) -> Self;
-}
-
-impl Outcome for *mut c_void {
-    fn failed(&self) -> bool {
-        self.is_null()
-    }
-    fn block(p: *mut c_void) -> Self {
-        p
-    }
 }
 
 /// Whether `alignment` is one `posix_memalign` and `aligned_alloc` accept: a power of two (and, for

@@ -119,13 +119,12 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Allocator<A> {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if sampled(ptr) || counters::growth_passes_mark(layout.size(), new_size) {
+        if sampled(ptr) || !counters::realloc_fast(layout.size(), new_size) {
             return self.realloc_slow(ptr, layout, new_size);
         }
         let p = self.inner.realloc(ptr, layout, new_size);
-        if !p.is_null() {
-            counters::on_realloc(layout.size(), new_size);
-        } else {
+        if p.is_null() {
+            counters::realloc_failed_after_count(layout.size(), new_size);
             failed(new_size);
         }
         p
@@ -200,9 +199,10 @@ impl<A: GlobalAlloc> Allocator<A> {
         self.inner.dealloc(ptr, layout)
     }
 
-    /// A reallocation of a sampled block, or one whose growth reaches the thread's mark: a sampled
-    /// block stays sampled (moved within the sampled arena, its stack kept); growth due a sample
-    /// moves the block into the sampled arena; anything else is the inner allocator's.
+    /// A reallocation of a sampled block, or one the counters' fast path did not count (its size
+    /// change reaches the thread's mark, where a sample may be due): a sampled block stays sampled
+    /// (moved within the sampled arena, its stack kept); growth due a sample moves the block into
+    /// the sampled arena; anything else is the inner allocator's.
     #[cold]
     #[inline(never)]
     unsafe fn realloc_slow(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -218,13 +218,19 @@ impl<A: GlobalAlloc> Allocator<A> {
             q = sampling::realloc(ptr, old, new_size, layout.align());
         }
         if q.is_null() {
-            q = sampled_block(new_layout, new_size.saturating_sub(old), false);
-            if q.is_null() && !sampled(ptr) {
+            let fresh = if !sampled(ptr) && new_size > old {
+                sampled_block(new_layout, new_size - old, false)
+            } else {
+                std::ptr::null_mut()
+            };
+            if fresh.is_null() && !sampled(ptr) {
                 q = self.inner.realloc(ptr, layout, new_size);
             } else {
-                if q.is_null() {
-                    q = self.inner.alloc(new_layout);
-                }
+                q = if fresh.is_null() {
+                    self.inner.alloc(new_layout)
+                } else {
+                    fresh
+                };
                 if !q.is_null() {
                     std::ptr::copy_nonoverlapping(ptr, q, old.min(new_size));
                     self.free_block(ptr, layout);

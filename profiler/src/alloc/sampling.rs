@@ -119,14 +119,7 @@ impl Points {
     /// re-arms past it when it is.
     fn rust_due(&self, before: u64, size: usize) -> bool {
         self.rearm_if_stale(before);
-        let after = before.saturating_add(size as u64);
-        if self.busy.load(Relaxed) || after < self.rust_at.load(Relaxed) {
-            return false;
-        }
-        let rate = RATE.load(Relaxed);
-        self.rust_at
-            .store(after.saturating_add(self.draw(rate)), Relaxed);
-        rate != 0
+        self.passes(&self.rust_at, before.saturating_add(size as u64))
     }
 
     /// Adds a C call's `size` bytes to the C stream; whether it is due a sample (re-armed past it).
@@ -134,13 +127,26 @@ impl Points {
         let after = self.c_bytes.load(Relaxed).wrapping_add(size as u64);
         self.c_bytes.store(after, Relaxed);
         self.rearm_if_stale(rust_bytes);
-        if self.busy.load(Relaxed) || after < self.c_at.load(Relaxed) {
+        self.passes(&self.c_at, after)
+    }
+
+    /// Whether a stream now at `after` has passed its point `at` (not while this thread is inside
+    /// the sampler); the point then moves a fresh distance past `after`.
+    fn passes(&self, at: &AtomicU64, after: u64) -> bool {
+        if self.busy.load(Relaxed) || after < at.load(Relaxed) {
             return false;
         }
         let rate = RATE.load(Relaxed);
-        self.c_at
-            .store(after.saturating_add(self.draw(rate)), Relaxed);
+        at.store(after.saturating_add(self.draw(rate)), Relaxed);
         rate != 0
+    }
+
+    /// Draws the point `at` afresh from `from` (a stream that is armed while sampling is on).
+    fn rearm_from(&self, at: &AtomicU64, from: u64) {
+        let rate = RATE.load(Relaxed);
+        if rate != 0 && at.load(Relaxed) != u64::MAX {
+            at.store(from.saturating_add(self.draw(rate)), Relaxed);
+        }
     }
 }
 
@@ -150,12 +156,8 @@ impl Points {
 #[cold]
 pub(crate) fn rust_failed() {
     counters::with_local(|l: &Local| {
-        let p = &l.sample;
-        let rate = RATE.load(Relaxed);
-        if rate != 0 && p.rust_at.load(Relaxed) != u64::MAX {
-            let now = l.counts.bytes_allocated.load(Relaxed);
-            p.rust_at.store(now.saturating_add(p.draw(rate)), Relaxed);
-        }
+        let now = l.counts.bytes_allocated.load(Relaxed);
+        l.sample.rearm_from(&l.sample.rust_at, now);
     });
 }
 
@@ -167,10 +169,7 @@ pub(crate) fn c_failed(size: usize) {
         let p = &l.sample;
         let c = p.c_bytes.load(Relaxed).wrapping_sub(size as u64);
         p.c_bytes.store(c, Relaxed);
-        let rate = RATE.load(Relaxed);
-        if rate != 0 && p.c_at.load(Relaxed) != u64::MAX {
-            p.c_at.store(c.saturating_add(p.draw(rate)), Relaxed);
-        }
+        p.rearm_from(&p.c_at, c);
     });
 }
 

@@ -50,7 +50,7 @@ mod imp {
 mod imp {
     use std::path::Path;
 
-    const NO: &str =
+    pub const NO: &str =
         "memsight was built without its `jemalloc` feature, which the heap sampler needs";
 
     pub fn enabled() -> bool {
@@ -107,34 +107,28 @@ pub fn set_sampling(on: bool) -> Result<(), String> {
     }
 }
 
-/// The rate `MEMSIGHT_HEAP_SAMPLE` asks for (`None`: `off`), `default` when unset.
-fn rate_from_env(default: u64) -> Result<Option<u64>, String> {
-    #[cfg(feature = "jemalloc")]
-    return crate::alloc::sampling::rate_from_env(default);
-    #[cfg(not(feature = "jemalloc"))]
-    match std::env::var("MEMSIGHT_HEAP_SAMPLE") {
-        Ok(v) if v.trim() == "off" => Ok(None),
-        _ => Ok(Some(default)),
-    }
-}
-
 /// Starts the sampler as `MEMSIGHT_HEAP_SAMPLE` says (`off`: ready but not sampling; a size: the
 /// mean bytes between samples; unset: one sample per 512 KiB) and says what is in effect:
 /// `Ok(Some(bytes))` sampling, `Ok(None)` off.
 pub fn configure_from_env() -> Result<Option<u64>, String> {
-    let wanted = rate_from_env(CONFIGURED.load(Relaxed))?;
-    if let Some(rate) = wanted {
-        CONFIGURED.store(rate, Relaxed);
-    }
     #[cfg(not(feature = "jemalloc"))]
-    if crate::alloc::foreign::installed() {
-        return Err(not_enabled());
+    return Err(if crate::alloc::foreign::installed() {
+        not_enabled()
+    } else {
+        imp::NO.into()
+    });
+    #[cfg(feature = "jemalloc")]
+    {
+        let wanted = crate::alloc::sampling::rate_from_env(CONFIGURED.load(Relaxed))?;
+        if let Some(rate) = wanted {
+            CONFIGURED.store(rate, Relaxed);
+        }
+        imp::start(CONFIGURED.load(Relaxed))?;
+        if wanted.is_none() {
+            imp::stop();
+        }
+        Ok(wanted)
     }
-    imp::start(CONFIGURED.load(Relaxed))?;
-    if wanted.is_none() {
-        imp::stop();
-    }
-    Ok(wanted)
 }
 
 /// Writes a heap profile to `path`, complete or not at all (written beside it, then renamed).
