@@ -27,9 +27,6 @@ if spec is not None:
 fn main() {
     println!("cargo:rustc-check-cfg=cfg(memsight_cuda)");
     println!("cargo:rerun-if-changed=build.rs");
-    if std::env::var_os("CARGO_FEATURE_TCH").is_none() {
-        return;
-    }
     #[cfg(feature = "tch")]
     build_shim();
 }

@@ -2,12 +2,15 @@
 # Runs every CUDA path of memsight on a machine with an NVIDIA GPU and PyTorch (docs/gpu.md).
 # Built elsewhere, carried there: `scripts/gpu-check.sh BIN OUT [PART…]` where BIN holds
 # `memsight`, `memsight-gpt`, `gpu-test` (integrations/tests/gpu.rs built with --no-run),
-# `varying_batch` (integrations/examples) and optionally debs/ (tmux for the viewer capture).
-# PARTs (default: all): env stats ablation oom segments shared viewer cupti.
+# `varying_batch` (integrations/examples), optionally debs/ (tmux for the viewer capture) and, for
+# the candle part, `candle-probe` (integrations/candle-probe) and `deps/cupti_jobs` (tests/tests/
+# cupti_jobs.rs built with --no-run; it finds memsight at BIN/memsight and the preloaded library at
+# BIN/../preload/release).
+# PARTs (default: all): env stats ablation oom segments shared viewer cupti candle.
 # libtorch comes from the machine's PyTorch (same version as the build's, 2.11.0).
 set -uo pipefail
 bin="$(cd "$1" && pwd)"; out="$2"; shift 2
-parts="${*:-env stats ablation oom segments shared viewer cupti}"
+parts="${*:-env stats ablation oom segments shared viewer cupti candle}"
 mkdir -p "$out"; out="$(cd "$out" && pwd)"
 py="${PYTHON:-$(command -v python3)}"
 torchlib="$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
@@ -110,5 +113,33 @@ if has cupti; then
     "$bin/memsight" run --report "$out/cupti.json" -- "${gpt[@]}" --attention sdpa --batch-size 8 --steps 10 \
         >"$out/cupti.log" 2>&1; echo "exit $?"
     "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); [print(d["backend"], {k: v for k, v in d.items() if k.endswith("bytes")}) for d in r["devices"]]' "$out/cupti.json"
+fi
+if has candle; then
+    # An unmodified candle training program under `memsight run --cupti`: its device memory through
+    # CUPTI (CUDA's injection interface loads the preloaded library), then the e2e test on it.
+    say "candle: memsight run --cupti"
+    cu13="$(cd "$torchlib/../../nvidia/cu13/lib" && pwd)"   # libcupti, libcublas, libcurand
+    LD_LIBRARY_PATH="$cu13:$LD_LIBRARY_PATH" timeout 180 "$bin/memsight" run --cupti --interval 50ms \
+        --report "$out/candle.json" -- "$bin/candle-probe" --steps 30 >"$out/candle.log" 2>&1
+    echo "exit $?"; head -3 "$out/candle.log"; tail -4 "$out/candle.log"
+    "$py" - "$out/candle.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print([s for s in r["sources"] if s["name"] == "cupti"])
+print(r["devices"])
+rows = [(s["t_ms"], d["reserved_bytes"] >> 20) for s in r["timeline"] for d in s.get("devices", []) if d["backend"] == "cupti"]
+print("t_ms:MiB", " ".join(f"{t}:{m}" for t, m in rows))
+PY
+    # The same for an unmodified PyTorch script: CUPTI's count against what PyTorch says it reserved.
+    cat >"$out/torch_job.py" <<'PY'
+import torch
+kept = [torch.empty(n << 20, dtype=torch.uint8, device="cuda") for n in (256, 64, 512)]
+del kept[1]
+x = torch.randn(4096, 4096, device="cuda"); y = x @ x; torch.cuda.synchronize()
+print("torch max_memory_reserved", torch.cuda.max_memory_reserved(), "memory_reserved", torch.cuda.memory_reserved())
+PY
+    LD_LIBRARY_PATH="$cu13:$LD_LIBRARY_PATH" timeout 120 "$bin/memsight" run --cupti --report "$out/torch-cupti.json" -- "$py" "$out/torch_job.py" 2>&1 | tail -3
+    "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); print([s for s in r["sources"] if s["name"]=="cupti"], r["devices"])' "$out/torch-cupti.json"
+    LD_LIBRARY_PATH="$cu13:$LD_LIBRARY_PATH" MEMSIGHT_CANDLE_PROBE="$bin/candle-probe" timeout 240 "$bin/deps/cupti_jobs" --nocapture --test-threads 1 2>&1 | tail -12
 fi
 say done

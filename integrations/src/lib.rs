@@ -17,8 +17,10 @@
 
 #[cfg(feature = "cudarc")]
 pub mod cudarc_track;
+/// CUPTI's driver-API memory callbacks (in the in-process crate, which the preloaded library
+/// shares: see [`memsight::devices::cupti`]).
 #[cfg(feature = "cupti")]
-pub mod cupti;
+pub use memsight::devices::cupti;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 #[cfg(feature = "tch")]
@@ -54,6 +56,8 @@ impl Installed {
 
 /// Installs every backend compiled in (once; later calls only report). Backends compiled out are
 /// registered as absent with the feature to enable.
+// One push per backend, each under its own `cfg`: no single `vec![…]` fits every feature set.
+#[allow(clippy::vec_init_then_push)]
 pub fn install() -> Installed {
     let mut statuses = Vec::new();
     #[cfg(feature = "tch")]

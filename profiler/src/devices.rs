@@ -3,6 +3,8 @@
 //! session's sampler, and device OOM events. The sampler, reports, sidecar and viewer read only
 //! these types, so they need no knowledge of any backend.
 
+pub mod cupti;
+
 pub use crate::tensors;
 pub use memsight_format::device::{
     fold_peaks, DeviceOom, DevicePeak, DeviceProcess, DeviceSample, SegmentMap,

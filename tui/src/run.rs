@@ -52,6 +52,13 @@ pub struct Args {
     /// then sampled from outside only (RSS, no heap, no steps).
     #[arg(long)]
     no_preload: bool,
+    /// Count the job's device memory through CUPTI: every `cuMemAlloc`/`cuMemFree`-family call of
+    /// any library (candle, cudarc, CuPy, libtorch) in a job that does not link memsight, with no
+    /// change to its code (CUDA's injection interface; `libcupti` must be on LD_LIBRARY_PATH or in
+    /// MEMSIGHT_CUPTI_LIB). Off by default: CUPTI has one subscriber per process, which PyTorch's
+    /// and Nsight's profilers also want.
+    #[arg(long, conflicts_with = "no_preload")]
+    cupti: bool,
     /// The job: `-- CMD ARGS…`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -163,6 +170,7 @@ pub fn run(a: Args) -> ExitCode {
         heap_sample_bytes: (!a.no_heap_profile).then_some(a.heap_sample),
         on_spawn: live.then_some(tx),
         preload: !a.no_preload,
+        cupti: a.cupti,
     };
     let result = if live {
         let sidecar = {

@@ -145,13 +145,18 @@ fn forget_for_children() {
     let list = list.to_string_lossy().into_owned();
     let kept: Vec<&str> = list
         .split([':', ' '])
-        .filter(|e| !e.is_empty() && !e.ends_with("libmemsight_preload.so"))
+        .filter(|e| !e.is_empty() && !is_this_library(e))
         .collect();
     if kept.is_empty() {
         std::env::remove_var("LD_PRELOAD");
     } else {
         std::env::set_var("LD_PRELOAD", kept.join(":"));
     }
+}
+
+/// Whether a path names this library.
+fn is_this_library(path: &str) -> bool {
+    path.ends_with("libmemsight_preload.so")
 }
 
 extern "C" fn on_exit() {

@@ -60,17 +60,36 @@ pub fn library_path() -> Result<PathBuf, String> {
         })
 }
 
-/// Sets up `cmd` to carry the preloaded library and the Python package (written under `dir`).
-/// When the library is missing, says so on stderr: the job then runs as it is and is sampled
-/// from outside.
-pub(crate) fn prepare(cmd: &mut Command, dir: &Path, tag: &str) -> Injected {
+/// The variable through which the CUDA driver loads an injection library at `cuInit`.
+const CUDA_INJECTION: &str = "CUDA_INJECTION64_PATH";
+
+/// Sets up `cmd` to carry the preloaded library and the Python package (written under `dir`), and
+/// with `cupti`, to have the CUDA driver call the library's injection entry point (device memory
+/// of every driver allocation through CUPTI). When the library is missing, says so on stderr: the
+/// job then runs as it is and is sampled from outside.
+pub(crate) fn prepare(cmd: &mut Command, dir: &Path, tag: &str, cupti: bool) -> Injected {
     let lib = match library_path() {
         Ok(lib) => lib,
         Err(why) => {
             eprintln!("memsight · not preloading into the job: {why}; it is sampled from outside");
+            if cupti {
+                eprintln!("memsight · --cupti needs the preloaded library: no device counts");
+            }
             return Injected { python_dir: None };
         }
     };
+    if cupti {
+        match std::env::var_os(CUDA_INJECTION).filter(|v| !v.is_empty()) {
+            Some(theirs) => eprintln!(
+                "memsight · --cupti: {CUDA_INJECTION} is already set ({}; a profiler such as \
+                 Nsight's); left as it is, no CUPTI device counts",
+                theirs.to_string_lossy()
+            ),
+            None => {
+                cmd.env(CUDA_INJECTION, &lib);
+            }
+        }
+    }
     cmd.env(
         "LD_PRELOAD",
         prepend(lib.into_os_string(), "LD_PRELOAD", ":"),

@@ -36,6 +36,9 @@ pub struct RunOptions {
     pub on_spawn: Option<mpsc::Sender<u32>>,
     /// Preload memsight into a job that does not link it (and put the Python package on its path).
     pub preload: bool,
+    /// Count the preloaded job's device memory through CUPTI (every `cuMemAlloc`/`cuMemFree`-family
+    /// call of any library): the CUDA driver loads the preloaded library as its injection library.
+    pub cupti: bool,
 }
 
 /// The environment that sets the job's heap sampling (memsight's heap sampler reads it) and says
@@ -82,7 +85,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         .envs(heap_profile_env(opts));
     let _injected = opts
         .preload
-        .then(|| crate::inject::prepare(&mut cmd, &dir, &tag));
+        .then(|| crate::inject::prepare(&mut cmd, &dir, &tag, opts.cupti));
     if let Some(log) = &opts.job_output {
         send_output_to(&mut cmd, program, log)?;
     }

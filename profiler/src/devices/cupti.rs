@@ -4,14 +4,19 @@
 //! device, counted in the callbacks (atomics and a fixed table: no allocation, no lock), sampled as
 //! the `cupti` device backend: `reserved_bytes` is what the process holds from the driver.
 //!
+//! It lives in the in-process crate, not in `memsight-integrations` with the other backends, because
+//! the preloaded library (`memsight run --cupti`, for programs that do not link memsight) needs it
+//! too, and that library cannot depend on the integrations crate (whose workspace builds memsight
+//! with jemalloc's `malloc` family). `memsight_integrations::cupti` re-exports it.
+//!
 //! CUPTI is loaded at run time (`libcupti.so.13`/`.12`/`libcupti.so`, or `MEMSIGHT_CUPTI_LIB`),
 //! so nothing links it; the layouts below are CUPTI's stable ABI (`cupti_callbacks.h`,
 //! `cupti_driver_cbid.h`, the driver's `*_params` structs), declared here because no maintained
 //! crate binds CUPTI's callback API. CUPTI allows one subscriber per process: under PyTorch's or
 //! Nsight's profiler this backend is absent with CUPTI's reason.
 
-use memsight::collect::SourceStatus;
-use memsight::devices::{self, DeviceSample, DeviceSource};
+use super::{register, register_absent, DeviceSample, DeviceSource};
+use crate::collect::SourceStatus;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
@@ -374,9 +379,16 @@ fn install_once() -> SourceStatus {
         Ok(()) => {
             let s = CuptiSource;
             let status = s.status();
-            devices::register(Box::new(s));
+            register(Box::new(s));
             status
         }
-        Err(why) => crate::absent("cupti", &why),
+        Err(why) => {
+            register_absent("cupti", &why);
+            SourceStatus {
+                name: "cupti".into(),
+                available: false,
+                detail: why,
+            }
+        }
     }
 }
