@@ -6,11 +6,11 @@
 # the candle part, `candle-probe` (integrations/candle-probe) and `deps/cupti_jobs` (tests/tests/
 # cupti_jobs.rs built with --no-run; it finds memsight at BIN/memsight and the preloaded library at
 # BIN/../preload/release).
-# PARTs (default: all): env stats ablation oom segments shared viewer cupti candle.
+# PARTs (default: all): env stats ablation oom segments shared viewer cupti candle torchcupti.
 # libtorch comes from the machine's PyTorch (same version as the build's, 2.11.0).
 set -uo pipefail
 bin="$(cd "$1" && pwd)"; out="$2"; shift 2
-parts="${*:-env stats ablation oom segments shared viewer cupti candle}"
+parts="${*:-env stats ablation oom segments shared viewer cupti candle torchcupti}"
 mkdir -p "$out"; out="$(cd "$out" && pwd)"
 py="${PYTHON:-$(command -v python3)}"
 torchlib="$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
@@ -130,7 +130,13 @@ print(r["devices"])
 rows = [(s["t_ms"], d["reserved_bytes"] >> 20) for s in r["timeline"] for d in s.get("devices", []) if d["backend"] == "cupti"]
 print("t_ms:MiB", " ".join(f"{t}:{m}" for t, m in rows))
 PY
-    # The same for an unmodified PyTorch script: CUPTI's count against what PyTorch says it reserved.
+    LD_LIBRARY_PATH="$cu13:$LD_LIBRARY_PATH" MEMSIGHT_CANDLE_PROBE="$bin/candle-probe" timeout 240 "$bin/deps/cupti_jobs" --nocapture --test-threads 1 2>&1 | tail -12
+fi
+if has torchcupti; then
+    # An unmodified PyTorch script under `memsight run --cupti`: CUPTI's count against what PyTorch
+    # says it reserved.
+    say "torchcupti: memsight run --cupti -- python"
+    cu13="$(cd "$torchlib/../../nvidia/cu13/lib" && pwd)"
     cat >"$out/torch_job.py" <<'PY'
 import torch
 kept = [torch.empty(n << 20, dtype=torch.uint8, device="cuda") for n in (256, 64, 512)]
@@ -140,6 +146,5 @@ print("torch max_memory_reserved", torch.cuda.max_memory_reserved(), "memory_res
 PY
     LD_LIBRARY_PATH="$cu13:$LD_LIBRARY_PATH" timeout 120 "$bin/memsight" run --cupti --report "$out/torch-cupti.json" -- "$py" "$out/torch_job.py" 2>&1 | tail -3
     "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); print([s for s in r["sources"] if s["name"]=="cupti"], r["devices"])' "$out/torch-cupti.json"
-    LD_LIBRARY_PATH="$cu13:$LD_LIBRARY_PATH" MEMSIGHT_CANDLE_PROBE="$bin/candle-probe" timeout 240 "$bin/deps/cupti_jobs" --nocapture --test-threads 1 2>&1 | tail -12
 fi
 say done

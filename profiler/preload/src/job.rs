@@ -34,29 +34,58 @@ pub(crate) fn owned_here() -> bool {
 /// Rust job that links memsight defines the malloc family itself and runs its own session).
 /// Compared by the object that defines each: inside this library, even the address of its own
 /// `malloc` resolves to the program's when the program interposes it.
+///
+/// A non-PIE executable that takes `malloc`'s address (Ubuntu's `/usr/bin/python3.12` does) makes
+/// its PLT stub the function's address everywhere, so the lookup names the executable although
+/// it only *calls* `malloc`: its symbol there is undefined. The stub jumps to the first definition
+/// in the lookup order — the executable's own (none) and then the preloaded libraries', where
+/// `memsight run` puts this one first — so the program's `malloc` is this library's. (Before this
+/// was known, Python jobs on Ubuntu 24.04 started no session at all: seen on the GPU machine.)
 fn serving_malloc() -> bool {
     // SAFETY: a NUL-terminated name.
     let found = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) };
     let here = on_load as extern "C" fn(c_int, *const *const c_char, *const *const c_char);
     match (
-        object_of(found.cast_const()),
-        object_of(here as *const libc::c_void),
+        symbol_at(found.cast_const()),
+        symbol_at(here as *const libc::c_void),
     ) {
-        (Some(theirs), Some(ours)) => theirs == ours,
+        (Some(theirs), _) if !theirs.defined => true,
+        (Some(theirs), Some(ours)) => theirs.object == ours.object,
         _ => false,
     }
 }
 
-/// The base address of the loaded object that holds `addr`.
-fn object_of(addr: *const libc::c_void) -> Option<usize> {
+/// Where an address lies: the loaded object (its base address), and whether that object defines
+/// the symbol there (false for a canonical PLT stub of an undefined function).
+struct Symbol {
+    object: usize,
+    defined: bool,
+}
+
+/// `dladdr1`'s request for the symbol table entry (glibc's `RTLD_DL_SYMENT`).
+const RTLD_DL_SYMENT: c_int = 1;
+/// The section index of an undefined symbol (ELF's `SHN_UNDEF`).
+const SHN_UNDEF: u16 = 0;
+
+/// The object and symbol table entry that hold `addr`.
+fn symbol_at(addr: *const libc::c_void) -> Option<Symbol> {
     if addr.is_null() {
         return None;
     }
     let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
-    // SAFETY: dladdr only reads `addr` as an address and fills `info`.
-    let found = unsafe { libc::dladdr(addr, info.as_mut_ptr()) };
-    // SAFETY: filled by a successful dladdr (zeroed otherwise).
-    (found != 0).then(|| unsafe { info.assume_init() }.dli_fbase as usize)
+    let mut entry: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: dladdr1 only reads `addr` as an address and fills `info` and `entry` (a pointer into
+    // the object's symbol table, or null).
+    let found = unsafe { libc::dladdr1(addr, info.as_mut_ptr(), &mut entry, RTLD_DL_SYMENT) };
+    if found == 0 {
+        return None;
+    }
+    // SAFETY: filled by a successful dladdr1.
+    let object = unsafe { info.assume_init() }.dli_fbase as usize;
+    // SAFETY: null or the object's `ElfW(Sym)` for the symbol at `addr`, mapped while it is loaded.
+    let defined = unsafe { (entry as *const libc::Elf64_Sym).as_ref() }
+        .is_none_or(|sym| sym.st_shndx != SHN_UNDEF);
+    Some(Symbol { object, defined })
 }
 
 /// Programs that start the job rather than being it (a shell running a script, `env`, `nohup`,
