@@ -6,11 +6,11 @@
 # the candle part, `candle-probe` (integrations/candle-probe) and `deps/cupti_jobs` (tests/tests/
 # cupti_jobs.rs built with --no-run; it finds memsight at BIN/memsight and the preloaded library at
 # BIN/../preload/release).
-# PARTs (default: all): env stats ablation oom segments shared viewer cupti candle torchcupti.
+# PARTs (default: all): env stats ablation oom segments shared viewer cupti candle torchcupti pytorch.
 # libtorch comes from the machine's PyTorch (same version as the build's, 2.11.0).
 set -uo pipefail
 bin="$(cd "$1" && pwd)"; out="$2"; shift 2
-parts="${*:-env stats ablation oom segments shared viewer cupti candle torchcupti}"
+parts="${*:-env stats ablation oom segments shared viewer cupti candle torchcupti pytorch}"
 mkdir -p "$out"; out="$(cd "$out" && pwd)"
 py="${PYTHON:-$(command -v python3)}"
 torchlib="$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
@@ -146,5 +146,47 @@ print("torch max_memory_reserved", torch.cuda.max_memory_reserved(), "memory_res
 PY
     LD_LIBRARY_PATH="$cu13:$LD_LIBRARY_PATH" timeout 120 "$bin/memsight" run --cupti --report "$out/torch-cupti.json" -- "$py" "$out/torch_job.py" 2>&1 | tail -3
     "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); print([s for s in r["sources"] if s["name"]=="cupti"], r["devices"])' "$out/torch-cupti.json"
+fi
+if has pytorch; then
+    # A PyTorch script marked with `import memsight` (steps, phases, memsight.torch.install()) under
+    # `memsight run` until a forced CUDA OOM: the Python backend's figures against
+    # torch.cuda.memory_stats() from the same process, the post-mortem, and `diagnose` on its log.
+    say "pytorch: memsight.torch on CUDA, forced OOM"
+    cat >"$out/pytorch_job.py" <<'PY'
+import json, time, torch, memsight, memsight.torch
+print("install", memsight.torch.install(interval=0.05))
+model = torch.nn.Sequential(torch.nn.Linear(4096, 16384), torch.nn.GELU(), torch.nn.Linear(16384, 4096)).cuda()
+opt = torch.optim.AdamW(model.parameters())
+for step in range(8):
+    memsight.step(step)
+    with memsight.phase("forward"):
+        loss = model(torch.randn(256 << (step // 2), 4096, device="cuda")).square().mean()
+    with memsight.phase("backward"):
+        loss.backward()
+    with memsight.phase("optimizer"):
+        opt.step(); opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+s = torch.cuda.memory_stats()
+keys = ["allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocated_bytes.all.current",
+        "reserved_bytes.all.current", "inactive_split_bytes.all.current", "num_alloc_retries", "num_ooms"]
+print("STATS " + json.dumps({k: s[k] for k in keys}), flush=True)
+time.sleep(0.5)
+memsight.step(8)
+with memsight.phase("forward"):
+    big = torch.empty(200 << 30, dtype=torch.uint8, device="cuda")
+PY
+    timeout 120 "$bin/memsight" run --interval 50ms --report "$out/pytorch.json" -- "$py" "$out/pytorch_job.py" >"$out/pytorch.log" 2>&1
+    echo "exit $?"; grep -E "^install|^STATS|memsight ·|OutOfMemoryError" "$out/pytorch.log" | cut -c1-600
+    "$py" - "$out/pytorch.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("sources", [(s["name"], s["available"]) for s in r["sources"]])
+print("devices", r.get("devices"))
+print("device_ooms", r.get("device_ooms"))
+last = [s for s in r["timeline"] if s.get("devices")]
+print("last device sample", last[-1]["devices"] if last else None)
+print("phases", [(p.get("name"), {k: v for k, v in p.items() if "device" in k or "tensor" in k}) for p in r.get("phases", [])][:6])
+PY
+    "$bin/memsight" diagnose "$out/pytorch.log" 2>&1 | head -12
 fi
 say done
