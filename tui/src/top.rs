@@ -183,12 +183,18 @@ fn run_ui(mut state: ViewerState, feed: Option<Receiver<Feed>>) -> ExitCode {
     let mut last_error = None;
     let mut hung_up = false;
     let frame = Duration::from_millis(100);
+    // A running job's sites come from the latest profile it announced, read on a thread.
+    let (want_sites, sites) = memsight_tui::sites::reader();
     let result = loop {
         let t0 = Instant::now();
         if let Some(rx) = &feed {
             loop {
                 match rx.try_recv() {
                     Ok(Feed::Up) => state.set_connected(true),
+                    Ok(Feed::Record(Record::HeapProfile(d))) => {
+                        let _ = want_sites.send(d.clone());
+                        state.apply(Record::HeapProfile(d));
+                    }
                     Ok(Feed::Record(r)) => state.apply(r),
                     Ok(Feed::Down(down)) => {
                         last_error = Some(down.why.clone());
@@ -196,6 +202,9 @@ fn run_ui(mut state: ViewerState, feed: Option<Receiver<Feed>>) -> ExitCode {
                     }
                     Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
                 }
+            }
+            while let Ok(v) = sites.try_recv() {
+                state.live_sites = Some(v);
             }
         }
         if let Err(e) = term.draw(|f| render(f, &state, &ui)) {

@@ -68,7 +68,7 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
     .into_iter()
     .filter(|x| !x.points.is_empty())
     .collect();
-    chart::draw(f, top, " tensors and device memory ", &series);
+    chart::draw(f, top, " tensors and device memory ", &series, &s.timeline);
 
     let opt = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "–".into());
     let mut rows: Vec<Row> = latest

@@ -1,4 +1,5 @@
-//! Phases: count, time, peak and net bytes per phase; per-step peak sparkline; the leak slope.
+//! Phases: count, time, process-heap peak (and its step), net bytes and tensor peak per phase;
+//! per-step peak sparkline; the leak slope.
 
 use super::bytes;
 use crate::state::ViewerState;
@@ -27,6 +28,7 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
                 bytes(Some(p.peak_bytes)),
                 p.peak_step.to_string(),
                 fmt_signed_bytes(p.net_bytes),
+                bytes(p.tensor_peak_bytes),
             ])
         })
         .collect();
@@ -39,17 +41,26 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
         Table::new(
             rows,
             [
-                Constraint::Min(16),
+                Constraint::Min(14),
+                Constraint::Length(6),
+                Constraint::Length(9),
+                Constraint::Length(11),
                 Constraint::Length(8),
                 Constraint::Length(11),
                 Constraint::Length(11),
-                Constraint::Length(8),
-                Constraint::Length(12),
             ],
         )
         .header(
-            Row::new(vec!["phase", "count", "time", "peak", "at step", "net"])
-                .style(Style::default().add_modifier(Modifier::BOLD)),
+            Row::new(vec![
+                "phase",
+                "count",
+                "time",
+                "heap peak",
+                "at step",
+                "net",
+                "tensor peak",
+            ])
+            .style(Style::default().add_modifier(Modifier::BOLD)),
         )
         .block(Block::default().borders(Borders::ALL).title(title)),
         table,
