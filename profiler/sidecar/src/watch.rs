@@ -94,6 +94,7 @@ impl Watch {
     }
 
     fn tell_drops(&mut self, r: &RingReader, out: &Outputs) {
+        out.alloc_failures(r.alloc_failures().0);
         let lost = r.dropped().saturating_sub(self.dropped_told);
         if lost > 0 {
             out.emit(&Record::Dropped { count: lost });

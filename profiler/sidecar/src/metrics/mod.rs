@@ -1,21 +1,23 @@
-//! Prometheus exposition (opt-in, `--metrics ADDR`, loopback by default): the job's live and peak
-//! heap, tensor bytes, device memory (per device), RSS, tree RSS/PSS, fragmentation, cgroup
-//! headroom and step, labelled with the job and its rank (devices also by `device`), encoded by the
+//! Prometheus exposition (opt-in, `--metrics ADDR`, loopback by default): every headline number of
+//! the report, now and at its peak — the job's heap, tensor bytes, device memory and fragmentation
+//! (per device), RSS, tree RSS/PSS, jemalloc resident, fragmentation, cgroup usage, limit and
+//! headroom, OOM events by kind — and the step, labelled with the job and its rank (devices also by `device`), encoded by the
 //! `prometheus-client` crate and served over plain HTTP at `/metrics`. docs/grafana has a dashboard
 //! of them for a multi-rank job.
 
-use memsight_format::report::Fragmentation;
+use memsight_format::device::{fold_peaks, DevicePeak};
+use memsight_format::report::{Fragmentation, Report};
 use memsight_format::snapshot::Snapshot;
 use memsight_format::timeline::{raise_resident, PeakAt};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+
+mod http;
+pub use http::{parse_addr, serve};
 
 type Labels = Vec<(String, String)>;
 type IntGauge = Family<Labels, Gauge>;
@@ -38,10 +40,44 @@ pub struct Metrics {
     device_allocated: IntGauge,
     device_reserved: IntGauge,
     device_used: IntGauge,
+    device_allocated_peak: IntGauge,
+    device_reserved_peak: IntGauge,
+    device_used_peak: IntGauge,
+    device_fragmentation: FloatGauge,
+    rss_peak: IntGauge,
+    tree_pss_peak: IntGauge,
+    jemalloc_resident: IntGauge,
+    jemalloc_resident_peak: IntGauge,
+    cgroup_usage: IntGauge,
+    cgroup_usage_peak: IntGauge,
+    cgroup_limit: IntGauge,
+    ooms: IntGauge,
     fragmentation: FloatGauge,
-    /// The sample with the highest jemalloc resident so far, where fragmentation is measured.
-    resident_peak: Mutex<Option<(PeakAt, Snapshot)>>,
+    /// Every sample's peaks so far (the report's own fold: fragmentation at the resident peak,
+    /// device peaks, the tree's PSS peak).
+    peaks: Mutex<Peaks>,
 }
+
+/// What the gauges of peaks are folded from, as the report folds them.
+#[derive(Default)]
+struct Peaks {
+    /// The sample with the highest jemalloc resident so far, where fragmentation is measured.
+    resident: Option<(PeakAt, Snapshot)>,
+    devices: Vec<DevicePeak>,
+    rss: u64,
+    tree_pss: u64,
+    cgroup_usage: u64,
+    /// The cgroup's OOM-kill count at the first sample (the report counts kills since watching
+    /// began).
+    cgroup_kills_base: Option<u64>,
+    /// Device OOM events the job's observer caught.
+    device_oom_events: u64,
+}
+
+/// The `kind` label of `memsight_oom_events`.
+const OOM_DEVICE: &str = "device";
+const OOM_ALLOC: &str = "allocation_failure";
+const OOM_KILL: &str = "cgroup_oom_kill";
 
 /// Labels for a job: its program name, and RANK / LOCAL_RANK / WORLD_SIZE when set in the job's
 /// environment: the process `pid`'s own (`/proc/PID/environ`, for `attach`), else this process's
@@ -132,11 +168,62 @@ impl Metrics {
             "memsight_device_used_bytes",
             "Device memory in use as the driver reports it (NVML), per device",
         );
-        let fragmentation = FloatGauge::default();
-        registry.register(
+        let device_allocated_peak = int(
+            "memsight_device_allocated_peak_bytes",
+            "Peak device memory allocated to tensors over the run, per device (the allocator's own peak when it keeps one)",
+        );
+        let device_reserved_peak = int(
+            "memsight_device_reserved_peak_bytes",
+            "Peak device memory reserved by the caching allocator over the run, per device",
+        );
+        let device_used_peak = int(
+            "memsight_device_used_peak_bytes",
+            "Peak driver-reported device memory in use over the run (NVML), per device",
+        );
+        let rss_peak = int(
+            "memsight_rss_peak_bytes",
+            "Peak RSS of the job over the run: the kernel's high-water mark, or the highest sampled RSS",
+        );
+        let tree_pss_peak = int(
+            "memsight_tree_pss_peak_bytes",
+            "Peak PSS total of the job and its child processes over the run (the report's process tree)",
+        );
+        let jemalloc_resident = int(
+            "memsight_jemalloc_resident_bytes",
+            "Heap pages jemalloc holds in memory, in use or cached",
+        );
+        let jemalloc_resident_peak = int(
+            "memsight_jemalloc_resident_peak_bytes",
+            "Peak jemalloc resident bytes over the run",
+        );
+        let cgroup_usage = int(
+            "memsight_cgroup_usage_bytes",
+            "Memory charged to the job's cgroup (includes page cache)",
+        );
+        let cgroup_usage_peak = int(
+            "memsight_cgroup_usage_peak_bytes",
+            "Peak memory charged to the job's cgroup over the run",
+        );
+        let cgroup_limit = int(
+            "memsight_cgroup_limit_bytes",
+            "The job's effective cgroup memory limit (absent when unlimited)",
+        );
+        let ooms = int(
+            "memsight_oom_events",
+            "Out-of-memory events of the run, by kind: device (OOMs the job's allocator observer caught), allocation_failure (heap allocations that returned null), cgroup_oom_kill (OOM kills in the job's cgroup since watching began)",
+        );
+        let mut float = |name: &str, help: &str| {
+            let g = FloatGauge::default();
+            registry.register(name, help, g.clone());
+            g
+        };
+        let fragmentation = float(
             "memsight_fragmentation_ratio",
             "The run's heap fragmentation: jemalloc (resident - allocated) / resident at its resident peak so far",
-            fragmentation.clone(),
+        );
+        let device_fragmentation = float(
+            "memsight_device_fragmentation_ratio",
+            "A device's fragmentation at its peak: (peak reserved - peak allocated) / peak reserved, per device",
         );
         Metrics {
             registry: Mutex::new(registry),
@@ -154,8 +241,59 @@ impl Metrics {
             device_allocated,
             device_reserved,
             device_used,
+            device_allocated_peak,
+            device_reserved_peak,
+            device_used_peak,
+            device_fragmentation,
+            rss_peak,
+            tree_pss_peak,
+            jemalloc_resident,
+            jemalloc_resident_peak,
+            cgroup_usage,
+            cgroup_usage_peak,
+            cgroup_limit,
+            ooms,
             fragmentation,
-            resident_peak: Mutex::new(None),
+            peaks: Mutex::new(Peaks::default()),
+        }
+    }
+
+    fn with(&self, label: &str, value: &str) -> Labels {
+        let mut l = self.labels.clone();
+        l.push((label.to_string(), value.to_string()));
+        l
+    }
+
+    fn set_ooms(&self, kind: &str, n: u64) {
+        self.ooms
+            .get_or_create(&self.with("kind", kind))
+            .set(clamp(n));
+    }
+
+    /// A device OOM the job's observer caught.
+    pub fn device_oom(&self) {
+        let mut p = crate::lock(&self.peaks);
+        p.device_oom_events += 1;
+        let n = p.device_oom_events.max(allocator_ooms(&p.devices));
+        self.set_ooms(OOM_DEVICE, n);
+    }
+
+    /// Heap allocations that failed so far (the flight recorder's count).
+    pub fn alloc_failures(&self, n: u64) {
+        self.set_ooms(OOM_ALLOC, n);
+    }
+
+    /// The final report's counts, once the job ended: its OOM kills and device OOMs.
+    pub fn finish(&self, r: &Report) {
+        if let Some(k) = r.post_mortem.as_ref().and_then(|pm| pm.cgroup_oom_kills) {
+            self.set_ooms(OOM_KILL, k);
+        }
+        let p = crate::lock(&self.peaks);
+        let devices = (r.device_ooms.len() as u64)
+            .max(p.device_oom_events)
+            .max(allocator_ooms(&r.devices));
+        if devices > 0 || !r.devices.is_empty() {
+            self.set_ooms(OOM_DEVICE, devices);
         }
     }
 
@@ -188,9 +326,19 @@ impl Metrics {
             self.tensor_live.get_or_create(l).set(clamp(t.live_bytes));
             self.tensor_peak.get_or_create(l).set(clamp(t.peak_bytes));
         }
+        if let Some(c) = s.cgroup {
+            self.cgroup_usage.get_or_create(l).set(clamp(c.usage));
+            if let Some(lim) = c.limit {
+                self.cgroup_limit.get_or_create(l).set(clamp(lim));
+            }
+        }
+        if let Some(j) = s.jemalloc {
+            self.jemalloc_resident
+                .get_or_create(l)
+                .set(clamp(j.resident));
+        }
         for d in &s.devices {
-            let mut dl = l.clone();
-            dl.push(("device".to_string(), d.index.to_string()));
+            let dl = self.with("device", &d.index.to_string());
             for (gauge, value) in [
                 (&self.device_allocated, d.allocated_bytes),
                 (&self.device_reserved, d.reserved_bytes),
@@ -201,11 +349,61 @@ impl Metrics {
                 }
             }
         }
-        let mut peak = crate::lock(&self.resident_peak);
-        raise_resident(&mut peak, s);
-        if let Some(f) = Fragmentation::at_resident_peak(peak.as_ref()) {
+        self.update_peaks(s);
+    }
+
+    /// The gauges of peaks, folded as the report folds them.
+    fn update_peaks(&self, s: &Snapshot) {
+        let l = &self.labels;
+        let mut p = crate::lock(&self.peaks);
+        raise_resident(&mut p.resident, s);
+        if let Some((at, _)) = &p.resident {
+            self.jemalloc_resident_peak
+                .get_or_create(l)
+                .set(clamp(at.bytes));
+        }
+        if let Some(f) = Fragmentation::at_resident_peak(p.resident.as_ref()) {
             self.fragmentation.get_or_create(l).set(f.resident_ratio);
         }
+        if let Some(m) = &s.process {
+            p.rss = p.rss.max(m.rss).max(m.hwm);
+            self.rss_peak.get_or_create(l).set(clamp(p.rss));
+        }
+        if let Some(pss) = s.tree.as_ref().and_then(|t| t.total_pss) {
+            p.tree_pss = p.tree_pss.max(pss);
+            self.tree_pss_peak.get_or_create(l).set(clamp(p.tree_pss));
+        }
+        if let Some(c) = s.cgroup {
+            p.cgroup_usage = p.cgroup_usage.max(c.usage).max(c.peak.unwrap_or(0));
+            self.cgroup_usage_peak
+                .get_or_create(l)
+                .set(clamp(p.cgroup_usage));
+            if let Some(k) = c.oom_kills {
+                let base = *p.cgroup_kills_base.get_or_insert(k);
+                self.set_ooms(OOM_KILL, k.saturating_sub(base));
+            }
+        }
+        if s.devices.is_empty() {
+            return;
+        }
+        fold_peaks(&mut p.devices, &s.devices);
+        for d in &p.devices {
+            let dl = self.with("device", &d.index.to_string());
+            for (gauge, value) in [
+                (&self.device_allocated_peak, d.peak_allocated_bytes),
+                (&self.device_reserved_peak, d.peak_reserved_bytes),
+                (&self.device_used_peak, d.peak_used_bytes),
+            ] {
+                if let Some(v) = value {
+                    gauge.get_or_create(&dl).set(clamp(v));
+                }
+            }
+            if let Some(f) = d.peak_fragmentation {
+                self.device_fragmentation.get_or_create(&dl).set(f);
+            }
+        }
+        let n = p.device_oom_events.max(allocator_ooms(&p.devices));
+        self.set_ooms(OOM_DEVICE, n);
     }
 
     /// The exposition text (OpenMetrics).
@@ -219,127 +417,16 @@ impl Metrics {
     }
 }
 
-/// Parses a metrics address: `IP:PORT`, `[IPv6]:PORT` or `HOST:PORT` (`localhost:9464`), the
-/// first address the name resolves to.
-pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
-    use std::net::ToSocketAddrs;
-    if let Ok(a) = s.parse() {
-        return Ok(a);
-    }
-    match s.to_socket_addrs() {
-        Ok(mut addrs) => addrs
-            .next()
-            .ok_or_else(|| format!("`{s}` resolves to no address")),
-        Err(e) => Err(format!(
-            "`{s}` is not an address (HOST:PORT, e.g. 127.0.0.1:9464 or localhost:9464): {e}"
-        )),
-    }
-}
-
-/// Connections answered at once; more are told 503 and closed.
-const MAX_CONNECTIONS: usize = 16;
-/// Longest a client has to send its request and take the answer.
-const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
-
-/// Longest the accept loop spends telling a client over the limit that it is busy.
-const REFUSAL_DEADLINE: Duration = Duration::from_millis(200);
-
-/// Answers 503 to a client over the limit. Its request is read first (within
-/// [`REFUSAL_DEADLINE`]): closing a socket with unread bytes resets the connection, and the client
-/// may then lose the answer (seen on a loaded 2-core machine).
-fn refuse(mut conn: TcpStream) {
-    let deadline = std::time::Instant::now() + REFUSAL_DEADLINE;
-    let _ = conn.set_read_timeout(Some(REFUSAL_DEADLINE));
-    let _ = conn.set_write_timeout(Some(REFUSAL_DEADLINE));
-    let mut buf = [0u8; 4096];
-    let mut tail = [0u8; 4];
-    while std::time::Instant::now() < deadline {
-        match conn.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                for &b in &buf[..n] {
-                    tail = [tail[1], tail[2], tail[3], b];
-                }
-                if &tail == b"\r\n\r\n" {
-                    break;
-                }
-            }
+/// The caching allocators' own OOM counts, summed over devices (one backend per device: the
+/// highest count of its backends).
+fn allocator_ooms(devices: &[DevicePeak]) -> u64 {
+    let mut by_device: Vec<(u32, u64)> = Vec::new();
+    for d in devices {
+        let n = d.ooms.unwrap_or(0);
+        match by_device.iter_mut().find(|(i, _)| *i == d.index) {
+            Some((_, m)) => *m = (*m).max(n),
+            None => by_device.push((d.index, n)),
         }
     }
-    let _ = conn.write_all(
-        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-    );
-    let _ = conn.shutdown(std::net::Shutdown::Write);
-}
-
-/// Serves `/metrics` at `addr` on a thread of its own; returns the address bound (port 0 picks
-/// one). Each connection is answered on its own thread, at most [`MAX_CONNECTIONS`] at once, and
-/// gets [`REQUEST_DEADLINE`] in all: a slow or idle client cannot hold the others up.
-pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)?;
-    let bound = listener.local_addr()?;
-    let busy = Arc::new(AtomicUsize::new(0));
-    std::thread::Builder::new()
-        .name("memsight-metrics".into())
-        .spawn(move || {
-            for conn in listener.incoming().flatten() {
-                if busy.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-                    busy.fetch_sub(1, Ordering::AcqRel);
-                    refuse(conn);
-                    continue;
-                }
-                let (m, b) = (Arc::clone(&metrics), Arc::clone(&busy));
-                let spawned = std::thread::Builder::new()
-                    .name("memsight-metrics-conn".into())
-                    .spawn(move || {
-                        let _ = answer(conn, &m);
-                        b.fetch_sub(1, Ordering::AcqRel);
-                    });
-                if spawned.is_err() {
-                    busy.fetch_sub(1, Ordering::AcqRel);
-                }
-            }
-        })?;
-    Ok(bound)
-}
-
-fn answer(mut conn: TcpStream, metrics: &Metrics) -> io::Result<()> {
-    let deadline = std::time::Instant::now() + REQUEST_DEADLINE;
-    let left = || {
-        deadline
-            .checked_duration_since(std::time::Instant::now())
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::TimedOut, "request too slow"))
-    };
-    conn.set_write_timeout(Some(REQUEST_DEADLINE))?;
-    let mut req = Vec::with_capacity(1024);
-    let mut buf = [0u8; 1024];
-    while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 16 * 1024 {
-        conn.set_read_timeout(Some(left()?))?;
-        let n = conn.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        req.extend_from_slice(&buf[..n]);
-    }
-    let first = req.split(|&b| b == b'\n').next().unwrap_or_default();
-    let (status, ctype, body) =
-        if first.starts_with(b"GET /metrics ") || first.starts_with(b"GET /metrics?") {
-            (
-                "200 OK",
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                metrics.encode(),
-            )
-        } else {
-            (
-                "404 Not Found",
-                "text/plain",
-                "memsight serves /metrics only\n".to_string(),
-            )
-        };
-    write!(
-        conn,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
+    by_device.iter().map(|(_, n)| n).sum()
 }
