@@ -1,5 +1,5 @@
-//! The allocation sites of a running job: the latest heap profile it announced, read and
-//! symbolized on a thread of its own (symbolizing takes a while; the viewer keeps drawing) into
+//! The allocation sites of a running job: the profile the report will show (its profiled peak
+//! so far), read and symbolized on a thread of its own (symbolizing takes a while; the viewer keeps drawing) into
 //! the view the report keeps of a profile (its top sites), without writing anything beside it.
 
 use memsight_analysis::heapprof::symbolize::Symbolizer;

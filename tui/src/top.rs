@@ -183,7 +183,7 @@ fn run_ui(mut state: ViewerState, feed: Option<Receiver<Feed>>) -> ExitCode {
     let mut last_error = None;
     let mut hung_up = false;
     let frame = Duration::from_millis(100);
-    // A running job's sites come from the latest profile it announced, read on a thread.
+    // A running job's sites come from its profiled peak so far, read on a thread.
     let (want_sites, sites) = memsight_tui::sites::reader();
     let result = loop {
         let t0 = Instant::now();
@@ -191,9 +191,16 @@ fn run_ui(mut state: ViewerState, feed: Option<Receiver<Feed>>) -> ExitCode {
             loop {
                 match rx.try_recv() {
                     Ok(Feed::Up) => state.set_connected(true),
-                    Ok(Feed::Record(Record::HeapProfile(d))) => {
-                        let _ = want_sites.send(d.clone());
-                        state.apply(Record::HeapProfile(d));
+                    Ok(Feed::Record(r @ Record::HeapProfile(_))) => {
+                        let before = state.peak_heap_dump.clone();
+                        state.apply(r);
+                        if let Some(d) = state
+                            .peak_heap_dump
+                            .as_ref()
+                            .filter(|d| Some(*d) != before.as_ref())
+                        {
+                            let _ = want_sites.send(d.clone());
+                        }
                     }
                     Ok(Feed::Record(r)) => state.apply(r),
                     Ok(Feed::Down(down)) => {

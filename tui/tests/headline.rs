@@ -269,3 +269,35 @@ fn live_the_device_peak_and_its_fragmentation_are_the_reports() {
         assert!(dev.contains("━ cuda:0 reserved"), "{w}x{h}:\n{dev}");
     }
 }
+
+#[test]
+fn live_sites_come_from_the_profile_the_report_will_show() {
+    use memsight_format::heap_profile::{DumpKind, DumpRecord};
+    let dump = |kind, step, heap_bytes| DumpRecord {
+        kind,
+        path: format!("r.heap/{step}.heap"),
+        t_ms: step * 100,
+        step,
+        heap_bytes,
+    };
+    let mut live = ViewerState::live("s.sock");
+    for d in [
+        dump(DumpKind::Step, 1, 10 << 20),
+        dump(DumpKind::Peak, 3, 5 << 20),
+        dump(DumpKind::Step, 5, 50 << 20),
+        dump(DumpKind::Peak, 7, 40 << 20),
+        dump(DumpKind::Final, 9, 1 << 20),
+    ] {
+        live.apply(Record::HeapProfile(d));
+    }
+    // The largest heap among the profiles that are not step profiles, as the report's at_peak.
+    let peak = live.peak_heap_dump.clone().expect("a profiled peak");
+    assert_eq!((peak.kind, peak.step), (DumpKind::Peak, 7));
+    assert_eq!(live.heap_dumps, 5);
+    // Until its sites are read, the screen says which profile it reads.
+    let text = frame(&live, Screen::Allocations, 160, 45);
+    assert!(
+        text.contains("Reading the heap profile (Peak at step 7, 40.00 MiB"),
+        "{text}"
+    );
+}

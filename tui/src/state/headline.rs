@@ -10,8 +10,9 @@ use memsight_format::report::build::{build, Parts, PEAK_REACHED_WITHIN};
 use memsight_format::report::{Job, Report, OUTSIDE_MARKS};
 use memsight_format::Snapshot;
 
-/// Job time between two rebuilds of the live report (it clones the bounded timeline).
-const REBUILD_EVERY_MS: u64 = 1000;
+/// Job time between two rebuilds of the live report (it clones the bounded timeline, at most
+/// 3000 snapshots): its figures lag the samples by at most this much.
+const REBUILD_EVERY_MS: u64 = 250;
 
 /// One headline figure: a peak and where it was first reached.
 #[derive(Clone, Debug, PartialEq)]
@@ -136,7 +137,7 @@ fn device_figures(d: &DevicePeak, timeline: &[Snapshot]) -> Vec<Figure> {
 }
 
 impl ViewerState {
-    /// Rebuilds the live report when it is due: at most once a second of the job's time, or when
+    /// Rebuilds the live report when it is due: at most every [`REBUILD_EVERY_MS`] of the job's time, or when
     /// `now` (the job ended, a device ran out of memory, the first phases arrived).
     pub(super) fn refresh_report(&mut self, now: bool) {
         if !matches!(self.source, super::Source::Live { .. }) {

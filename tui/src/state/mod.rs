@@ -73,14 +73,17 @@ pub struct ViewerState {
     pub heap_dumps: u64,
     /// The latest heap profile the job announced.
     pub last_heap_dump: Option<memsight::heapprof::DumpRecord>,
-    /// Live: the sites of the latest heap profile read so far ([`crate::sites`]), or why it could
-    /// not be read.
+    /// The profile the report will show the sites of: the one with the largest heap so far (a
+    /// step profile only while there is no other), as the report's `heap_profile.at_peak`.
+    pub peak_heap_dump: Option<memsight::heapprof::DumpRecord>,
+    /// Live: the sites of [`Self::peak_heap_dump`] ([`crate::sites`]), or why it could not be
+    /// read.
     pub live_sites: Option<Result<memsight_format::heap_profile::ProfileView, String>>,
     /// The run's heap fragmentation (one definition, [`Fragmentation`]): the report's, or live,
     /// at the resident peak of every snapshot seen (also those the bounded timeline let go).
     pub fragmentation: Option<Fragmentation>,
     /// The report: the file replayed (its timeline moved to [`Self::timeline`]), or live, one
-    /// built from what arrived by the report's own builder ([`headline`]), refreshed about once a
+    /// built from what arrived by the report's own builder ([`headline`]), refreshed about four times a
     /// second of the job's time. Its peaks are the Overview's figures.
     pub report: Option<Report>,
     /// The live snapshot with the highest jemalloc resident so far.
@@ -116,6 +119,7 @@ impl ViewerState {
             heap_profile: None,
             heap_dumps: 0,
             last_heap_dump: None,
+            peak_heap_dump: None,
             live_sites: None,
             fragmentation: None,
             report: None,
@@ -229,6 +233,9 @@ impl ViewerState {
             }
             Record::HeapProfile(d) => {
                 self.heap_dumps += 1;
+                if is_new_peak(self.peak_heap_dump.as_ref(), &d) {
+                    self.peak_heap_dump = Some(d.clone());
+                }
                 self.last_heap_dump = Some(d);
             }
             Record::Finished { .. } | Record::Unknown => {}
@@ -251,6 +258,21 @@ impl ViewerState {
         if self.timeline.len() > MAX_SAMPLES {
             self.timeline.drain(..self.timeline.len() - MAX_SAMPLES);
         }
+    }
+}
+
+/// Whether `d` becomes the profiled peak over `old`: the largest heap, a step profile only over
+/// another step profile (the report's rule, `memsight_analysis::heapprof::summarize`).
+fn is_new_peak(
+    old: Option<&memsight::heapprof::DumpRecord>,
+    d: &memsight::heapprof::DumpRecord,
+) -> bool {
+    use memsight_format::heap_profile::DumpKind;
+    let step = |x: &memsight::heapprof::DumpRecord| x.kind == DumpKind::Step;
+    match old {
+        None => true,
+        Some(o) if step(o) != step(d) => step(o),
+        Some(o) => (d.heap_bytes, d.t_ms) > (o.heap_bytes, o.t_ms),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Allocations: calls per power-of-two size class (live: the job's latest counts), and the sites
-//! holding the bytes at the heap's profiled peak (live: in the latest profile the job wrote), with
-//! what grew between step profiles.
+//! holding the bytes at the heap's profiled peak (live: the largest profile the job wrote so far),
+//! with what grew between step profiles.
 
 use crate::state::ViewerState;
 use memsight_format::units::fmt_bytes;
@@ -34,24 +34,21 @@ fn render_sites(f: &mut Frame, area: Rect, s: &ViewerState) {
         (None, Some(Ok(p))) => (
             Some(p),
             format!(
-                " allocation sites in the latest heap profile ({:?} at step {}, {} allocated; \
-                 {} profiles so far) ",
-                p.kind,
+                " allocation sites at the profiled peak so far (step {}, {} allocated) ",
                 p.step,
-                fmt_bytes(p.heap_bytes),
-                s.heap_dumps
+                fmt_bytes(p.heap_bytes)
             ),
         ),
         (None, live) => {
-            let text = match (&s.last_heap_dump, live) {
+            let text = match (&s.peak_heap_dump, live) {
                 (Some(d), Some(Err(e))) => format!(
-                    "The latest heap profile ({:?} at step {}, {}) could not be read: {e}",
+                    "The heap profile ({:?} at step {}, {}) could not be read: {e}",
                     d.kind,
                     d.step,
                     fmt_bytes(d.heap_bytes)
                 ),
                 (Some(d), _) => format!(
-                    "Reading the latest heap profile ({:?} at step {}, {}: {})…",
+                    "Reading the heap profile ({:?} at step {}, {}: {})…",
                     d.kind,
                     d.step,
                     fmt_bytes(d.heap_bytes),
