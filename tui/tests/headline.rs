@@ -267,6 +267,14 @@ fn live_the_device_peak_and_its_fragmentation_are_the_reports() {
         );
         let dev = frame(&live, Screen::Devices, w, h);
         assert!(dev.contains("━ cuda:0 reserved"), "{w}x{h}:\n{dev}");
+        insta::assert_snapshot!(format!("devices_live_{w}x{h}"), dev);
+        // Per phase, the device's highest sampled footprint: 400 MiB in train/forward (step 60).
+        let phases = frame(&live, Screen::Phases, w, h);
+        assert!(
+            phases.contains("cuda:0 peak") && phases.contains("400.00 MiB"),
+            "{w}x{h}:\n{phases}"
+        );
+        insta::assert_snapshot!(format!("phases_device_live_{w}x{h}"), phases);
     }
 }
 

@@ -1,4 +1,4 @@
-//! Every screen rendered with ratatui's TestBackend at a normal and a tiny terminal size, fed with
+//! Every screen rendered with ratatui's TestBackend at 100×30, a tiny 36×10, 80×24 and 160×45, fed with
 //! recorded real data (a report of the demo job run under `memsight run`, with its post-mortem),
 //! and compared with the snapshots in tests/snapshots. A live state fed by wire records renders the same way.
 
@@ -23,7 +23,7 @@ fn frame(state: &ViewerState, ui: &Ui, w: u16, h: u16) -> String {
 }
 
 #[test]
-fn every_screen_at_two_sizes() {
+fn every_screen_at_four_sizes() {
     let state = recorded();
     for (name, screen) in [
         ("overview", Screen::Overview),
@@ -35,7 +35,7 @@ fn every_screen_at_two_sizes() {
         let mut ui = Ui::default();
         ui.apply(Intent::Go(screen), state.timeline.len());
         ui.window = memsight_tui::view::Window::All;
-        for (w, h) in [(100, 30), (36, 10)] {
+        for (w, h) in [(100, 30), (36, 10), (80, 24), (160, 45)] {
             insta::assert_snapshot!(format!("{name}_{w}x{h}"), frame(&state, &ui, w, h));
         }
     }
