@@ -143,7 +143,7 @@ fn contract_job_peak_malloc_baseline_and_budget_gate() {
         .unwrap();
     assert!(st.success());
     let svg = std::fs::read_to_string(&svg).unwrap();
-    assert!(svg.starts_with("<svg") && svg.contains("polyline") && svg.contains("live heap"));
+    assert!(svg.starts_with("<svg") && svg.contains("polyline") && svg.contains("process heap"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

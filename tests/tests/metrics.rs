@@ -1,6 +1,6 @@
-//! `memsight run --metrics`: the exposition has the job's gauges with its labels, `promtool check
-//! metrics` accepts it, and a real Prometheus server scrapes it and returns the live value through
-//! its query API. promtool and prometheus come from the Debian package `prometheus` (the set-up
+//! `memsight run --metrics`: the exposition has the job's gauges with its labels (the report's
+//! peaks and its OOM count among them), `promtool check metrics` accepts it, and a real Prometheus
+//! server scrapes it and returns the live values through its query API. promtool and prometheus come from the Debian package `prometheus` (the set-up
 //! installs it where it can); without them those checks skip with a printed reason.
 
 use memsight_e2e::{memsight_bin, scratch};
@@ -97,6 +97,21 @@ fn prometheus_scrapes_the_sidecar() {
         body.contains("memsight_rss_bytes{") && body.contains("memsight_step{"),
         "{body}"
     );
+    // The report's headline numbers at their peaks, and the OOM count (none in this job).
+    let body = until(20, || {
+        get(port, "/metrics").filter(|b| b.contains("memsight_oom_events{"))
+    })
+    .expect("no OOM count");
+    for name in [
+        "memsight_rss_peak_bytes{",
+        "memsight_jemalloc_resident_peak_bytes{",
+        "memsight_heap_peak_bytes{",
+    ] {
+        assert!(body.contains(name), "{name} missing in\n{body}");
+    }
+    let no_failures =
+        "memsight_oom_events{job=\"stepping_job\",rank=\"3\",kind=\"allocation_failure\"} 0";
+    assert!(body.contains(no_failures), "{body}");
     assert!(get(port, "/other").is_none());
 
     if have("promtool") {
@@ -150,6 +165,16 @@ fn prometheus_scrapes_the_sidecar() {
         let live: f64 = r["value"][1].as_str().unwrap().parse().unwrap();
         assert!(live > 1e6, "{answer}");
         assert_eq!(r["metric"]["rank"], "3", "{answer}");
+        let answer = until(40, || {
+            // memsight_oom_events{kind="allocation_failure"}
+            let q = "memsight_oom_events%7Bkind%3D%22allocation_failure%22%7D";
+            get(web, &format!("/api/v1/query?query={q}")).filter(|a| a.contains("\"value\""))
+        })
+        .expect("Prometheus never returned memsight_oom_events");
+        let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        let r = &v["data"]["result"][0];
+        assert_eq!(r["metric"]["rank"], "3", "{answer}");
+        assert_eq!(r["value"][1], "0", "{answer}");
     } else {
         println!("SKIP Prometheus scrape: prometheus not installed (Debian package `prometheus`)");
     }

@@ -86,7 +86,7 @@ fn a_client_gets_hello_state_snapshots_and_the_end() {
                 assert_eq!(post_mortem.map(|p| p.cause), Some("exited".to_string()));
                 ended = Some(description);
             }
-            Record::Phases { phases } => assert!(!phases.is_empty()),
+            Record::Phases { phases, .. } => assert!(!phases.is_empty()),
             _ => {}
         }
     }

@@ -1,6 +1,6 @@
 //! `memsight top` as a person uses it: a real job runs under `memsight run`, the viewer runs in
 //! tmux, keys switch screens (send-keys) and the screen text (capture-pane) must agree with the
-//! report the sidecar wrote. The set-up installs tmux; without it the test says why it skips.
+//! report the sidecar wrote (its peaks, and the allocation sites of the job's heap profiles). The set-up installs tmux; without it the test says why it skips.
 
 use memsight_e2e::{memsight_bin, scratch};
 use serde_json::Value;
@@ -91,6 +91,29 @@ fn the_viewer_in_tmux_shows_what_the_report_says() {
         number_after(&overview, "samples "),
         Some(v["timeline"].as_array().unwrap().len() as u64),
         "{overview}"
+    );
+    // The live Overview states the report's heap peak and where it was first reached.
+    let p = &v["peaks"];
+    let want = format!(
+        "{}  at step {}",
+        memsight_format::units::fmt_bytes(p["heap_peak_bytes"].as_u64().unwrap()),
+        p["heap_peak_step"].as_u64().unwrap()
+    );
+    assert!(
+        overview.contains("peak process heap") && overview.contains(&want),
+        "{want:?} not in\n{overview}"
+    );
+
+    // Live, the sites at the profiled peak so far: at the end, the report's top site.
+    tmux(&["send-keys", "-t", &session, "3"]);
+    assert!(
+        wait_until(20, || {
+            let s = screen(&session);
+            s.contains("allocation sites at the profiled peak so far")
+                && s.contains("stepping_job::main")
+        }),
+        "{}",
+        screen(&session)
     );
 
     tmux(&["send-keys", "-t", &session, "2"]);

@@ -183,12 +183,25 @@ fn run_ui(mut state: ViewerState, feed: Option<Receiver<Feed>>) -> ExitCode {
     let mut last_error = None;
     let mut hung_up = false;
     let frame = Duration::from_millis(100);
+    // A running job's sites come from its profiled peak so far, read on a thread.
+    let (want_sites, sites) = memsight_tui::sites::reader();
     let result = loop {
         let t0 = Instant::now();
         if let Some(rx) = &feed {
             loop {
                 match rx.try_recv() {
                     Ok(Feed::Up) => state.set_connected(true),
+                    Ok(Feed::Record(r @ Record::HeapProfile(_))) => {
+                        let before = state.peak_heap_dump.clone();
+                        state.apply(r);
+                        if let Some(d) = state
+                            .peak_heap_dump
+                            .as_ref()
+                            .filter(|d| Some(*d) != before.as_ref())
+                        {
+                            let _ = want_sites.send(d.clone());
+                        }
+                    }
                     Ok(Feed::Record(r)) => state.apply(r),
                     Ok(Feed::Down(down)) => {
                         last_error = Some(down.why.clone());
@@ -196,6 +209,9 @@ fn run_ui(mut state: ViewerState, feed: Option<Receiver<Feed>>) -> ExitCode {
                     }
                     Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
                 }
+            }
+            while let Ok(v) = sites.try_recv() {
+                state.live_sites = Some(v);
             }
         }
         if let Err(e) = term.draw(|f| render(f, &state, &ui)) {

@@ -1,4 +1,4 @@
-//! Every screen rendered with ratatui's TestBackend at a normal and a tiny terminal size, fed with
+//! Every screen rendered with ratatui's TestBackend at 100×30, a tiny 36×10, 80×24 and 160×45, fed with
 //! recorded real data (a report of the demo job run under `memsight run`, with its post-mortem),
 //! and compared with the snapshots in tests/snapshots. A live state fed by wire records renders the same way.
 
@@ -23,7 +23,7 @@ fn frame(state: &ViewerState, ui: &Ui, w: u16, h: u16) -> String {
 }
 
 #[test]
-fn every_screen_at_two_sizes() {
+fn every_screen_at_four_sizes() {
     let state = recorded();
     for (name, screen) in [
         ("overview", Screen::Overview),
@@ -35,7 +35,7 @@ fn every_screen_at_two_sizes() {
         let mut ui = Ui::default();
         ui.apply(Intent::Go(screen), state.timeline.len());
         ui.window = memsight_tui::view::Window::All;
-        for (w, h) in [(100, 30), (36, 10)] {
+        for (w, h) in [(100, 30), (36, 10), (80, 24), (160, 45)] {
             insta::assert_snapshot!(format!("{name}_{w}x{h}"), frame(&state, &ui, w, h));
         }
     }
@@ -103,6 +103,7 @@ fn a_live_state_fed_by_records_renders_and_counts_drops() {
     assert!(leak.slope_bytes_per_step.abs() < 64.0 * 1024.0, "{leak:?}");
     live.apply(Record::Phases {
         phases: recorded.phases.clone(),
+        histogram: recorded.histogram.clone(),
     });
     live.apply(Record::Ended {
         description: "exited with code 0".into(),
@@ -176,10 +177,10 @@ fn the_segment_map_draws_each_segment_with_its_allocated_slices() {
     // available to record one): a 20 MiB segment half used, a 2 MiB one full.
     use memsight::devices::{DeviceSample, SegmentMap};
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpt-report.json");
-    let mut state = ViewerState::from_report("gpt-report.json", Report::load(&path).unwrap());
+    let mut report = Report::load(&path).unwrap();
     let mut cells = vec![255u8; 16];
     cells.extend([0u8; 16]);
-    let last = state.timeline.last_mut().unwrap();
+    let last = report.timeline.last_mut().unwrap();
     last.devices.push(DeviceSample {
         index: 0,
         backend: "libtorch-cuda".into(),
@@ -200,6 +201,9 @@ fn the_segment_map_draws_each_segment_with_its_allocated_slices() {
         ],
         ..Default::default()
     });
+    // The report's device peaks, as the sidecar folds them.
+    memsight_format::device::fold_peaks(&mut report.devices, &last.devices);
+    let state = ViewerState::from_report("gpt-report.json", report);
     let mut ui = Ui::default();
     ui.apply(Intent::Go(Screen::Devices), state.timeline.len());
     let text = frame(&state, &ui, 100, 34);
@@ -211,8 +215,8 @@ fn the_segment_map_draws_each_segment_with_its_allocated_slices() {
     assert!(text.contains("··········"), "{text}");
     assert!(text.contains("2.00 MiB 100% used ████"), "{text}");
     assert!(text.contains("libtorch-cuda"), "{text}");
-    // The overview charts the tensors and the device and gauges the device's fragmentation:
-    // (22 − 12) / 22 of reserved is not allocated.
+    // The overview charts the tensors and the device and gauges the device's fragmentation at
+    // its peak: (22 − 12) / 22 of the peak reserved is not allocated.
     ui.apply(Intent::Go(Screen::Overview), state.timeline.len());
     let text = frame(&state, &ui, 120, 34);
     for want in [
@@ -220,7 +224,7 @@ fn the_segment_map_draws_each_segment_with_its_allocated_slices() {
         "cuda:0 reserved",
         "cuda:0 allocated",
         "cuda:0 fragmentation",
-        "45.5% reserved not allocated",
+        "45.5% of peak reserved not allocated",
     ] {
         assert!(text.contains(want), "{want} missing:\n{text}");
     }

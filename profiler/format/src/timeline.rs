@@ -40,6 +40,9 @@ impl PeakAt {
 /// Running maxima over every sample.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SampledPeaks {
+    /// The first sample to show the run's process-heap peak (the exact counter,
+    /// `HeapStats::run_peak_bytes`): the peak was reached in the interval before it.
+    pub heap: Option<PeakAt>,
     /// Highest RSS seen in a sample.
     pub rss: Option<PeakAt>,
     /// Highest kernel RSS high-water mark reported.
@@ -113,6 +116,10 @@ impl Timeline {
 
     /// Appends a snapshot, compacting old history when full.
     pub fn push(&mut self, s: Snapshot) {
+        if s.heap.allocations > 0 {
+            let peak = s.heap.run_peak_bytes.max(s.heap.peak_bytes);
+            raise(&mut self.peaks.heap, peak, &s);
+        }
         if let Some(p) = s.process {
             raise(&mut self.peaks.rss, p.rss, &s);
             self.peaks.hwm = Some(self.peaks.hwm.unwrap_or(0).max(p.hwm));

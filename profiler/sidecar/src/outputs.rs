@@ -70,13 +70,26 @@ impl Outputs {
         if let Some(s) = &self.server {
             s.publish(r);
         }
-        if let (Some(m), Record::Snapshot(s)) = (&self.metrics, r) {
-            m.update(s);
+        match (&self.metrics, r) {
+            (Some(m), Record::Snapshot(s)) => m.update(s),
+            (Some(m), Record::DeviceOom(_)) => m.device_oom(),
+            _ => {}
         }
     }
 
-    /// Tells viewers how the job ended, then closes the socket.
+    /// Heap allocations of the job that failed so far (the flight recorder's count), for metrics.
+    pub(crate) fn alloc_failures(&self, n: u64) {
+        if let Some(m) = &self.metrics {
+            m.alloc_failures(n);
+        }
+    }
+
+    /// Tells viewers how the job ended, then closes the socket; the metrics take the final
+    /// report's OOM counts.
     pub(crate) fn end(self, report: &Report) {
+        if let Some(m) = &self.metrics {
+            m.finish(report);
+        }
         if let Some(pm) = &report.post_mortem {
             self.emit(&Record::Ended {
                 description: pm.description.clone(),

@@ -179,7 +179,7 @@ fn rebuilt_report(e: &Ending) -> Report {
         heap: w.last().map(|s| s.heap).unwrap_or_default(),
         phases: w.phases.clone(),
         steps: steps_from_snapshots(w.timeline.samples()),
-        histogram: Vec::new(),
+        histogram: w.histogram.clone(),
         sources: std::iter::once(ring_status(w))
             .chain(w.sources.iter().cloned())
             .collect(),

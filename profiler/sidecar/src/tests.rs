@@ -230,3 +230,79 @@ fn an_attached_process_is_labelled_with_its_own_rank() {
         ]
     );
 }
+
+#[test]
+fn the_reports_headline_peaks_and_oom_counts_have_gauges() {
+    use memsight_format::device::{DeviceOom, DeviceSample};
+    use memsight_format::host::{CgroupMemory, ProcessMemory};
+    use memsight_format::report::{PostMortem, Report};
+    use memsight_format::snapshot::Snapshot;
+    use memsight_format::wire::Record;
+    let m = crate::metrics::Metrics::new(vec![("job".into(), "t".into())]);
+    // The device's reserved peak (200) and allocated peak (150) come at different samples: the
+    // report's fragmentation is (200 - 150) / 200, not either sample's.
+    for (rss, usage, kills, allocated, reserved) in [
+        (10, 30, 4, 150, 160),
+        (50, 90, 4, 20, 200),
+        (20, 40, 5, 10, 100),
+    ] {
+        m.update(&Snapshot {
+            process: Some(ProcessMemory {
+                rss,
+                hwm: rss,
+                ..Default::default()
+            }),
+            cgroup: Some(CgroupMemory {
+                limit: Some(1000),
+                usage,
+                oom_kills: Some(kills),
+                ..Default::default()
+            }),
+            devices: vec![DeviceSample {
+                index: 0,
+                backend: "cuda".into(),
+                allocated_bytes: Some(allocated),
+                reserved_bytes: Some(reserved),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+    }
+    let mut outputs = crate::outputs::Outputs::new(None, &[], None).expect("no metrics address");
+    outputs.metrics = Some(std::sync::Arc::new(m));
+    outputs.emit(&Record::DeviceOom(Box::default()));
+    outputs.alloc_failures(2);
+    let m = outputs.metrics.clone().expect("metrics");
+    let text = m.encode();
+    for line in [
+        "memsight_rss_peak_bytes{job=\"t\"} 50\n",
+        "memsight_cgroup_usage_bytes{job=\"t\"} 40\n",
+        "memsight_cgroup_usage_peak_bytes{job=\"t\"} 90\n",
+        "memsight_cgroup_limit_bytes{job=\"t\"} 1000\n",
+        "memsight_device_reserved_peak_bytes{job=\"t\",device=\"0\"} 200\n",
+        "memsight_device_allocated_peak_bytes{job=\"t\",device=\"0\"} 150\n",
+        "memsight_device_fragmentation_ratio{job=\"t\",device=\"0\"} 0.25\n",
+        "memsight_oom_events{job=\"t\",kind=\"cgroup_oom_kill\"} 1\n",
+        "memsight_oom_events{job=\"t\",kind=\"device\"} 1\n",
+        "memsight_oom_events{job=\"t\",kind=\"allocation_failure\"} 2\n",
+    ] {
+        assert!(text.contains(line), "{line} missing in\n{text}");
+    }
+    // At the end, the report's own counts: the kills the post-mortem counted, every device OOM.
+    let report = Report {
+        device_ooms: vec![DeviceOom::default(), DeviceOom::default()],
+        post_mortem: Some(PostMortem {
+            cgroup_oom_kills: Some(3),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    outputs.end(&report);
+    let text = m.encode();
+    for line in [
+        "memsight_oom_events{job=\"t\",kind=\"cgroup_oom_kill\"} 3\n",
+        "memsight_oom_events{job=\"t\",kind=\"device\"} 2\n",
+    ] {
+        assert!(text.contains(line), "{line} missing in\n{text}");
+    }
+}

@@ -23,6 +23,8 @@ pub(crate) struct Watch {
     pub sources: Vec<memsight::collect::SourceStatus>,
     /// The job's latest phase statistics.
     pub phases: Vec<memsight_format::phase::PhaseStats>,
+    /// The job's latest size histogram (wire 1.4), for a report rebuilt after the job died.
+    pub histogram: Vec<memsight_format::report::HistogramBucket>,
     /// Device OOMs the job's observer recorded.
     pub device_ooms: Vec<memsight_format::device::DeviceOom>,
     /// Heap profiles the job announced, one per file still on disk.
@@ -45,6 +47,7 @@ impl Watch {
             ring_error: None,
             sources: Vec::new(),
             phases: Vec::new(),
+            histogram: Vec::new(),
             device_ooms: Vec::new(),
             heap_dumps: Vec::new(),
             trees: None,
@@ -91,6 +94,7 @@ impl Watch {
     }
 
     fn tell_drops(&mut self, r: &RingReader, out: &Outputs) {
+        out.alloc_failures(r.alloc_failures().0);
         let lost = r.dropped().saturating_sub(self.dropped_told);
         if lost > 0 {
             out.emit(&Record::Dropped { count: lost });
@@ -126,7 +130,12 @@ impl Watch {
                     self.finished_report = report_path.map(PathBuf::from);
                 }
                 h @ Record::Hello { .. } => self.hello = Some(h),
-                Record::Phases { phases } => self.phases = phases,
+                Record::Phases { phases, histogram } => {
+                    self.phases = phases;
+                    if !histogram.is_empty() {
+                        self.histogram = histogram;
+                    }
+                }
                 Record::DeviceOom(o) => self.device_ooms.push(*o),
                 Record::HeapProfile(d) => {
                     // One record per file still on disk (rotated step profiles are deleted), so a

@@ -63,11 +63,15 @@ impl Shared {
         lock(&self.timeline).push(s);
     }
 
-    /// Writes the phase statistics to the flight recorder (when a sidecar may be reading).
+    /// Writes the phase statistics and the size histogram so far to the flight recorder (when a
+    /// sidecar may be reading): viewers show them while the job runs.
     pub(super) fn record_phases(&self) {
         if let Some(r) = &self.ring {
             r.append(&Record::Phases {
                 phases: phases::phase_stats(),
+                histogram: memsight_format::report::histogram_buckets(
+                    &crate::alloc::size_histogram(),
+                ),
             });
         }
     }

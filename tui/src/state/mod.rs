@@ -3,12 +3,13 @@
 
 pub mod backoff;
 pub mod connection;
+pub mod headline;
 
 use memsight::{PhaseStats, StepStats};
 use memsight_format::report::leak::LeakEstimate;
 use memsight_format::report::tips::Tip;
 use memsight_format::report::{Fragmentation, HistogramBucket, PostMortem, Report};
-use memsight_format::timeline::{raise_resident, PeakAt};
+use memsight_format::timeline::{raise_resident, PeakAt, Timeline};
 use memsight_format::wire::Record;
 use memsight_format::Snapshot;
 
@@ -46,13 +47,13 @@ pub struct ViewerState {
     /// Records this viewer missed: it read too slowly, or the sidecar lost them from the job's ring
     /// (the sidecar's `dropped` notices).
     pub dropped: u64,
-    /// Per-phase statistics (reports only: live streams carry snapshots).
+    /// Per-phase statistics (the report's; live: the job's latest).
     pub phases: Vec<PhaseStats>,
     /// Per-step statistics (reports; live: derived from snapshots).
     pub steps: Vec<StepStats>,
-    /// Size histogram (reports).
+    /// Size histogram (the report's; live: the job's latest, wire 1.4).
     pub histogram: Vec<HistogramBucket>,
-    /// Tips (reports).
+    /// Tips (the report's; live: derived from the live report).
     pub tips: Vec<Tip>,
     /// Leak slope (reports; live: re-estimated from sampled step ends whenever a step ends).
     pub leak: Option<LeakEstimate>,
@@ -72,11 +73,25 @@ pub struct ViewerState {
     pub heap_dumps: u64,
     /// The latest heap profile the job announced.
     pub last_heap_dump: Option<memsight::heapprof::DumpRecord>,
+    /// The profile the report will show the sites of: the one with the largest heap so far (a
+    /// step profile only while there is no other), as the report's `heap_profile.at_peak`.
+    pub peak_heap_dump: Option<memsight::heapprof::DumpRecord>,
+    /// Live: the sites of [`Self::peak_heap_dump`] ([`crate::sites`]), or why it could not be
+    /// read.
+    pub live_sites: Option<Result<memsight_format::heap_profile::ProfileView, String>>,
     /// The run's heap fragmentation (one definition, [`Fragmentation`]): the report's, or live,
     /// at the resident peak of every snapshot seen (also those the bounded timeline let go).
     pub fragmentation: Option<Fragmentation>,
+    /// The report: the file replayed (its timeline moved to [`Self::timeline`]), or live, one
+    /// built from what arrived by the report's own builder ([`headline`]), refreshed about four times a
+    /// second of the job's time. Its peaks are the Overview's figures.
+    pub report: Option<Report>,
     /// The live snapshot with the highest jemalloc resident so far.
     resident_peak: Option<(PeakAt, Snapshot)>,
+    /// Live: the snapshots as a report keeps them (bounded, peaks exact over every sample).
+    recorded: Timeline,
+    /// Live: the job time of the latest sample when the report was last built.
+    built_at_ms: u64,
 }
 
 impl ViewerState {
@@ -104,35 +119,49 @@ impl ViewerState {
             heap_profile: None,
             heap_dumps: 0,
             last_heap_dump: None,
+            peak_heap_dump: None,
+            live_sites: None,
             fragmentation: None,
+            report: None,
             resident_peak: None,
+            recorded: Timeline::default(),
+            built_at_ms: 0,
         }
     }
 
     /// The state of a finished run.
-    pub fn from_report(path: &str, r: Report) -> Self {
+    pub fn from_report(path: &str, mut r: Report) -> Self {
         let mut s = ViewerState::live("");
         s.source = Source::Replay {
             path: path.to_string(),
         };
         s.pid = r.job.pid;
-        s.command = r.job.command;
-        s.timeline = r.timeline;
-        s.fragmentation = r.fragmentation;
-        s.phases = r.phases;
-        s.steps = r.steps;
-        s.histogram = r.histogram;
-        s.tips = r.tips;
-        s.leak = r.leak;
+        s.command = r.job.command.clone();
+        s.timeline = std::mem::take(&mut r.timeline);
+        s.fragmentation = r.fragmentation.clone();
+        s.phases = r.phases.clone();
+        s.steps = r.steps.clone();
+        s.histogram = r.histogram.clone();
+        s.tips = r.tips.clone();
+        s.leak = r.leak.clone();
         s.interval_ms = Some(r.interval_ms);
         s.ended = Some(match &r.post_mortem {
             Some(pm) => pm.description.clone(),
             None => r.job.exit.description.clone(),
         });
-        s.post_mortem = r.post_mortem;
-        s.device_ooms = r.device_ooms;
-        s.heap_profile = r.heap_profile;
+        s.post_mortem = r.post_mortem.clone();
+        s.device_ooms = r.device_ooms.clone();
+        s.heap_profile = r.heap_profile.clone();
+        s.report = Some(r);
         s
+    }
+
+    /// The Overview's figures: the report's peaks, each where it was first reached.
+    pub fn figures(&self) -> Vec<headline::Figure> {
+        self.report
+            .as_ref()
+            .map(|r| headline::figures(r, &self.timeline))
+            .unwrap_or_default()
     }
 
     /// Marks the live connection up or down.
@@ -162,6 +191,10 @@ impl ViewerState {
                 self.set_connected(true);
             }
             Record::State { timeline } => {
+                self.recorded = Timeline::default();
+                for s in &timeline {
+                    self.recorded.push(s.clone());
+                }
                 self.timeline = timeline;
                 self.resident_peak = None;
                 for s in &self.timeline {
@@ -170,8 +203,12 @@ impl ViewerState {
                 self.fragmentation = Fragmentation::at_resident_peak(self.resident_peak.as_ref());
                 self.steps = steps_of(&self.timeline);
                 self.leak = memsight_format::report::leak::estimate(&self.steps);
+                self.refresh_report(true);
             }
-            Record::Snapshot(s) => self.push(*s),
+            Record::Snapshot(s) => {
+                self.push(*s);
+                self.refresh_report(false);
+            }
             Record::Hello { interval_ms, .. } => self.interval_ms = Some(interval_ms),
             Record::Dropped { count } => self.dropped += count,
             Record::Ended {
@@ -180,11 +217,25 @@ impl ViewerState {
             } => {
                 self.ended = Some(description);
                 self.post_mortem = post_mortem.map(|pm| *pm);
+                self.refresh_report(true);
             }
-            Record::Phases { phases } => self.phases = phases,
-            Record::DeviceOom(o) => self.device_ooms.push(*o),
+            Record::Phases { phases, histogram } => {
+                let first = self.phases.is_empty() && !phases.is_empty();
+                self.phases = phases;
+                if !histogram.is_empty() {
+                    self.histogram = histogram;
+                }
+                self.refresh_report(first);
+            }
+            Record::DeviceOom(o) => {
+                self.device_ooms.push(*o);
+                self.refresh_report(true);
+            }
             Record::HeapProfile(d) => {
                 self.heap_dumps += 1;
+                if is_new_peak(self.peak_heap_dump.as_ref(), &d) {
+                    self.peak_heap_dump = Some(d.clone());
+                }
                 self.last_heap_dump = Some(d);
             }
             Record::Finished { .. } | Record::Unknown => {}
@@ -202,10 +253,26 @@ impl ViewerState {
         }
         raise_resident(&mut self.resident_peak, &s);
         self.fragmentation = Fragmentation::at_resident_peak(self.resident_peak.as_ref());
+        self.recorded.push(s.clone());
         self.timeline.push(s);
         if self.timeline.len() > MAX_SAMPLES {
             self.timeline.drain(..self.timeline.len() - MAX_SAMPLES);
         }
+    }
+}
+
+/// Whether `d` becomes the profiled peak over `old`: the largest heap, a step profile only over
+/// another step profile (the report's rule, `memsight_analysis::heapprof::summarize`).
+fn is_new_peak(
+    old: Option<&memsight::heapprof::DumpRecord>,
+    d: &memsight::heapprof::DumpRecord,
+) -> bool {
+    use memsight_format::heap_profile::DumpKind;
+    let step = |x: &memsight::heapprof::DumpRecord| x.kind == DumpKind::Step;
+    match old {
+        None => true,
+        Some(o) if step(o) != step(d) => step(o),
+        Some(o) => (d.heap_bytes, d.t_ms) > (o.heap_bytes, o.t_ms),
     }
 }
 

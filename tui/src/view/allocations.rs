@@ -1,5 +1,6 @@
-//! Allocations: calls per power-of-two size class, and the sites holding the bytes at the heap's
-//! profiled peak (jemalloc's heap profiler), with what grew between step profiles.
+//! Allocations: calls per power-of-two size class (live: the job's latest counts), and the sites
+//! holding the bytes at the heap's profiled peak (live: the largest profile the job wrote so far),
+//! with what grew between step profiles.
 
 use crate::state::ViewerState;
 use memsight_format::units::fmt_bytes;
@@ -17,51 +18,76 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
 }
 
 fn render_sites(f: &mut Frame, area: Rect, s: &ViewerState) {
-    let Some(hp) = &s.heap_profile else {
-        let text = match &s.last_heap_dump {
-            Some(d) => format!(
-                "{} heap profiles written so far (latest {:?} at step {}: {}). Sites come with \
-                 the report; now: memsight heap top {}",
-                s.heap_dumps,
-                d.kind,
-                d.step,
-                fmt_bytes(d.heap_bytes),
-                d.path
+    let block = |title: String| Block::default().borders(Borders::ALL).title(title);
+    let (view, title) = match (&s.heap_profile, &s.live_sites) {
+        (Some(hp), _) => match &hp.at_peak {
+            Some(p) => (
+                Some(p),
+                format!(
+                    " allocation sites at the profiled peak (step {}, {} allocated) ",
+                    p.step,
+                    fmt_bytes(p.heap_bytes)
+                ),
             ),
-            None => "No heap profile yet: a job linking memsight samples its heap and writes \
-                     profiles while a session runs (see the report's sources; a Python job \
-                     memsight is preloaded into has no sites yet)."
-                .into(),
-        };
-        f.render_widget(
-            Paragraph::new(text).wrap(Wrap { trim: true }).block(
-                Block::default()
-                    .borders(Borders::ALL)
-                    .title(" allocation sites "),
-            ),
-            area,
-        );
-        return;
-    };
-    let mut rows: Vec<Row> = Vec::new();
-    let title = match &hp.at_peak {
-        Some(p) => {
-            rows.extend(p.top_sites.iter().map(|site| {
-                Row::new(vec![
-                    fmt_bytes(site.bytes),
-                    format!("{:.1}%", site.share * 100.0),
-                    site.at.label(),
-                ])
-            }));
+            None => (None, " allocation sites ".to_string()),
+        },
+        (None, Some(Ok(p))) => (
+            Some(p),
             format!(
-                " allocation sites at the profiled peak (step {}, {} allocated) ",
+                " allocation sites at the profiled peak so far (step {}, {} allocated) ",
                 p.step,
                 fmt_bytes(p.heap_bytes)
-            )
+            ),
+        ),
+        (None, live) => {
+            let text = match (&s.peak_heap_dump, live) {
+                (Some(d), Some(Err(e))) => format!(
+                    "The heap profile ({:?} at step {}, {}) could not be read: {e}",
+                    d.kind,
+                    d.step,
+                    fmt_bytes(d.heap_bytes)
+                ),
+                (Some(d), _) => format!(
+                    "Reading the heap profile ({:?} at step {}, {}: {})…",
+                    d.kind,
+                    d.step,
+                    fmt_bytes(d.heap_bytes),
+                    d.path
+                ),
+                (None, _) => "No heap profile yet: a job linking memsight, or run under \
+                              `memsight run`, samples its heap and writes profiles while a \
+                              session runs (the report's sources say why when it does not)."
+                    .into(),
+            };
+            f.render_widget(
+                Paragraph::new(text)
+                    .wrap(Wrap { trim: true })
+                    .block(block(" allocation sites ".into())),
+                area,
+            );
+            return;
         }
-        None => " allocation sites ".into(),
     };
-    if let Some(g) = hp.growth.as_ref().filter(|g| !g.sites.is_empty()) {
+    let mut rows: Vec<Row> = view
+        .map(|p| {
+            p.top_sites
+                .iter()
+                .map(|site| {
+                    Row::new(vec![
+                        fmt_bytes(site.bytes),
+                        format!("{:.1}%", site.share * 100.0),
+                        site.at.label(),
+                    ])
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(g) = s
+        .heap_profile
+        .as_ref()
+        .and_then(|hp| hp.growth.as_ref())
+        .filter(|g| !g.sites.is_empty())
+    {
         rows.push(
             Row::new(vec![
                 String::new(),
@@ -87,9 +113,7 @@ fn render_sites(f: &mut Frame, area: Rect, s: &ViewerState) {
         Constraint::Min(20),
     ];
     f.render_widget(
-        Table::new(rows, widths)
-            .header(header)
-            .block(Block::default().borders(Borders::ALL).title(title)),
+        Table::new(rows, widths).header(header).block(block(title)),
         area,
     );
 }
@@ -101,7 +125,8 @@ fn render_histogram(f: &mut Frame, area: Rect, s: &ViewerState) {
     if s.histogram.is_empty() {
         f.render_widget(
             Paragraph::new(
-                "The size histogram comes with the job's report (memsight view REPORT.json).",
+                "No allocation counted yet (a process sampled from outside has no histogram: run \
+                 it under `memsight run`, which preloads memsight).",
             )
             .block(block),
             area,

@@ -1,13 +1,13 @@
-//! The memory-over-time chart: one line per series, y in bytes, x in seconds since the start, with
-//! a marker at each series' peak.
+//! The memory-over-time chart: one line per series, y in bytes, x in seconds since the start (its
+//! ends labelled with their steps), a marker at each series' peak, and the legend under the plot.
 
 use memsight_format::units::fmt_bytes;
 use memsight_format::Snapshot;
-use ratatui::layout::Rect;
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Style};
 use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Axis, Block, Borders, Chart, Dataset, GraphType};
+use ratatui::widgets::{Axis, Block, Borders, Chart, Dataset, GraphType, Paragraph};
 use ratatui::Frame;
 
 /// A named series of (seconds, bytes).
@@ -56,8 +56,19 @@ pub fn series(
     }
 }
 
-/// Draws `series` in `area` under `title`.
-pub fn draw(f: &mut Frame, area: Rect, title: &str, series: &[Series]) {
+/// Draws `series` in `area` under `title`: the plot, and under it, outside the plot, the legend
+/// (one entry per series and the peak marker), so no legend ever covers a curve. The x axis is in
+/// seconds, its ends labelled with the step of the first and last of `samples`.
+pub fn draw(f: &mut Frame, area: Rect, title: &str, series: &[Series], samples: &[Snapshot]) {
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(title.to_string());
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let legend = legend(series, inner.width as usize);
+    let rows = legend.len().min(3) as u16;
+    let [plot, key] = Layout::vertical([Constraint::Min(1), Constraint::Length(rows)]).areas(inner);
+    f.render_widget(Paragraph::new(legend), key);
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let (x0, x1) = xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
     let (x0, x1) = if x0 > x1 {
@@ -89,7 +100,6 @@ pub fn draw(f: &mut Frame, area: Rect, title: &str, series: &[Series]) {
         .iter()
         .map(|s| {
             Dataset::default()
-                .name(s.name)
                 .marker(Marker::Braille)
                 .graph_type(GraphType::Line)
                 .style(Style::default().fg(s.color))
@@ -108,26 +118,51 @@ pub fn draw(f: &mut Frame, area: Rect, title: &str, series: &[Series]) {
         }
     }
     let label = |v: f64| Span::raw(fmt_bytes(v.max(0.0) as u64));
-    // Up to a third of the width and half the height for the legend (tensors and devices add
-    // series; ratatui's default quarter hides the legend then).
+    let end = |t: f64, s: Option<&Snapshot>| match s {
+        Some(s) => Line::from(format!("{t:.0}s step {}", s.step)),
+        None => Line::from(format!("{t:.0}s")),
+    };
     let chart = Chart::new(data)
-        .hidden_legend_constraints((
-            ratatui::layout::Constraint::Ratio(1, 3),
-            ratatui::layout::Constraint::Ratio(1, 2),
-        ))
-        .block(
-            Block::default()
-                .borders(Borders::ALL)
-                .title(title.to_string()),
+        .legend_position(None)
+        .x_axis(
+            Axis::default()
+                .bounds([x0, x1])
+                .labels(vec![end(x0, samples.first()), end(x1, samples.last())]),
         )
-        .x_axis(Axis::default().bounds([x0, x1]).labels(vec![
-            Line::from(format!("{x0:.0}s")),
-            Line::from(format!("{x1:.0}s")),
-        ]))
         .y_axis(Axis::default().bounds([0.0, ymax]).labels(vec![
             label(0.0),
             label(ymax / 2.0),
             label(ymax),
         ]));
-    f.render_widget(chart, area);
+    f.render_widget(chart, plot);
+}
+
+/// The legend's lines: a coloured line and the series' name per entry, then the peak marker, as
+/// many entries to a line as fit in `width` (an entry is never split).
+fn legend(series: &[Series], width: usize) -> Vec<Line<'static>> {
+    let mut entries: Vec<(Color, String)> = series
+        .iter()
+        .map(|s| (s.color, format!("{}  ", s.name)))
+        .collect();
+    if !series.is_empty() {
+        entries.push((Color::Reset, "peak".into()));
+    }
+    let mut lines: Vec<Line<'static>> = Vec::new();
+    let mut current: Vec<Span<'static>> = Vec::new();
+    let mut used = 0;
+    for (color, name) in entries {
+        let w = 2 + name.chars().count();
+        if used > 0 && used + w > width {
+            lines.push(Line::from(std::mem::take(&mut current)));
+            used = 0;
+        }
+        let mark = if name == "peak" { "● " } else { "━ " };
+        current.push(Span::styled(mark, Style::default().fg(color)));
+        current.push(Span::raw(name));
+        used += w;
+    }
+    if !current.is_empty() {
+        lines.push(Line::from(current));
+    }
+    lines
 }

@@ -68,13 +68,23 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
     .into_iter()
     .filter(|x| !x.points.is_empty())
     .collect();
-    chart::draw(f, top, " tensors and device memory ", &series);
+    chart::draw(f, top, " tensors and device memory ", &series, &s.timeline);
 
     let opt = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "–".into());
+    // Below 100 columns, the inactive-split and retry columns give way to the others.
+    let wide = bottom.width >= 100;
+    let keep = |cells: Vec<String>| -> Vec<String> {
+        cells
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| wide || !matches!(i, 4 | 6))
+            .map(|(_, c)| c)
+            .collect()
+    };
     let mut rows: Vec<Row> = latest
         .iter()
         .map(|d| {
-            Row::new(vec![
+            Row::new(keep(vec![
                 format!("cuda:{}", d.index),
                 d.backend.clone(),
                 opt(d.allocated_bytes),
@@ -85,19 +95,19 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
                     .map(|v| v.to_string())
                     .unwrap_or_else(|| "–".into()),
                 fmt_bytes(d.others_bytes()),
-            ])
+            ]))
         })
         .collect();
     for o in &s.device_ooms {
         rows.push(
-            Row::new(vec![
+            Row::new(keep(vec![
                 format!("cuda:{}", o.device),
-                "OOM".into(),
+                format!("OOM, step {}", o.step),
                 format!("asked {}", fmt_bytes(o.requested_bytes)),
                 opt(o.reserved_bytes),
                 opt(o.inactive_split_bytes),
                 format!("free {}", fmt_bytes(o.free_bytes)),
-                format!("step {}", o.step),
+                String::new(),
                 fmt_bytes(
                     o.processes
                         .iter()
@@ -105,7 +115,7 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
                         .filter_map(|p| p.used_bytes)
                         .sum(),
                 ),
-            ])
+            ]))
             .style(Style::default().fg(Color::Red).add_modifier(Modifier::BOLD)),
         );
     }
@@ -124,27 +134,27 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
         );
         return;
     }
-    let header = Row::new(vec![
-        "device",
-        "backend",
-        "allocated",
-        "reserved",
-        "inact. split",
-        "total",
-        "retries",
-        "others",
-    ])
+    let header = Row::new(keep(
+        [
+            "device",
+            "backend",
+            "allocated",
+            "reserved",
+            "inact. split",
+            "total",
+            "retries",
+            "others",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ))
     .style(Style::default().add_modifier(Modifier::BOLD));
-    let widths = [
-        Constraint::Length(8),
-        Constraint::Length(14),
-        Constraint::Length(14),
-        Constraint::Length(12),
-        Constraint::Length(12),
-        Constraint::Length(14),
-        Constraint::Length(9),
-        Constraint::Length(10),
-    ];
+    let widths: Vec<Constraint> = [8, 14, 14, 12, 12, 14, 9, 10]
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| wide || !matches!(i, 4 | 6))
+        .map(|(_, w)| Constraint::Length(w))
+        .collect();
     f.render_widget(Table::new(rows, widths).header(header).block(block), bottom);
 }
 

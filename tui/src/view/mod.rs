@@ -254,8 +254,9 @@ pub fn render(f: &mut Frame, s: &ViewerState, ui: &Ui) {
         (Source::Live { .. }, _) => "live".into(),
         (Source::Replay { .. }, _) => "replay".into(),
     };
+    // The connection's state first: a narrow terminal cuts the end of the line.
     let keys = format!(
-        " q quit · Tab/1-5 screens · w window {} · space pause · ←/→ scroll · ? help · {state}",
+        " {state} · q quit · Tab/1-5 screens · w window {} · space pause · ←/→ scroll · ? help",
         ui.window.label()
     );
     f.render_widget(

@@ -1,81 +1,45 @@
-//! Overview: who and where (pid, command, uptime, step, phase, rate, dropped samples), the memory
-//! timeline (live heap, jemalloc resident, RSS, cgroup limit; tensors and device 0 when present)
-//! with peaks, the process tree's workers (PSS, USS, RSS) when the job was sampled from outside,
-//! host fragmentation (the run's, at its resident peak) and device fragmentation, and headroom.
+//! Overview: who and where (pid, the whole command, uptime, step, phase, rate, dropped samples),
+//! the job's peaks in figures (device, tensors, process heap, RSS, process tree: each with the step
+//! and phase where it was first reached, live and replayed), the memory timeline (process heap,
+//! jemalloc resident, RSS, cgroup limit; tensors and device 0 when present) with peaks and its
+//! legend under the plot, the process tree's workers (PSS, USS, RSS) when the job was sampled from outside,
+//! host fragmentation (the run's, at its resident peak) and device fragmentation (at the device's
+//! peak, as the report defines it), and headroom.
 
 use super::chart::{self, series, Series};
 use super::{bytes, Ui};
 use crate::state::ViewerState;
+use memsight_format::units::fmt_bytes;
 use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::style::{Color, Style};
+use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Gauge, Paragraph};
+use ratatui::widgets::{Block, Borders, Gauge, Paragraph, Wrap};
 use ratatui::Frame;
 
 /// Renders the overview.
 pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
-    let [head, body, gauges] = Layout::vertical([
-        Constraint::Length(3),
+    let samples = ui.visible(s);
+    let last = samples.last();
+    let head = head_lines(s, samples);
+    let figures = peak_lines(s);
+    let width = area.width.max(1) as usize;
+    let rows = |lines: &[Line]| -> u16 {
+        lines
+            .iter()
+            .map(|l| l.width().max(1).div_ceil(width) as u16)
+            .sum()
+    };
+    let [head_area, peaks_area, body, gauges] = Layout::vertical([
+        Constraint::Length(rows(&head)),
+        Constraint::Length(rows(&figures)),
         Constraint::Min(3),
         Constraint::Length(3),
     ])
     .areas(area);
-    let samples = ui.visible(s);
-    let last = samples.last();
-    let rate = s
-        .interval_ms
-        .or_else(|| {
-            let n = samples.len();
-            (n >= 2).then(|| (samples[n - 1].t_ms - samples[0].t_ms) / (n as u64 - 1))
-        })
-        .map_or("—".to_string(), |ms| {
-            format!("{:.1} Hz", 1000.0 / ms.max(1) as f64)
-        });
-    let mut line1 = vec![Span::raw(format!(
-        "pid {}  {}  ",
-        s.pid,
-        s.command.join(" ").chars().take(60).collect::<String>()
-    ))];
-    if s.dropped > 0 {
-        line1.push(Span::styled(
-            format!("dropped {} samples  ", s.dropped),
-            Style::default().fg(Color::Red),
-        ));
-    }
-    if let Some(missed) = last.map(|l| l.missed_intervals).filter(|m| *m > 0) {
-        line1.push(Span::styled(
-            format!("missed {missed} sampling intervals"),
-            Style::default().fg(Color::Red),
-        ));
-    }
-    let line2 = format!(
-        "up {:.1}s  step {}  phase {}  sampling {rate}  samples {}",
-        last.map_or(0.0, |l| l.t_ms as f64 / 1000.0),
-        last.map_or(0, |l| l.step),
-        last.and_then(|l| l.phase.clone())
-            .unwrap_or_else(|| "—".into()),
-        s.timeline.len()
-    );
-    let line3 = match &s.ended {
-        Some(e) => Line::styled(
-            format!("job exited: {e}"),
-            Style::default().fg(Color::Yellow),
-        ),
-        // A process sampled from outside has no heap figures (all 0): say so, not "0 B".
-        None if last.is_some_and(|l| l.heap.peak_bytes == 0) => Line::raw(format!(
-            "heap not measured (sampled from outside)  RSS {}",
-            bytes(last.and_then(|l| l.process.map(|p| p.rss))),
-        )),
-        None => Line::raw(format!(
-            "live heap {}  RSS {}  peak heap {}",
-            bytes(last.map(|l| l.heap.live_bytes)),
-            bytes(last.and_then(|l| l.process.map(|p| p.rss))),
-            bytes(last.map(|l| l.heap.peak_bytes)),
-        )),
-    };
+    f.render_widget(Paragraph::new(head).wrap(Wrap { trim: false }), head_area);
     f.render_widget(
-        Paragraph::new(vec![Line::from(line1), Line::raw(line2), line3]),
-        head,
+        Paragraph::new(figures).wrap(Wrap { trim: false }),
+        peaks_area,
     );
 
     // The latest tree: the sidecar reads one only as often as its cost allows (every second or so).
@@ -90,7 +54,7 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
     }
     let max = body.width as usize * 2;
     let all = [
-        series(samples, max, "live heap", Color::Cyan, |x| {
+        series(samples, max, "process heap", Color::Cyan, |x| {
             (x.heap.allocations > 0).then_some(x.heap.live_bytes)
         }),
         series(samples, max, "jemalloc resident", Color::Yellow, |x| {
@@ -122,11 +86,15 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
         }),
     ];
     let shown: Vec<Series> = all.into_iter().filter(|x| !x.points.is_empty()).collect();
-    chart::draw(f, body, " memory over time (● peaks) ", &shown);
+    chart::draw(f, body, " memory over time ", &shown, samples);
 
-    let device_frag = last
-        .and_then(|l| l.device(0))
-        .and_then(|d| d.fragmentation());
+    // The report's definition, at the peak: (peak reserved − peak allocated) / peak reserved.
+    let device_frag = s.report.as_ref().and_then(|r| {
+        r.devices
+            .iter()
+            .filter(|d| d.index == 0)
+            .find_map(|d| d.peak_fragmentation)
+    });
     let [frag, dev_frag, head_room] = Layout::horizontal([
         Constraint::Fill(1),
         Constraint::Fill(if device_frag.is_some() { 1 } else { 0 }),
@@ -134,29 +102,40 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
     ])
     .areas(gauges);
     if let Some(r) = device_frag {
+        let w = dev_frag.width;
+        let pct = format!("{:.1}%", r * 100.0);
         f.render_widget(
             Gauge::default()
-                .block(
-                    Block::default()
-                        .borders(Borders::ALL)
-                        .title(" cuda:0 fragmentation "),
-                )
+                .block(Block::default().borders(Borders::ALL).title(fit(
+                    w,
+                    " cuda:0 fragmentation (at the peak) ",
+                    " cuda:0 frag. at peak ",
+                )))
                 .ratio(r.clamp(0.0, 1.0))
-                .label(format!("{:.1}% reserved not allocated", r * 100.0)),
+                .label(fit(
+                    w,
+                    &format!("{pct} of peak reserved not allocated"),
+                    &format!("{pct} unallocated"),
+                )),
             dev_frag,
         );
     }
     let fr = s.fragmentation.as_ref().map(|f| f.resident_ratio);
     f.render_widget(
         Gauge::default()
-            .block(
-                Block::default()
-                    .borders(Borders::ALL)
-                    .title(" host fragmentation (at the resident peak) "),
-            )
+            .block(Block::default().borders(Borders::ALL).title(fit(
+                frag.width,
+                " host fragmentation (at the resident peak) ",
+                " host frag. at peak ",
+            )))
             .ratio(fr.unwrap_or(0.0).clamp(0.0, 1.0))
             .label(fr.map_or("—".into(), |r| {
-                format!("{:.1}% resident not live", r * 100.0)
+                let pct = format!("{:.1}%", r * 100.0);
+                fit(
+                    frag.width,
+                    &format!("{pct} resident not live"),
+                    &format!("{pct} not live"),
+                )
             })),
         frag,
     );
@@ -164,20 +143,28 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
         match last.and_then(|l| l.cgroup.and_then(|c| c.limit.map(|lim| (c.usage, lim)))) {
             Some((u, lim)) => (
                 u as f64 / lim.max(1) as f64,
-                format!(
-                    "{} of {} limit used, {} left",
-                    bytes(Some(u)),
-                    bytes(Some(lim)),
-                    bytes(Some(lim.saturating_sub(u)))
+                fit(
+                    head_room.width,
+                    &format!(
+                        "{} of {} limit used, {} left",
+                        bytes(Some(u)),
+                        bytes(Some(lim)),
+                        bytes(Some(lim.saturating_sub(u)))
+                    ),
+                    &format!("{} left", bytes(Some(lim.saturating_sub(u)))),
                 ),
             ),
             None => match last.and_then(|l| l.system) {
                 Some(sys) => (
                     1.0 - sys.available as f64 / sys.total.max(1) as f64,
-                    format!(
-                        "{} available of {}",
-                        bytes(Some(sys.available)),
-                        bytes(Some(sys.total))
+                    fit(
+                        head_room.width,
+                        &format!(
+                            "{} available of {}",
+                            bytes(Some(sys.available)),
+                            bytes(Some(sys.total))
+                        ),
+                        &format!("{} available", bytes(Some(sys.available))),
                     ),
                 ),
                 None => (0.0, "—".into()),
@@ -192,14 +179,109 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
     };
     f.render_widget(
         Gauge::default()
-            .block(
-                Block::default()
-                    .borders(Borders::ALL)
-                    .title(" memory used / OOM risk "),
-            )
+            .block(Block::default().borders(Borders::ALL).title(fit(
+                head_room.width,
+                " memory used / OOM risk ",
+                " OOM risk ",
+            )))
             .gauge_style(Style::default().fg(color))
             .ratio(ratio.clamp(0.0, 1.0))
             .label(label),
         head_room,
     );
+}
+
+/// `long` when it fits in a box `width` wide, else `short`.
+fn fit(width: u16, long: &str, short: &str) -> String {
+    if long.chars().count() + 2 <= width as usize {
+        long.to_string()
+    } else {
+        short.to_string()
+    }
+}
+
+/// The header: pid and the whole command line (wrapped, never cut), dropped and missed samples;
+/// uptime, step, phase, sampling rate; how the job ended or what it holds now.
+fn head_lines<'a>(s: &ViewerState, samples: &[memsight_format::Snapshot]) -> Vec<Line<'a>> {
+    let last = samples.last();
+    let rate = s
+        .interval_ms
+        .or_else(|| {
+            let n = samples.len();
+            (n >= 2).then(|| (samples[n - 1].t_ms - samples[0].t_ms) / (n as u64 - 1))
+        })
+        .map_or("—".to_string(), |ms| {
+            format!("{:.1} Hz", 1000.0 / ms.max(1) as f64)
+        });
+    let mut line1 = vec![Span::raw(format!(
+        "pid {}  {}  ",
+        s.pid,
+        s.command.join(" ")
+    ))];
+    if s.dropped > 0 {
+        line1.push(Span::styled(
+            format!("dropped {} samples  ", s.dropped),
+            Style::default().fg(Color::Red),
+        ));
+    }
+    if let Some(missed) = last.map(|l| l.missed_intervals).filter(|m| *m > 0) {
+        line1.push(Span::styled(
+            format!("missed {missed} sampling intervals"),
+            Style::default().fg(Color::Red),
+        ));
+    }
+    let line2 = format!(
+        "up {:.1}s  step {}  phase {}  sampling {rate}  samples {}",
+        last.map_or(0.0, |l| l.t_ms as f64 / 1000.0),
+        last.map_or(0, |l| l.step),
+        last.and_then(|l| l.phase.clone())
+            .unwrap_or_else(|| "—".into()),
+        s.timeline.len()
+    );
+    let line3 = match &s.ended {
+        Some(e) => Line::styled(
+            format!("job exited: {e}"),
+            Style::default().fg(Color::Yellow),
+        ),
+        // A process sampled from outside has no heap figures (all 0): say so, not "0 B".
+        None if last.is_some_and(|l| l.heap.peak_bytes == 0) => Line::raw(format!(
+            "now: heap not measured (sampled from outside)  RSS {}",
+            bytes(last.and_then(|l| l.process.map(|p| p.rss))),
+        )),
+        None => Line::raw(format!(
+            "now: process heap {}  RSS {}",
+            bytes(last.map(|l| l.heap.live_bytes)),
+            bytes(last.and_then(|l| l.process.map(|p| p.rss))),
+        )),
+    };
+    vec![Line::from(line1), Line::raw(line2), line3]
+}
+
+/// One line per headline peak (the report's figures): what, how much, where first reached.
+fn peak_lines<'a>(s: &ViewerState) -> Vec<Line<'a>> {
+    let figures = s.figures();
+    if figures.is_empty() {
+        return vec![Line::raw("peaks: none yet")];
+    }
+    let name_w = figures.iter().map(|f| f.what.len()).max().unwrap_or(0);
+    figures
+        .iter()
+        .map(|fig| {
+            let at = match (fig.note, fig.step, fig.phase.as_deref()) {
+                (Some(note), _, _) => note.to_string(),
+                (None, Some(st), Some(ph)) => format!("at step {st}, phase {ph}"),
+                (None, Some(st), None) => format!("at step {st}, no phase"),
+                (None, None, Some(ph)) => format!("in phase {ph}"),
+                (None, None, None) => "before the first step".to_string(),
+            };
+            Line::from(vec![
+                Span::styled("peak ", Style::default().add_modifier(Modifier::BOLD)),
+                Span::styled(
+                    format!("{:<name_w$} {:>10}", fig.what, fmt_bytes(fig.bytes)),
+                    Style::default().add_modifier(Modifier::BOLD),
+                ),
+                Span::raw(format!("  {at}")),
+            ])
+        })
+        .collect()
 }

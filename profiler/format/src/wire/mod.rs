@@ -17,7 +17,7 @@ use std::fmt;
 /// Incompatible format changes bump this; readers reject other majors.
 pub const MAJOR: u16 = 1;
 /// Additive changes (new record types, new optional fields) bump this.
-pub const MINOR: u16 = 3;
+pub const MINOR: u16 = 4;
 
 /// One thing the job tells its watchers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -77,6 +77,10 @@ pub enum Record {
     Phases {
         /// Per phase: count, time, peak, net bytes.
         phases: Vec<crate::phase::PhaseStats>,
+        /// Allocation calls per size class so far, as the report's `histogram` (added in 1.4:
+        /// viewers show it while the job runs).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        histogram: Vec<crate::report::HistogramBucket>,
     },
     /// A device ran out of memory (libtorch's OOM observer; added in 1.1).
     DeviceOom(Box<crate::device::DeviceOom>),
