@@ -10,6 +10,7 @@ pub mod commands;
 pub mod config;
 pub mod data;
 pub mod generate;
+pub mod linear;
 pub mod model;
 pub mod step;
 pub mod train;
