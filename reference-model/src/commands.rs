@@ -106,6 +106,15 @@ pub struct GenerateArgs {
     /// How past keys and values are kept.
     #[arg(long, value_enum, default_value = "prealloc")]
     kv_cache: crate::generate::CacheMode,
+    /// Sampling temperature (0: greedy, the most likely token each time).
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f64,
+    /// Sample among the K most likely tokens only (0: all; with --temperature).
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    top_k: i64,
+    /// Seed of the sampling draws.
+    #[arg(long, default_value_t = 1337)]
+    seed: u64,
     /// Weight-only quantization of the block projections: 8 or 4 bits (libtorch packed kernels).
     #[arg(long, value_name = "BITS")]
     quant: Option<u8>,
@@ -121,6 +130,13 @@ pub fn generate(a: GenerateArgs) -> Result<(), String> {
     if a.prompt.is_empty() {
         return Err("--prompt must not be empty".into());
     }
+    if !(a.temperature >= 0.0 && a.temperature.is_finite()) || a.top_k < 0 {
+        return Err("--temperature and --top-k must not be negative".into());
+    }
+    let sampling = generate::Sampling {
+        temperature: a.temperature,
+        top_k: a.top_k,
+    };
     let shape = match &a.load {
         Some(p) => Config::load_beside(p)?.shape,
         None => a.preset.shape(),
@@ -162,7 +178,8 @@ pub fn generate(a: GenerateArgs) -> Result<(), String> {
         .live_bytes;
     let g = {
         let _p = memsight::phase("generate");
-        generate::generate(&model, &prompt, a.tokens, a.kv_cache)
+        tch::manual_seed(a.seed as i64);
+        generate::generate_with(&model, &prompt, a.tokens, a.kv_cache, sampling)
     };
     let peak = memsight::devices::tensors::stats()
         .unwrap_or_default()

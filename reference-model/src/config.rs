@@ -99,9 +99,42 @@ pub struct Config {
     /// Optimizer steps.
     #[arg(long, default_value_t = 150)]
     pub steps: u64,
-    /// AdamW learning rate.
+    /// AdamW learning rate (the peak, after any warm-up).
     #[arg(long, default_value_t = 1e-3)]
     pub lr: f64,
+    /// Learning-rate schedule after the warm-up: constant, or cosine decay to --min-lr at the
+    /// last step.
+    #[serde(default)]
+    #[arg(long, value_enum, default_value = "constant")]
+    pub lr_schedule: crate::optim::Schedule,
+    /// Learning rate the cosine decay ends at.
+    #[serde(default = "default_min_lr")]
+    #[arg(long, default_value_t = 1e-4)]
+    pub min_lr: f64,
+    /// Steps of linear learning-rate warm-up (0: none).
+    #[serde(default)]
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub warmup_steps: u64,
+    /// Clip the gradients' global L2 norm to this before each step (0: no clipping; nanoGPT: 1).
+    #[serde(default)]
+    #[arg(long, value_name = "NORM", default_value_t = 0.0)]
+    pub grad_clip: f64,
+    /// AdamW's decoupled weight decay, on the matmul weights only (not biases, LayerNorm or
+    /// embeddings).
+    #[serde(default = "default_weight_decay")]
+    #[arg(long, default_value_t = 0.1)]
+    pub weight_decay: f64,
+    /// Start from this checkpoint's weights (written by `train --save`, same shape): a
+    /// pretrained base for --lora-rank, or with --resume a run to continue.
+    #[serde(default)]
+    #[arg(long, value_name = "PATH.safetensors")]
+    pub init_from: Option<std::path::PathBuf>,
+    /// With --init-from: continue that run — steps, batches and learning-rate schedule go on
+    /// from where it stopped, up to --steps in all (AdamW's moments start afresh: libtorch's
+    /// optimizer state is not saved).
+    #[serde(default)]
+    #[arg(long, requires = "init_from")]
+    pub resume: bool,
     /// Attention: naive (B·H·S² scores), efficient (tiles of query rows), sdpa (fused).
     #[arg(long, value_enum, default_value = "sdpa")]
     pub attention: Attention,
@@ -156,6 +189,14 @@ pub struct Config {
     /// `cpu`, `cuda` or `cuda:N`.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+}
+
+fn default_min_lr() -> f64 {
+    1e-4
+}
+
+fn default_weight_decay() -> f64 {
+    0.1
 }
 
 /// The flags of [`Config`] alone, for its defaults.
@@ -229,6 +270,15 @@ impl Config {
         if self.workers < 1 {
             return Err("--workers must be at least 1".into());
         }
+        if !(self.lr > 0.0 && self.min_lr >= 0.0 && self.min_lr <= self.lr) {
+            return Err(format!(
+                "--min-lr {} must be between 0 and --lr {} (which must be positive)",
+                self.min_lr, self.lr
+            ));
+        }
+        if self.grad_clip < 0.0 || self.weight_decay < 0.0 {
+            return Err("--grad-clip and --weight-decay must not be negative".into());
+        }
         Ok(())
     }
 
@@ -245,6 +295,17 @@ impl Config {
         let p = checkpoint.with_extension("config.json");
         let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))
+    }
+
+    /// The learning-rate schedule of this run.
+    pub fn lr_schedule(&self) -> crate::optim::LrSchedule {
+        crate::optim::LrSchedule {
+            lr: self.lr,
+            min_lr: self.min_lr,
+            warmup: self.warmup_steps,
+            steps: self.steps,
+            schedule: self.lr_schedule,
+        }
     }
 
     /// Micro-batches per optimizer step.

@@ -108,6 +108,20 @@ impl Loader {
         workers: usize,
         prefetch: usize,
     ) -> Loader {
+        Loader::starting_at(0, tokens, seed, batch, seq, workers, prefetch)
+    }
+
+    /// A loader whose first batch is batch `first` of the sequence (a resumed run goes on with
+    /// the batches it would have had).
+    pub fn starting_at(
+        first: u64,
+        tokens: Arc<Vec<u8>>,
+        seed: u64,
+        batch: i64,
+        seq: i64,
+        workers: usize,
+        prefetch: usize,
+    ) -> Loader {
         let mut queues = Vec::new();
         let mut handles = Vec::new();
         for w in 0..workers.max(1) {
@@ -117,7 +131,7 @@ impl Loader {
             let spawned = std::thread::Builder::new()
                 .name(format!("loader-{w}"))
                 .spawn(move || {
-                    let mut n = w as u64;
+                    let mut n = first + w as u64;
                     while tx.send(make_batch(&tokens, seed, n, batch, seq)).is_ok() {
                         n += stride;
                     }

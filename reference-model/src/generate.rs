@@ -121,8 +121,55 @@ pub struct Generated {
     pub cache_bytes: i64,
 }
 
+/// How the next token is chosen.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampling {
+    /// Softmax temperature; 0: greedy (the most likely token).
+    pub temperature: f64,
+    /// Draw among the `top_k` most likely tokens only (0: all).
+    pub top_k: i64,
+}
+
+impl Sampling {
+    /// The most likely token each time.
+    pub const GREEDY: Sampling = Sampling {
+        temperature: 0.0,
+        top_k: 0,
+    };
+
+    /// The next token for `logits` (1, V): the argmax at temperature 0, else a draw from
+    /// softmax(logits / temperature) restricted to the `top_k` largest logits (nanoGPT's sample).
+    pub fn pick(&self, logits: &Tensor) -> Tensor {
+        if self.temperature <= 0.0 {
+            return logits.argmax(-1, false).view([1, 1]);
+        }
+        let mut l = logits.to_kind(Kind::Float) / self.temperature;
+        let v = l.size()[l.dim() - 1];
+        if self.top_k > 0 && self.top_k < v {
+            let (top, _) = l.topk(self.top_k, -1, true, true);
+            let kth = top.narrow(-1, self.top_k - 1, 1);
+            l = l.masked_fill(&l.lt_tensor(&kth), f64::NEG_INFINITY);
+        }
+        l.softmax(-1, Kind::Float)
+            .multinomial(1, false)
+            .view([1, 1])
+    }
+}
+
 /// Greedy generation of `n` tokens after `prompt` (B = 1), never past the block size.
 pub fn generate(m: &Gpt, prompt: &[i64], n: i64, mode: CacheMode) -> Generated {
+    generate_with(m, prompt, n, mode, Sampling::GREEDY)
+}
+
+/// Generation of `n` tokens after `prompt` (B = 1) with the given sampling, never past the block
+/// size.
+pub fn generate_with(
+    m: &Gpt,
+    prompt: &[i64],
+    n: i64,
+    mode: CacheMode,
+    sampling: Sampling,
+) -> Generated {
     tch::no_grad(|| {
         let dev = m.wte.device();
         let max_len = (prompt.len() as i64 + n).min(m.shape.block_size);
@@ -133,7 +180,7 @@ pub fn generate(m: &Gpt, prompt: &[i64], n: i64, mode: CacheMode) -> Generated {
         while idx.size()[1] < max_len {
             let logits = next_logits(m, &idx, &mut cache, pos0);
             pos0 = idx.size()[1];
-            let next = logits.argmax(-1, false).view([1, 1]);
+            let next = sampling.pick(&logits);
             idx = Tensor::cat(&[&idx, &next], 1);
             last = Some(logits);
         }
@@ -155,4 +202,62 @@ pub fn estimated_cache_bytes(shape: &crate::config::ModelShape, len: i64) -> u64
     memsight_analysis::estimate::estimate(&e)
         .kv_cache_bytes
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logits() -> Tensor {
+        Tensor::from_slice(&[0.0f32, 3.0, 1.0, 2.5, -1.0, 0.5]).view([1, 6])
+    }
+
+    fn draws(s: Sampling, n: usize) -> Vec<i64> {
+        tch::manual_seed(7);
+        let l = logits();
+        (0..n).map(|_| s.pick(&l).int64_value(&[0, 0])).collect()
+    }
+
+    #[test]
+    fn temperature_zero_and_top_1_are_greedy() {
+        assert!(draws(Sampling::GREEDY, 5).iter().all(|&t| t == 1));
+        let top1 = Sampling {
+            temperature: 2.0,
+            top_k: 1,
+        };
+        assert!(draws(top1, 50).iter().all(|&t| t == 1));
+    }
+
+    #[test]
+    fn top_k_draws_only_among_the_k_most_likely() {
+        let top2 = Sampling {
+            temperature: 5.0,
+            top_k: 2,
+        };
+        let d = draws(top2, 400);
+        assert!(d.iter().all(|&t| t == 1 || t == 3), "{d:?}");
+        assert!(
+            d.contains(&1) && d.contains(&3),
+            "both are drawn at a high temperature"
+        );
+    }
+
+    #[test]
+    fn a_higher_temperature_spreads_the_draws() {
+        let count = |t: f64| {
+            let d = draws(
+                Sampling {
+                    temperature: t,
+                    top_k: 0,
+                },
+                600,
+            );
+            d.iter().filter(|&&x| x != 1).count()
+        };
+        let (cold, hot) = (count(0.2), count(3.0));
+        assert!(
+            hot > cold + 100,
+            "not the argmax: {cold} at T=0.2, {hot} at T=3"
+        );
+    }
 }

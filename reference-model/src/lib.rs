@@ -12,5 +12,6 @@ pub mod data;
 pub mod generate;
 pub mod linear;
 pub mod model;
+pub mod optim;
 pub mod step;
 pub mod train;

@@ -6,6 +6,7 @@
 use crate::config::Config;
 use crate::data::{self, Loader};
 use crate::model::Gpt;
+use crate::optim;
 use crate::step;
 use memsight::units::fmt_bytes;
 use memsight_integrations::torch;
@@ -22,6 +23,12 @@ pub struct RunSummary {
     pub final_loss: f64,
     /// Last validation loss.
     pub val_loss: Option<f64>,
+    /// The first step's loss (of this run: after --resume, the first step it ran).
+    pub first_loss: f64,
+    /// The last step's learning rate.
+    pub lr: f64,
+    /// The last step's gradient norm before clipping (with --grad-clip).
+    pub grad_norm: Option<f64>,
     /// Median step time in milliseconds (after the first step).
     pub step_ms_median: f64,
     /// Trainable parameters.
@@ -75,6 +82,7 @@ pub fn train(cfg: &Config, save: Option<&Save>, progress: bool) -> Result<RunSum
     }
     tch::manual_seed(cfg.seed as i64);
     let (train_tokens, val_tokens) = data::load(None)?;
+    let first_step = resume_step(cfg)?;
     let mut vs = nn::VarStore::new(device);
     let lora_vs = nn::VarStore::new(device);
     let lora_root = lora_vs.root();
@@ -85,6 +93,9 @@ pub fn train(cfg: &Config, save: Option<&Save>, progress: bool) -> Result<RunSum
         cfg.shape,
         None,
     );
+    if let Some(p) = &cfg.init_from {
+        init_from(&mut vs, p, cfg)?;
+    }
     let params: i64 = vs
         .trainable_variables()
         .iter()
@@ -106,11 +117,17 @@ pub fn train(cfg: &Config, save: Option<&Save>, progress: bool) -> Result<RunSum
         .iter()
         .map(|t| t.numel() as i64)
         .sum();
-    let mut opt = nn::adamw(0.9, 0.95, 0.1)
+    // AdamW without decay: the decoupled decay is applied to the matmul weights only
+    // (optim::decayed), nanoGPT's two parameter groups with the embeddings kept out.
+    let mut opt = nn::adamw(0.9, 0.95, 0.0)
         .build(opt_vs, cfg.lr)
         .map_err(|e| format!("optimizer: {e}"))?;
+    let decayed = optim::decayed(opt_vs);
+    let trainables = opt_vs.trainable_variables();
+    let schedule = cfg.lr_schedule();
     // Whole batches, split into micro-batches: accumulation sees exactly the big batch's data.
-    let mut loader = Loader::new(
+    let mut loader = Loader::starting_at(
+        first_step,
         train_tokens,
         cfg.seed,
         cfg.batch_size,
@@ -126,7 +143,7 @@ pub fn train(cfg: &Config, save: Option<&Save>, progress: bool) -> Result<RunSum
         params,
         ..Default::default()
     };
-    for it in 0..cfg.steps {
+    for it in first_step..cfg.steps {
         memsight::step(it);
         let t0 = Instant::now();
         let mut loss_sum = 0.0;
@@ -147,6 +164,13 @@ pub fn train(cfg: &Config, save: Option<&Save>, progress: bool) -> Result<RunSum
                 .map_err(|e| e.to_string())?;
             }
             let _o = memsight::phase("optimizer");
+            let lr = schedule.at(it);
+            opt.set_lr(lr);
+            if cfg.grad_clip > 0.0 {
+                summary.grad_norm = Some(optim::clip_grad_norm(&trainables, cfg.grad_clip));
+            }
+            optim::apply_weight_decay(&decayed, lr, cfg.weight_decay);
+            summary.lr = lr;
             opt.step();
             opt.zero_grad();
         }
@@ -154,10 +178,13 @@ pub fn train(cfg: &Config, save: Option<&Save>, progress: bool) -> Result<RunSum
             tch::Cuda::synchronize(i as i64);
         }
         let dt = t0.elapsed().as_secs_f64() * 1000.0;
-        if it > 0 {
+        if it > first_step {
             times.push(dt);
         }
         summary.final_loss = loss_sum / accum as f64;
+        if it == first_step {
+            summary.first_loss = summary.final_loss;
+        }
         if cfg.cleanup_every > 0 && (it + 1) % cfg.cleanup_every == 0 {
             let (a, b) = cleanup();
             summary.cleanups.push((a, b));
@@ -231,6 +258,37 @@ pub fn train(cfg: &Config, save: Option<&Save>, progress: bool) -> Result<RunSum
         }
     }
     Ok(summary)
+}
+
+/// The step a run starts at: 0, or with --resume the steps the checkpoint's run had done.
+fn resume_step(cfg: &Config) -> Result<u64, String> {
+    let (true, Some(p)) = (cfg.resume, &cfg.init_from) else {
+        return Ok(0);
+    };
+    let done = Config::load_beside(p)?.steps;
+    if done >= cfg.steps {
+        return Err(format!(
+            "--resume: {} has already run {done} steps; --steps {} must be more",
+            p.display(),
+            cfg.steps
+        ));
+    }
+    Ok(done)
+}
+
+/// Loads a checkpoint's weights into the model's store, after checking its shape is this run's.
+fn init_from(vs: &mut nn::VarStore, p: &std::path::Path, cfg: &Config) -> Result<(), String> {
+    let saved = Config::load_beside(p)?;
+    if saved.shape != cfg.shape {
+        return Err(format!(
+            "--init-from {}: its shape {:?} is not this run's {:?}",
+            p.display(),
+            saved.shape,
+            cfg.shape
+        ));
+    }
+    vs.load(p)
+        .map_err(|e| format!("--init-from {}: {e}", p.display()))
 }
 
 fn evaluate(
