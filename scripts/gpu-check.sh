@@ -6,11 +6,12 @@
 # the candle part, `candle-probe` (integrations/candle-probe) and `deps/cupti_jobs` (tests/tests/
 # cupti_jobs.rs built with --no-run; it finds memsight at BIN/memsight and the preloaded library at
 # BIN/../preload/release).
-# PARTs (default: all): env stats ablation oom segments shared viewer cupti candle torchcupti pytorch.
+# PARTs (default: all): env stats ablation oom segments shared viewer cupti candle torchcupti pytorch
+# pyviewer.
 # libtorch comes from the machine's PyTorch (same version as the build's, 2.11.0).
 set -uo pipefail
 bin="$(cd "$1" && pwd)"; out="$2"; shift 2
-parts="${*:-env stats ablation oom segments shared viewer cupti candle torchcupti pytorch}"
+parts="${*:-env stats ablation oom segments shared viewer cupti candle torchcupti pytorch pyviewer}"
 mkdir -p "$out"; out="$(cd "$out" && pwd)"
 py="${PYTHON:-$(command -v python3)}"
 torchlib="$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
@@ -188,5 +189,47 @@ print("last device sample", last[-1]["devices"] if last else None)
 print("phases", [(p.get("name"), {k: v for k, v in p.items() if "device" in k or "tensor" in k}) for p in r.get("phases", [])][:6])
 PY
     "$bin/memsight" diagnose "$out/pytorch.log" 2>&1 | head -12
+fi
+if has pyviewer; then
+    # The live viewer during a PyTorch CUDA job marked with `import memsight`, captured with tmux at
+    # 160x45 and 80x24 (Overview and Devices), then the report's SVG summary with its OOM marker.
+    say "pyviewer: live viewer on a CUDA job, SVG summary"
+    if [ -d "$bin/debs" ] && ! command -v tmux >/dev/null; then
+        for d in "$bin"/debs/*.deb; do dpkg -x "$d" /tmp/tmuxroot; done
+        export PATH="/tmp/tmuxroot/usr/bin:$PATH" LD_LIBRARY_PATH="/tmp/tmuxroot/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH"
+    fi
+    cat >"$out/viewer_job.py" <<'PY'
+import time, torch, memsight, memsight.torch
+memsight.torch.install(interval=0.05)
+model = torch.nn.Sequential(torch.nn.Linear(4096, 16384), torch.nn.GELU(), torch.nn.Linear(16384, 4096)).cuda()
+opt = torch.optim.AdamW(model.parameters())
+for step in range(60):
+    memsight.step(step)
+    with memsight.phase("train/forward"):
+        loss = model(torch.randn(256 << (step // 15), 4096, device="cuda")).square().mean()
+    with memsight.phase("train/backward"):
+        loss.backward()
+    with memsight.phase("train/optimizer"):
+        opt.step(); opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize(); time.sleep(0.15)
+memsight.step(60)
+with memsight.phase("train/forward"):
+    big = torch.empty(200 << 30, dtype=torch.uint8, device="cuda")
+PY
+    if command -v tmux >/dev/null; then
+        export TERM=xterm-256color
+        for size in 160x45 80x24; do
+            tmux new-session -d -s v -x "${size%x*}" -y "${size#*x}" "env LD_LIBRARY_PATH=$LD_LIBRARY_PATH $bin/memsight run --live --interval 50ms --report $out/viewer-$size.json -- $py $out/viewer_job.py; sleep 30"
+            sleep 9; tmux capture-pane -p -t v >"$out/viewer-$size-overview.txt"
+            tmux send-keys -t v 4; sleep 2; tmux capture-pane -p -t v >"$out/viewer-$size-devices.txt"
+            tmux send-keys -t v 2; sleep 2; tmux capture-pane -p -t v >"$out/viewer-$size-phases.txt"
+            tmux kill-server 2>/dev/null; sleep 1
+        done
+        cat "$out/viewer-160x45-overview.txt" "$out/viewer-80x24-overview.txt"
+    else
+        echo "SKIP viewer capture: no tmux"
+    fi
+    timeout 120 "$bin/memsight" run --interval 50ms --report "$out/pyviewer.json" -- "$py" "$out/viewer_job.py" >"$out/pyviewer.log" 2>&1
+    "$bin/memsight" summary --format svg "$out/pyviewer.json" -o "$out/pyviewer.svg"; echo "svg exit $?"
 fi
 say done

@@ -309,3 +309,39 @@ fn live_sites_come_from_the_profile_the_report_will_show() {
         "{text}"
     );
 }
+
+#[test]
+fn a_far_cgroup_limit_is_not_drawn_over_the_curves_a_near_one_is() {
+    // The GPU machine's cgroup allows 128 GiB; a job of a few hundred MiB drawn against it is a
+    // flat line at the axis (seen live on an H100). Near the curves, the limit is the point.
+    let r = report("gpt-report.json");
+    for (limit, drawn) in [(128u64 << 30, false), (1 << 30, true)] {
+        let mut with_limit = r.clone();
+        for s in &mut with_limit.timeline {
+            s.cgroup = Some(memsight_format::host::CgroupMemory {
+                version: 2,
+                limit: Some(limit),
+                usage: 600 << 20,
+                peak: None,
+                oom_kills: Some(0),
+            });
+        }
+        let live = live_from(&with_limit);
+        for (w, h) in SIZES {
+            let text = frame(&live, Screen::Overview, w, h);
+            assert_eq!(
+                text.contains("cgroup limit"),
+                drawn,
+                "limit {} at {w}x{h}:\n{text}",
+                fmt_bytes(limit)
+            );
+            // The axis scales to what is drawn: no GiB label when the 128 GiB limit is off it.
+            let gib_label = text.lines().any(|row| {
+                row.split('│')
+                    .nth(1)
+                    .is_some_and(|label| label.trim().ends_with("GiB"))
+            });
+            assert_eq!(gib_label, drawn, "{w}x{h}:\n{text}");
+        }
+    }
+}

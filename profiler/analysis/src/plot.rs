@@ -140,6 +140,14 @@ fn markers(r: &Report) -> Vec<Marker> {
     out
 }
 
+/// Whether a memory limit is drawn beside series whose highest value is `max_bytes`: only when it
+/// is within 4× of them. A far limit (a whole machine's cgroup, 128 GiB on the GPU machine, over a
+/// job of 2 GiB) would flatten every curve to the axis; the limit is stated in text instead. The
+/// SVG and the viewer's Overview chart share this rule.
+pub fn limit_in_view(limit: u64, max_bytes: u64) -> bool {
+    limit < max_bytes.saturating_mul(4)
+}
+
 /// The step at `t` seconds: that of the last sample at or before it.
 fn step_at(tl: &[Snapshot], t: f64) -> Option<u64> {
     let i = tl.partition_point(|s| secs(s.t_ms) <= t + 1e-9);
@@ -160,7 +168,7 @@ fn draw(r: &Report, root: &Area<'_>) -> Result<(), Box<dyn std::error::Error>> {
     let limit = r
         .peaks
         .cgroup_limit_bytes
-        .filter(|l| *l < max_bytes.saturating_mul(4));
+        .filter(|&l| limit_in_view(l, max_bytes));
     let top = max_bytes.max(limit.unwrap_or(0));
     let (unit, div) = if top >= 1 << 30 {
         ("GiB", (1u64 << 30) as f64)

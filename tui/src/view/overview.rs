@@ -85,7 +85,22 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
                 .and_then(|d| d.used_bytes)
         }),
     ];
-    let shown: Vec<Series> = all.into_iter().filter(|x| !x.points.is_empty()).collect();
+    // The cgroup limit only where it is near the curves (the gauge below states it anyway).
+    let highest = all
+        .iter()
+        .filter(|x| x.name != "cgroup limit")
+        .flat_map(|x| x.points.iter().map(|p| p.1))
+        .fold(0.0, f64::max);
+    let shown: Vec<Series> = all
+        .into_iter()
+        .filter(|x| !x.points.is_empty())
+        .filter(|x| {
+            x.name != "cgroup limit"
+                || x.points
+                    .iter()
+                    .all(|p| memsight_analysis::plot::limit_in_view(p.1 as u64, highest as u64))
+        })
+        .collect();
     chart::draw(f, body, " memory over time ", &shown, samples);
 
     // The report's definition, at the peak: (peak reserved − peak allocated) / peak reserved.
