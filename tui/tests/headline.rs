@@ -345,3 +345,46 @@ fn a_far_cgroup_limit_is_not_drawn_over_the_curves_a_near_one_is() {
         }
     }
 }
+
+#[test]
+fn the_process_tree_panel_is_for_jobs_of_several_processes_and_leaves_the_chart_room() {
+    use memsight_format::host::{ProcessTree, TreeProcess};
+    let proc = |pid, name: &str| TreeProcess {
+        pid,
+        ppid: 1,
+        name: name.into(),
+        rss: 400 << 20,
+        pss: Some(300 << 20),
+        uss: Some(200 << 20),
+        ..Default::default()
+    };
+    let r = report("gpt-report.json");
+    // One process (a Python job on the GPU machine): its tree is the RSS line; at 80×24 the panel
+    // left the chart one row.
+    let trees = [
+        (vec![proc(10, "python3")], false, false),
+        (
+            vec![proc(10, "python3"), proc(11, "pt_data_worker")],
+            false,
+            true,
+        ),
+    ];
+    for (procs, at_80x24, at_160x45) in trees {
+        let mut with_tree = r.clone();
+        for s in &mut with_tree.timeline {
+            s.tree = Some(ProcessTree::new(procs.clone()));
+        }
+        let live = live_from(&with_tree);
+        for ((w, h), shown) in SIZES.into_iter().zip([at_80x24, at_160x45]) {
+            let text = frame(&live, Screen::Overview, w, h);
+            assert_eq!(
+                text.contains("process tree"),
+                shown,
+                "{} processes at {w}x{h}:\n{text}",
+                procs.len()
+            );
+            let plot_rows = text.lines().filter(|row| is_plot(row)).count();
+            assert!(plot_rows >= 4, "{plot_rows} plot rows at {w}x{h}:\n{text}");
+        }
+    }
+}

@@ -117,7 +117,6 @@ pub fn draw(f: &mut Frame, area: Rect, title: &str, series: &[Series], samples: 
             );
         }
     }
-    let label = |v: f64| Span::raw(fmt_bytes(v.max(0.0) as u64));
     let end = |t: f64, s: Option<&Snapshot>| match s {
         Some(s) => Line::from(format!("{t:.0}s step {}", s.step)),
         None => Line::from(format!("{t:.0}s")),
@@ -129,12 +128,24 @@ pub fn draw(f: &mut Frame, area: Rect, title: &str, series: &[Series], samples: 
                 .bounds([x0, x1])
                 .labels(vec![end(x0, samples.first()), end(x1, samples.last())]),
         )
-        .y_axis(Axis::default().bounds([0.0, ymax]).labels(vec![
-            label(0.0),
-            label(ymax / 2.0),
-            label(ymax),
-        ]));
+        .y_axis(
+            Axis::default()
+                .bounds([0.0, ymax])
+                .labels(y_labels(plot.height.saturating_sub(2), ymax)),
+        );
     f.render_widget(chart, plot);
+}
+
+/// The y axis's labels for a plot `rows` high: bottom, middle and top where there is room; no
+/// middle where labels would share a row (a one-row plot drew the middle label under the top one:
+/// "1.56 GiBiB"). On one row the top label, drawn last, covers the bottom one.
+fn y_labels(rows: u16, ymax: f64) -> Vec<Span<'static>> {
+    let label = |v: f64| Span::raw(fmt_bytes(v.max(0.0) as u64));
+    if rows < 5 {
+        vec![label(0.0), label(ymax)]
+    } else {
+        vec![label(0.0), label(ymax / 2.0), label(ymax)]
+    }
 }
 
 /// The legend's lines: a coloured line and the series' name per entry, then the peak marker, as

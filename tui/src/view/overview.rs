@@ -43,7 +43,13 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
     );
 
     // The latest tree: the sidecar reads one only as often as its cost allows (every second or so).
-    let tree = samples.iter().rev().find_map(|x| x.tree.as_ref());
+    // Shown for a job of several processes (one process is the RSS line above) and only where the
+    // chart keeps room for its curves.
+    let tree = samples
+        .iter()
+        .rev()
+        .find_map(|x| x.tree.as_ref())
+        .filter(|t| t.processes.len() > 1 && body.height >= super::tree::height(t) + 8);
     let [body, tree_area] = Layout::vertical([
         Constraint::Min(3),
         Constraint::Length(tree.map_or(0, super::tree::height)),
