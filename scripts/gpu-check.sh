@@ -220,7 +220,7 @@ PY
         export TERM=xterm-256color
         for size in 160x45 80x24; do
             tmux new-session -d -s v -x "${size%x*}" -y "${size#*x}" "env LD_LIBRARY_PATH=$LD_LIBRARY_PATH $bin/memsight run --live --interval 50ms --report $out/viewer-$size.json -- $py $out/viewer_job.py; sleep 30"
-            sleep 9; tmux capture-pane -p -t v >"$out/viewer-$size-overview.txt"
+            sleep 14; tmux capture-pane -p -t v >"$out/viewer-$size-overview.txt"
             tmux send-keys -t v 4; sleep 2; tmux capture-pane -p -t v >"$out/viewer-$size-devices.txt"
             tmux send-keys -t v 2; sleep 2; tmux capture-pane -p -t v >"$out/viewer-$size-phases.txt"
             tmux kill-server 2>/dev/null; sleep 1
