@@ -293,7 +293,10 @@ fn records() -> Vec<Record> {
             memsight_version: "0.1.0".into(),
         },
         Record::Snapshot(Box::new(snapshot(100))),
-        Record::Phases { phases: Vec::new() },
+        Record::Phases {
+            phases: Vec::new(),
+            histogram: Vec::new(),
+        },
         Record::Finished {
             report_path: Some("r.json".into()),
         },
