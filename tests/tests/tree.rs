@@ -104,6 +104,21 @@ fn assert_within_5_percent(held: &Held) {
     }
 }
 
+/// How many processes (other than this test's) map a file whose path ends with `name`.
+fn processes_mapping(name: &str) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| e.file_name().to_string_lossy() != std::process::id().to_string())
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("maps"))
+                .is_ok_and(|m| m.lines().any(|l| l.trim_end().ends_with(name)))
+        })
+        .count()
+}
+
 fn print_totals(what: &str, t: &Value, held: &Held) {
     let (pss, uss, rss, _) = totals(t);
     println!(
@@ -165,7 +180,9 @@ fn a_two_worker_dataloader_shows_pss_totals_that_sum_to_the_machine_figure() {
         return;
     };
     let dir = scratch("tree-dataloader");
+    let before = processes_mapping("libtorch_cpu.so");
     let (v, held) = run_tree_job(python.as_os_str(), "dataloader.py", &dir);
+    let others = before.max(processes_mapping("libtorch_cpu.so"));
     let t = &held.trees[held.trees.len() / 2];
     print_totals("DataLoader tree", t, &held);
     let (pss, _, rss, ps) = totals(t);
@@ -176,7 +193,17 @@ fn a_two_worker_dataloader_shows_pss_totals_that_sum_to_the_machine_figure() {
         assert!(w_rss >= 200 * MIB && w_uss < w_rss / 2, "{w}");
     }
     assert!(rss > pss + 300 * MIB, "RSS {} PSS {}", rss / MIB, pss / MIB);
-    assert_within_5_percent(&held);
+    // PSS divides a shared page among every process that maps it, inside the tree or not: other
+    // torch processes on the machine take their shares of libtorch's ~130 MiB of text, and the
+    // tree's PSS is then rightly below its distinct pages.
+    if others > 0 {
+        println!(
+            "SKIP the 5% check: {others} other process(es) map libtorch, whose pages PSS shares \
+             with them"
+        );
+    } else {
+        assert_within_5_percent(&held);
+    }
     assert!(v["process_tree"]["tree"]["total_pss"].as_u64() >= Some(pss));
 }
 
