@@ -32,6 +32,14 @@ pub struct AnalyzeArgs {
     /// Where the heatmaps go.
     #[arg(long, default_value = "out/attention")]
     out: PathBuf,
+    /// Load the whole checkpoint the usual way (`VarStore::load`: the file read, every tensor
+    /// copied out) instead of only the first --layers blocks: what first-layer loading saves.
+    #[arg(long)]
+    whole: bool,
+    /// Write a memsight report (phases `load` and `maps`); under `memsight run` it goes where
+    /// `run` says.
+    #[arg(long)]
+    report: Option<PathBuf>,
 }
 
 /// First-layer-only loading, then head-chunked maps or sampled rows as heatmaps.
@@ -41,14 +49,37 @@ pub fn analyze(a: AnalyzeArgs) -> Result<(), String> {
     use memsight::units::fmt_bytes;
     let cfg = Config::load_beside(&a.load)?;
     memsight_integrations::install();
-    let layers = a.layers.clamp(1, cfg.shape.n_layer);
+    let mut builder = memsight::Session::builder().quiet();
+    if let Some(p) = &a.report {
+        builder = builder.report_path(p);
+    }
+    let session = builder.start().map_err(|e| e.to_string())?;
+    let layers = if a.whole {
+        cfg.shape.n_layer
+    } else {
+        a.layers.clamp(1, cfg.shape.n_layer)
+    };
     memsight::reset_peak();
     tensors::reset_peak();
     let heap0 = memsight::stats().live_bytes;
-    let (_vs, model, bytes) = analyze::load_first_layers(&a.load, cfg.shape, layers)?;
+    let (_vs, model, bytes) = {
+        let _p = memsight::phase("load");
+        if a.whole {
+            let (vs, m) = analyze::load_whole(&a.load, cfg.shape)?;
+            let bytes = vs
+                .variables()
+                .values()
+                .map(|t| t.numel() as i64 * t.kind().elt_size_in_bytes() as i64)
+                .sum();
+            (vs, m, bytes)
+        } else {
+            analyze::load_first_layers(&a.load, cfg.shape, layers)?
+        }
+    };
     eprintln!(
-        "loaded {layers} of {} blocks: {} of parameters read; loading peak: heap {} (tensors {})",
+        "loaded {layers} of {} blocks{}: {} of parameters read; loading peak: heap {} (tensors {})",
         cfg.shape.n_layer,
+        if a.whole { " (whole checkpoint)" } else { "" },
         fmt_bytes(bytes as u64),
         fmt_bytes(memsight::stats().peak_bytes.saturating_sub(heap0)),
         fmt_bytes(tensors::stats().unwrap_or_default().peak_bytes)
@@ -62,6 +93,7 @@ pub fn analyze(a: AnalyzeArgs) -> Result<(), String> {
     let last = (layers - 1) as usize;
     tensors::reset_peak();
     let live = tensors::stats().unwrap_or_default().live_bytes;
+    let maps_phase = memsight::phase("maps");
     let (what, files) = if a.sample_rows > 0 {
         // Sampling mode: only the sampled rows' scores exist; the full maps are never built.
         let (sampled, picks) = analyze::sampled_maps(&model, &idx, last, a.sample_rows);
@@ -78,6 +110,7 @@ pub fn analyze(a: AnalyzeArgs) -> Result<(), String> {
         let files = analyze::write_map_chunks(&model, &idx, last, a.head_chunk, &a.out)?;
         (format!("maps in chunks of {} heads", a.head_chunk), files)
     };
+    drop(maps_phase);
     let peak = tensors::stats().unwrap_or_default().peak_bytes;
     eprintln!(
         "layer {last}: {what}: tensor peak above the model {}; {} heatmaps in {}",
@@ -85,6 +118,7 @@ pub fn analyze(a: AnalyzeArgs) -> Result<(), String> {
         files.len(),
         a.out.display()
     );
+    session.finish().map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -213,13 +247,20 @@ pub struct AblateArgs {
     /// Where ablation.md, ablation.json and ablation.svg go.
     #[arg(long, default_value = "docs/ablation")]
     out: PathBuf,
-    /// Also run each variant in PyTorch (reference-model/peer/gpt.py) with this python
-    /// (default: $VIRTUAL_ENV/bin/python when set).
+    /// Also run each training variant in PyTorch (reference-model/peer/gpt.py), under
+    /// `memsight run` like memsight-gpt (default python: $VIRTUAL_ENV/bin/python when set).
     #[arg(long)]
     peer: bool,
     /// The python for --peer.
     #[arg(long)]
     python: Option<PathBuf>,
+    /// The `memsight` binary every run goes under (`memsight run`; default: the one beside
+    /// memsight-gpt).
+    #[arg(long, value_name = "PATH")]
+    memsight: Option<PathBuf>,
+    /// Kill a run that takes longer than this many seconds (it is tried once more).
+    #[arg(long, value_name = "SECS", default_value_t = 900)]
+    run_limit: u64,
     /// Only measure profiling overhead (memsight on, off, on with heap sampling) in N interleaved
     /// rounds and print it as JSON; the committed tables are left alone.
     #[arg(long, value_name = "N")]
@@ -250,6 +291,11 @@ pub fn ablate(a: AblateArgs) -> Result<(), String> {
         out: a.out,
         peer_python,
         base_args: a.base,
+        memsight: a
+            .memsight
+            .or_else(ablate::memsight_beside_exe)
+            .unwrap_or_else(|| PathBuf::from("memsight")),
+        run_limit: std::time::Duration::from_secs(a.run_limit.max(1)),
     };
     if let Some(rounds) = a.overhead_only {
         std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
@@ -260,17 +306,19 @@ pub fn ablate(a: AblateArgs) -> Result<(), String> {
         );
         return Ok(());
     }
-    let line = std::env::args()
-        .enumerate()
-        .map(|(i, s)| {
-            if i == 0 {
-                "memsight-gpt".to_string()
-            } else {
-                s
+    // The command line as the table records it: no machine paths (--memsight, --python).
+    let mut line = vec!["memsight-gpt".to_string()];
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--memsight" | "--python" => {
+                args.next();
             }
-        })
-        .collect::<Vec<_>>()
-        .join(" ");
+            a if a.starts_with("--memsight=") || a.starts_with("--python=") => {}
+            _ => line.push(arg),
+        }
+    }
+    let line = line.join(" ");
     ablate::run(&opts, &line)?;
     println!("{}", opts.out.join("ablation.md").display());
     Ok(())
@@ -281,6 +329,10 @@ pub fn train(a: TrainArgs) -> Result<(), String> {
     let cfg = a.config();
     cfg.validate()?;
     cfg.tch_device()?;
+    // A checkpoint to start from must be readable before the session (and its report) starts.
+    if let Some(p) = &cfg.init_from {
+        Config::load_beside(p)?;
+    }
     if a.no_profile {
         let summary = train::train(&cfg, a.save.map(|path| Save { path }).as_ref(), !a.quiet)?;
         if let Some(p) = &a.summary_json {

@@ -42,6 +42,11 @@ pub struct RunSummary {
     /// The cleanup forced after the last step when either cleanup switch is on, so the run's
     /// final state shows its effect whatever the step count.
     pub final_cleanup: Option<(u64, u64)>,
+    /// Live process heap when training starts (model, optimizer and data ready, before step 0),
+    /// from the memsight session's snapshot: the baseline the ablation's increments are over.
+    pub baseline_heap_bytes: Option<u64>,
+    /// RSS at the same moment.
+    pub baseline_rss_bytes: Option<u64>,
 }
 
 /// Where to save a checkpoint (safetensors) and its config (`.config.json` beside it).
@@ -143,6 +148,9 @@ pub fn train(cfg: &Config, save: Option<&Save>, progress: bool) -> Result<RunSum
         params,
         ..Default::default()
     };
+    let at_start = memsight::snapshot();
+    summary.baseline_heap_bytes = Some(at_start.heap.live_bytes);
+    summary.baseline_rss_bytes = at_start.process.map(|p| p.rss);
     for it in first_step..cfg.steps {
         memsight::step(it);
         let t0 = Instant::now();

@@ -152,6 +152,19 @@ fn bad_input_is_one_line_and_exit_2() {
             vec!["train", "--vocab-size", "100"],
             "--vocab-size 100 must be at least 256",
         ),
+        (
+            vec!["train", "--lr", "0.001", "--min-lr", "0.01"],
+            "--min-lr 0.01 must be between 0 and --lr 0.001",
+        ),
+        (
+            vec!["train", "--init-from", "/nonexistent/m.safetensors"],
+            "/nonexistent/m.config.json: No such file",
+        ),
+        (vec!["train", "--resume"], "--init-from <PATH.safetensors>"),
+        (
+            vec!["generate", "--temperature=-1"],
+            "--temperature and --top-k must not be negative",
+        ),
     ] {
         let (code, _, err) = gpt(&args);
         assert_eq!(code, 2, "{args:?}: {err}");
