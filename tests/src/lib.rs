@@ -15,6 +15,20 @@ pub fn memsight_bin() -> PathBuf {
     bin
 }
 
+/// Whether the preloaded library `memsight run` puts into jobs that do not link memsight is built
+/// (in `target/preload/release`, beside this target's `memsight`); says why the test skips when not.
+pub fn preload_built() -> bool {
+    let lib = memsight_bin()
+        .parent()
+        .and_then(std::path::Path::parent)
+        .map(|t| t.join("preload/release/libmemsight_preload.so"));
+    let built = lib.as_deref().is_some_and(std::path::Path::exists);
+    if !built {
+        println!("SKIP: no preloaded library in target/preload (make build builds it)");
+    }
+    built
+}
+
 /// A fresh scratch directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("memsight-e2e-{name}-{}", std::process::id()));

@@ -5,24 +5,11 @@
 //! built where a CUDA toolkit is and named by `MEMSIGHT_CANDLE_PROBE`) and skips, saying why,
 //! without a GPU or that program.
 
-use memsight_e2e::{run_memsight, scratch};
+use memsight_e2e::{preload_built, run_memsight, scratch};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 const MIB: u64 = 1 << 20;
-
-/// Whether the preloaded library is built (the job's set-up needs it).
-fn preload_built() -> bool {
-    let lib = memsight_e2e::memsight_bin()
-        .parent()
-        .and_then(Path::parent)
-        .map(|t| t.join("preload/release/libmemsight_preload.so"));
-    if !lib.as_deref().is_some_and(Path::exists) {
-        println!("SKIP: no preloaded library in target/preload (make build builds it)");
-        return false;
-    }
-    true
-}
 
 #[test]
 fn cupti_names_the_preloaded_library_as_cudas_injection_library_and_never_overrides_another() {

@@ -3,7 +3,7 @@
 //! `/usr/bin/python3.12` is one) gets its session and its exact heap. Needs a C compiler and the
 //! preloaded library; skips, saying why, without them.
 
-use memsight_e2e::{memsight_bin, run_memsight, scratch};
+use memsight_e2e::{preload_built, run_memsight, scratch};
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
@@ -12,12 +12,7 @@ const MIB: u64 = 1 << 20;
 
 #[test]
 fn a_non_pie_program_that_takes_mallocs_address_gets_its_session_and_exact_heap() {
-    let lib = memsight_bin()
-        .parent()
-        .and_then(Path::parent)
-        .map(|t| t.join("preload/release/libmemsight_preload.so"));
-    if !lib.as_deref().is_some_and(Path::exists) {
-        println!("SKIP: no preloaded library in target/preload (make build builds it)");
+    if !preload_built() {
         return;
     }
     let dir = scratch("non-pie");

@@ -4,7 +4,7 @@
 //! PSS, and `check` gates the result. Needs the torch virtual environment and the preloaded library
 //! (`make build` makes both); each test skips, saying why, without them.
 
-use memsight_e2e::{memsight_bin, run_memsight, scratch, torch_python};
+use memsight_e2e::{run_memsight, scratch, torch_python};
 use serde_json::Value;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -23,15 +23,7 @@ fn ready() -> Option<PathBuf> {
         println!("SKIP: no torch venv (the set-up script creates it; make build runs it)");
         return None;
     };
-    let lib = memsight_bin()
-        .parent()
-        .and_then(Path::parent)
-        .map(|t| t.join("preload/release/libmemsight_preload.so"));
-    if !lib.as_deref().is_some_and(Path::exists) {
-        println!("SKIP: no preloaded library in target/preload (make build builds it)");
-        return None;
-    }
-    Some(py)
+    memsight_e2e::preload_built().then_some(py)
 }
 
 /// Runs `python ARGS…` under `memsight run` with its report in `dir`: the exit code, the output

@@ -3,25 +3,15 @@
 //! the view the report keeps of a profile (its top sites), without writing anything beside it.
 
 use memsight_analysis::heapprof::symbolize::Symbolizer;
-use memsight_analysis::heapprof::Profile;
-use memsight_format::heap_profile::{DumpRecord, ProfileView, TOP_SITES};
+use memsight_analysis::heapprof::{sites_view, Profile};
+use memsight_format::heap_profile::{DumpRecord, ProfileView};
 use std::path::Path;
 use std::sync::mpsc::{channel, Receiver, Sender};
 
 /// The sites of profile `d` (its file must still be on disk).
 pub fn of(d: &DumpRecord, sym: &mut Symbolizer) -> Result<ProfileView, String> {
     let p = Profile::load(Path::new(&d.path), sym)?;
-    Ok(ProfileView {
-        kind: d.kind,
-        t_ms: d.t_ms,
-        step: d.step,
-        heap_bytes: d.heap_bytes,
-        profiled_bytes: p.total_bytes().round() as u64,
-        top_sites: p.top_sites(TOP_SITES),
-        heap_file: d.path.clone(),
-        pprof_file: None,
-        flamegraph_file: None,
-    })
+    Ok(sites_view(d, &p, d.path.clone()))
 }
 
 /// A thread that reads the profiles sent to it, newest first (older ones waiting are skipped),

@@ -13,4 +13,4 @@ pub use memsight_format::heap_profile::{
     DumpKind, DumpRecord, Growth, HeapProfile, ProfileView, Site, SiteGrowth, SourceSite,
 };
 pub use profile::{growth, Profile};
-pub use summary::summarize;
+pub use summary::{sites_view, summarize};

@@ -130,15 +130,25 @@ fn view(d: &DumpRecord, p: &Profile, report_dir: &Path, notes: &mut Vec<String>)
         ));
     }
     ProfileView {
+        pprof_file,
+        flamegraph_file,
+        ..sites_view(d, p, relative(&heap, report_dir))
+    }
+}
+
+/// The report's view of profile `d` as read into `p`: its totals and top sites, with `heap_file`
+/// naming it and no pprof or flamegraph file (the live viewer's, and the start of the report's).
+pub fn sites_view(d: &DumpRecord, p: &Profile, heap_file: String) -> ProfileView {
+    ProfileView {
         kind: d.kind,
         t_ms: d.t_ms,
         step: d.step,
         heap_bytes: d.heap_bytes,
         profiled_bytes: p.total_bytes().round() as u64,
         top_sites: p.top_sites(TOP_SITES),
-        heap_file: relative(&heap, report_dir),
-        pprof_file,
-        flamegraph_file,
+        heap_file,
+        pprof_file: None,
+        flamegraph_file: None,
     }
 }
 
