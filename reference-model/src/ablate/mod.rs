@@ -206,6 +206,23 @@ mod tests {
     }
 
     #[test]
+    fn the_committed_markdown_says_per_row_what_the_peer_applies() {
+        let md = include_str!("../../../docs/ablation/ablation.md");
+        for v in VARIANTS {
+            let row = format!("| {} | {} |", v.name, v.peer);
+            assert!(md.contains(&row), "{row}");
+        }
+        for v in INFERENCE {
+            assert!(
+                md.contains(&format!("| {} | {} |", v.name, v.phase)),
+                "{}",
+                v.name
+            );
+        }
+        assert!(md.contains("PyTorch exposes no exact count of CPU tensor bytes"));
+    }
+
+    #[test]
     fn the_committed_table_has_every_inference_row_and_both_programs_per_training_row() {
         let table: Ablation =
             serde_json::from_str(include_str!("../../../docs/ablation/ablation.json")).unwrap();
