@@ -58,3 +58,46 @@ fn rust_and_c_heap_peak_together_and_gate_the_budget() {
     assert!(fail.out.contains("exceeds budget"), "{}", fail.out);
     assert_eq!(check("320MiB").code, 0);
 }
+
+#[test]
+fn a_job_starts_and_counts_its_heap_with_jemallocs_background_thread() {
+    // MALLOC_CONF=background_thread:true made jemalloc create its background thread holding a
+    // lock that memsight's first counter registration (nested in that thread's creation) took
+    // again: every program linking memsight hung at start-up.
+    let dir = scratch("whole-heap-bg-thread");
+    let report = dir.join("report.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_whole_heap_job"))
+        .arg(&report)
+        .env("MALLOC_CONF", "background_thread:true")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A hang, not a speed: a minute is ~100x what the job takes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the job hung at start-up under MALLOC_CONF=background_thread:true");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: HashMap<&str, i64> = stdout
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k, v.parse().unwrap()))
+        .collect();
+    let mib300 = 300i64 << 20;
+    let held = v["live_holding"] - v["baseline_live"];
+    assert!(
+        (held - mib300).abs() < mib300 / 100,
+        "live while holding: {held} ({v:?})"
+    );
+}

@@ -71,6 +71,7 @@ extern "C" fn malloc_conf_from_env(_: c_int, _: *const *const c_char, envp: *con
     if let Some(conf) = env_value(envp, b"MALLOC_CONF=") {
         _rjem_malloc_conf_2_conf_harder.store(conf.cast_mut(), Relaxed);
     }
+    super::process_heap::start_jemalloc();
     let rate = env_value(envp, b"MEMSIGHT_HEAP_SAMPLE=")
         // SAFETY: a NUL-terminated string of the environment block.
         .map(|v| {

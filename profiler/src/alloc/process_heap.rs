@@ -24,7 +24,7 @@
 //! never takes), blocks or panics.
 
 use super::counters::{self, state, Local, Marks};
-use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, Ordering::Relaxed};
 
 /// What a thread's counter pointers point at before it registers: a counter that never moves, so
 /// that its marks (0) send its first call to the slow path.
@@ -88,6 +88,23 @@ pub(crate) fn attach(v: &JeView) {
         v.allocated.store(a, Relaxed);
         v.freed.store(f, Relaxed);
     }
+}
+
+/// True while [`start_jemalloc`] initialises jemalloc: calls nested in that initialisation leave
+/// their thread unregistered (jemalloc's own counters hold what they allocate; the thread's next
+/// slow call registers it and adopts them).
+static STARTING: AtomicBool = AtomicBool::new(false);
+
+/// Initialises jemalloc and its `mallctl` tables at a moment when no jemalloc lock is held: the
+/// pre-initialiser calls it once `MALLOC_CONF` is handed over. With `background_thread:true`,
+/// jemalloc's initialisation creates its background thread holding its background-thread lock;
+/// `pthread_create` allocates the new thread's TLS through our `calloc` on the calling thread, and
+/// that call's registration (its first `mallctl` initialises the tables, which read the
+/// background threads' statistics under that same lock) deadlocked every program at start-up.
+pub(crate) fn start_jemalloc() {
+    STARTING.store(true, Relaxed);
+    let _ = counter(c"thread.allocatedp");
+    STARTING.store(false, Relaxed);
 }
 
 /// The address of one of jemalloc's per-thread counters, by `mallctl` name.
@@ -184,6 +201,7 @@ fn slow(l: &Local) {
 
 fn slow_path(l: &Local) {
     match l.state.load(Relaxed) {
+        state::NEW if STARTING.load(Relaxed) => {}
         state::NEW => {
             if counters::register_this(l) {
                 settle(l);
