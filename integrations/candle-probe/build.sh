@@ -14,16 +14,21 @@ venv="$cache/torch-2.11.0"
 cuda="$cache/cuda-13.0"
 py="$venv/bin/python"
 [ -x "$py" ] || { echo "build.sh: no torch environment at $venv (scripts/setup.sh creates it)" >&2; exit 2; }
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
 if [ ! -x "$cuda/bin/nvcc" ]; then
-    wheels="$(mktemp -d)"
-    "$py" -m pip download -q --no-deps -d "$wheels" \
+    # The torch environment's CUDA 13 headers and libraries (a CUDA build of torch has them).
+    cu13="$("$py" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))' 2>/dev/null || true)"
+    [ -n "$cu13" ] && [ -d "$cu13/include" ] \
+        || { echo "build.sh: no nvidia/cu13 in $venv (a CUDA build of torch 2.11.0 brings it)" >&2; exit 2; }
+    "$py" -m pip download -q --no-deps -d "$scratch/wheels" \
         nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-cccl==13.0.85
     rm -rf "$cuda.tmp"; mkdir -p "$cuda.tmp"
-    cp -a "$("$py" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))')/." "$cuda.tmp/"
-    for w in "$wheels"/*.whl; do "$py" -m zipfile -e "$w" "$wheels/x"; done
-    cp -a "$wheels/x/nvidia/cu13/." "$cuda.tmp/"
+    cp -a "$cu13/." "$cuda.tmp/"
+    for w in "$scratch/wheels"/*.whl; do "$py" -m zipfile -e "$w" "$scratch/x"; done
+    cp -a "$scratch/x/nvidia/cu13/." "$cuda.tmp/"
     chmod +x "$cuda.tmp"/bin/* "$cuda.tmp"/nvvm/bin/*
-    rm -rf "$wheels"; mv "$cuda.tmp" "$cuda"
+    rm -rf "$cuda"; mv "$cuda.tmp" "$cuda"
 fi
 lib="$cuda/lib"
 ln -sfn lib "$cuda/lib64"
@@ -32,12 +37,12 @@ for pair in cudart:libcudart.so.13 nvrtc:libnvrtc.so.13 curand:libcurand.so.10 c
 done
 if [ ! -e "$lib/libcuda.so" ]; then
     # One empty function per driver symbol cudarc references: the CUDA toolkit's lib/stubs idea.
-    src="$(mktemp -d)"
-    grep -rhoE '\bcu[A-Z][A-Za-z0-9_]*\b' "$(dirname "$(cargo metadata --format-version 1 --manifest-path "$here/Cargo.toml" \
-        | "$py" -c 'import json,sys; print([p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == "cudarc"][0])')")/src/driver/sys" \
-        | sort -u | awk '{print "void " $1 "(void) {}"}' >"$src/stub.c"
-    cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$lib/libcuda.so" "$src/stub.c"
-    rm -rf "$src"
+    cudarc="$(cargo metadata --format-version 1 --manifest-path "$here/Cargo.toml" \
+        | "$py" -c 'import json,sys,os; print(os.path.dirname([p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == "cudarc"][0]))')"
+    [ -d "$cudarc/src/driver/sys" ] || { echo "build.sh: cudarc's driver bindings not found" >&2; exit 2; }
+    grep -rhoE '\bcu[A-Z][A-Za-z0-9_]*\b' "$cudarc/src/driver/sys" \
+        | sort -u | awk '{print "void " $1 "(void) {}"}' >"$scratch/stub.c"
+    cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$lib/libcuda.so" "$scratch/stub.c"
 fi
 export CUDA_ROOT="$cuda" CUDA_PATH="$cuda" PATH="$cuda/bin:$PATH" CUDA_COMPUTE_CAP="$cap"
 cargo build --release --manifest-path "$here/Cargo.toml" >&2

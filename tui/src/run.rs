@@ -55,8 +55,10 @@ pub struct Args {
     /// Count the job's device memory through CUPTI: every `cuMemAlloc`/`cuMemFree`-family call of
     /// any library (candle, cudarc, CuPy, libtorch) in a job that does not link memsight, with no
     /// change to its code (CUDA's injection interface; `libcupti` must be on LD_LIBRARY_PATH or in
-    /// MEMSIGHT_CUPTI_LIB). Off by default: CUPTI has one subscriber per process, which PyTorch's
-    /// and Nsight's profilers also want.
+    /// MEMSIGHT_CUPTI_LIB). Counts the process that carries the session (not the processes it
+    /// spawns; a job that links memsight uses memsight-integrations' `cupti` feature instead).
+    /// Off by default: CUPTI has one subscriber per process, which PyTorch's and Nsight's
+    /// profilers also want.
     #[arg(long, conflicts_with = "no_preload")]
     cupti: bool,
     /// The job: `-- CMD ARGS…`.

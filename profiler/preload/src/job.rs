@@ -38,8 +38,10 @@ pub(crate) fn owned_here() -> bool {
 /// A non-PIE executable that takes `malloc`'s address (Ubuntu's `/usr/bin/python3.12` does) makes
 /// its PLT stub the function's address everywhere, so the lookup names the executable although
 /// it only *calls* `malloc`: its symbol there is undefined. The stub jumps to the first definition
-/// in the lookup order — the executable's own (none) and then the preloaded libraries', where
-/// `memsight run` puts this one first — so the program's `malloc` is this library's. (Before this
+/// in the lookup order — the executable's own (none), then the preloaded libraries' in order — so
+/// the program's `malloc` is this library's when it leads `LD_PRELOAD`, as `memsight run` puts it
+/// (preloaded by hand after another allocator, or loaded by the CUDA driver as an injection
+/// library in a child, it is not, and stays passive). (Before this
 /// was known, Python jobs on Ubuntu 24.04 started no session at all: seen on the GPU machine.)
 fn serving_malloc() -> bool {
     // SAFETY: a NUL-terminated name.
@@ -49,10 +51,19 @@ fn serving_malloc() -> bool {
         symbol_at(found.cast_const()),
         symbol_at(here as *const libc::c_void),
     ) {
-        (Some(theirs), _) if !theirs.defined => true,
+        (Some(theirs), _) if !theirs.defined => first_preloaded(),
         (Some(theirs), Some(ours)) => theirs.object == ours.object,
         _ => false,
     }
+}
+
+/// Whether this library is the first entry of `LD_PRELOAD`.
+fn first_preloaded() -> bool {
+    std::env::var("LD_PRELOAD").is_ok_and(|list| {
+        list.split([':', ' '])
+            .find(|e| !e.is_empty())
+            .is_some_and(is_this_library)
+    })
 }
 
 /// Where an address lies: the loaded object (its base address), and whether that object defines

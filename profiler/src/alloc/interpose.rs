@@ -66,6 +66,7 @@ static MALLOC_CONF_FROM_ENV: extern "C" fn(c_int, *const *const c_char, *const *
 /// up only after the pre-initialisers ran.
 extern "C" fn malloc_conf_from_env(_: c_int, _: *const *const c_char, envp: *const *const c_char) {
     if envp.is_null() {
+        super::process_heap::start_jemalloc();
         return;
     }
     if let Some(conf) = env_value(envp, b"MALLOC_CONF=") {

@@ -79,7 +79,8 @@ static PROCESS_LIVE: AtomicI64 = AtomicI64::new(0);
 static RETIRED: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
 
 /// Takes the pointers to this thread's jemalloc counters (its first slow call does, before it
-/// registers). Asking jemalloc may initialise it; it never calls back into the `malloc` family.
+/// registers). The first `mallctl` of the process initialises jemalloc's tables, which must not
+/// happen inside jemalloc's own initialisation ([`start_jemalloc`] does it first).
 pub(crate) fn attach(v: &JeView) {
     if let (Some(a), Some(f)) = (
         counter(c"thread.allocatedp"),
@@ -101,6 +102,8 @@ static STARTING: AtomicBool = AtomicBool::new(false);
 /// `pthread_create` allocates the new thread's TLS through our `calloc` on the calling thread, and
 /// that call's registration (its first `mallctl` initialises the tables, which read the
 /// background threads' statistics under that same lock) deadlocked every program at start-up.
+/// (`.preinit_array` runs in executables only: memsight built with jemalloc into a shared library
+/// still meets this under `background_thread:true`.)
 pub(crate) fn start_jemalloc() {
     STARTING.store(true, Relaxed);
     let _ = counter(c"thread.allocatedp");

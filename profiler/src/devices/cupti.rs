@@ -199,7 +199,10 @@ unsafe extern "C" fn on_driver_call(
         let (key, size) = if cbid == MEM_ALLOC_PITCH_V2 {
             let p = &*(d.function_params as *const PitchParams);
             let pitch = p.pitch.as_ref().copied().unwrap_or(p.width);
-            (p.dptr.as_ref().copied(), (pitch * p.height) as u64)
+            (
+                p.dptr.as_ref().copied(),
+                pitch.saturating_mul(p.height) as u64,
+            )
         } else {
             let p = &*(d.function_params as *const AllocParams);
             (p.dptr.as_ref().copied(), p.bytesize as u64)
@@ -287,14 +290,19 @@ fn open_cupti() -> Result<*mut c_void, String> {
             .map(String::from)
             .to_vec(),
     };
-    for n in &names {
-        let Ok(c) = CString::new(n.as_str()) else {
-            continue;
-        };
-        // SAFETY: a NUL-terminated name; the handle is kept for the whole program.
-        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-        if !h.is_null() {
-            return Ok(h);
+    let names_c: Vec<CString> = names
+        .iter()
+        .filter_map(|n| CString::new(n.as_str()).ok())
+        .collect();
+    // One already loaded (libtorch_cuda of a cu12 build loads libcupti.so.12) before loading
+    // another: two CUPTIs in one process would not share their one subscriber.
+    for flags in [libc::RTLD_NOLOAD, 0] {
+        for c in &names_c {
+            // SAFETY: a NUL-terminated name; the handle is kept for the whole program.
+            let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL | flags) };
+            if !h.is_null() {
+                return Ok(h);
+            }
         }
     }
     Err(format!(

@@ -41,5 +41,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("final_live={}", memsight::stats().live_bytes);
     let report = session.finish()?;
     println!("report_peak={}", report.peaks.heap_peak_bytes);
+    println!("background_threads={}", jemalloc_background_threads());
     Ok(())
+}
+
+/// This process's threads named as jemalloc names its background threads.
+fn jemalloc_background_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|tasks| {
+            tasks
+                .filter_map(Result::ok)
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.trim() == "jemalloc_bg_thd")
+                })
+                .count()
+        })
+        .unwrap_or(0)
 }

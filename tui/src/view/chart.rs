@@ -10,6 +10,9 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Borders, Chart, Dataset, GraphType, Paragraph};
 use ratatui::Frame;
 
+/// The legend name of the memory limit's series (no peak marker; drawn only near the curves).
+pub const CGROUP_LIMIT: &str = "cgroup limit";
+
 /// A named series of (seconds, bytes).
 pub struct Series {
     /// Legend name.
@@ -107,7 +110,7 @@ pub fn draw(f: &mut Frame, area: Rect, title: &str, series: &[Series], samples: 
         })
         .collect();
     for (s, p) in series.iter().zip(&peaks) {
-        if !s.points.is_empty() && s.name != "cgroup limit" {
+        if !s.points.is_empty() && s.name != CGROUP_LIMIT {
             data.push(
                 Dataset::default()
                     .marker(Marker::Dot)

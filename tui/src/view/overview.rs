@@ -72,7 +72,7 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
         series(samples, max, "tree PSS", Color::Magenta, |x| {
             x.tree.as_ref().map(|t| t.footprint())
         }),
-        series(samples, max, "cgroup limit", Color::Red, |x| {
+        series(samples, max, chart::CGROUP_LIMIT, Color::Red, |x| {
             x.cgroup.and_then(|c| c.limit)
         }),
         series(samples, max, "tensors", Color::LightMagenta, |x| {
@@ -94,14 +94,14 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
     // The cgroup limit only where it is near the curves (the gauge below states it anyway).
     let highest = all
         .iter()
-        .filter(|x| x.name != "cgroup limit")
+        .filter(|x| x.name != chart::CGROUP_LIMIT)
         .flat_map(|x| x.points.iter().map(|p| p.1))
         .fold(0.0, f64::max);
     let shown: Vec<Series> = all
         .into_iter()
         .filter(|x| !x.points.is_empty())
         .filter(|x| {
-            x.name != "cgroup limit"
+            x.name != chart::CGROUP_LIMIT
                 || x.points
                     .iter()
                     .all(|p| memsight_analysis::plot::limit_in_view(p.1 as u64, highest as u64))
