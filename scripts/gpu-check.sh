@@ -20,6 +20,13 @@ export VIRTUAL_ENV="$(dirname "$(dirname "$py")")"
 export MEMSIGHT_QUIET=1
 say() { echo "== $* ($(date -u +%T))"; }
 has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
+# tmux for the viewer captures: unpacked from BIN/debs where the machine has none.
+tmux_from_debs() {
+    if [ -d "$bin/debs" ] && ! command -v tmux >/dev/null; then
+        for d in "$bin"/debs/*.deb; do dpkg -x "$d" /tmp/tmuxroot; done
+        export PATH="/tmp/tmuxroot/usr/bin:$PATH" LD_LIBRARY_PATH="/tmp/tmuxroot/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH"
+    fi
+}
 gpt=("$bin/memsight-gpt" train --quiet --device cuda --preset gpt2 --block-size 2048 --eval-every 0)
 
 if has env; then
@@ -92,10 +99,7 @@ fi
 if has viewer; then
     # The live viewer's Devices screen during a CUDA run, captured with tmux.
     say viewer
-    if [ -d "$bin/debs" ] && ! command -v tmux >/dev/null; then
-        for d in "$bin"/debs/*.deb; do dpkg -x "$d" /tmp/tmuxroot; done
-        export PATH="/tmp/tmuxroot/usr/bin:$PATH" LD_LIBRARY_PATH="/tmp/tmuxroot/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH"
-    fi
+    tmux_from_debs
     if command -v tmux >/dev/null; then
         export TERM=xterm-256color
         tmux new-session -d -s v -x 160 -y 45 "env LD_LIBRARY_PATH=$LD_LIBRARY_PATH $bin/memsight run --live --report $out/viewer.json -- ${gpt[*]} --attention naive --batch-size 4 --steps 200"
@@ -194,10 +198,7 @@ if has pyviewer; then
     # The live viewer during a PyTorch CUDA job marked with `import memsight`, captured with tmux at
     # 160x45 and 80x24 (Overview and Devices), then the report's SVG summary with its OOM marker.
     say "pyviewer: live viewer on a CUDA job, SVG summary"
-    if [ -d "$bin/debs" ] && ! command -v tmux >/dev/null; then
-        for d in "$bin"/debs/*.deb; do dpkg -x "$d" /tmp/tmuxroot; done
-        export PATH="/tmp/tmuxroot/usr/bin:$PATH" LD_LIBRARY_PATH="/tmp/tmuxroot/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH"
-    fi
+    tmux_from_debs
     cat >"$out/viewer_job.py" <<'PY'
 import time, torch, memsight, memsight.torch
 memsight.torch.install(interval=0.05)

@@ -59,11 +59,13 @@ fn serving_malloc() -> bool {
 
 /// Whether this library is the first entry of `LD_PRELOAD`.
 fn first_preloaded() -> bool {
-    std::env::var("LD_PRELOAD").is_ok_and(|list| {
-        list.split([':', ' '])
-            .find(|e| !e.is_empty())
-            .is_some_and(is_this_library)
-    })
+    std::env::var("LD_PRELOAD")
+        .is_ok_and(|list| preloaded(&list).next().is_some_and(is_this_library))
+}
+
+/// The entries of an `LD_PRELOAD` list (the loader separates them by colons or blanks).
+fn preloaded(list: &str) -> impl Iterator<Item = &str> {
+    list.split([':', ' ']).filter(|e| !e.is_empty())
 }
 
 /// Where an address lies: the loaded object (its base address), and whether that object defines
@@ -183,10 +185,7 @@ fn forget_for_children() {
         return;
     };
     let list = list.to_string_lossy().into_owned();
-    let kept: Vec<&str> = list
-        .split([':', ' '])
-        .filter(|e| !e.is_empty() && !is_this_library(e))
-        .collect();
+    let kept: Vec<&str> = preloaded(&list).filter(|e| !is_this_library(e)).collect();
     if kept.is_empty() {
         std::env::remove_var("LD_PRELOAD");
     } else {

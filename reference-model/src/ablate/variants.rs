@@ -26,9 +26,9 @@ pub struct Variant {
 }
 
 /// Host allocator setting of the eager-purge row: return freed pages at once (jemalloc,
-/// memsight-gpt's allocator). Without `background_thread:true`: with it, a program linking
-/// memsight hangs at start-up (jemalloc creates its background thread under its lock; the thread's
-/// TLS calloc reaches memsight's counter registration, whose first mallctl takes that lock again).
+/// memsight-gpt's allocator). Without `background_thread:true`, as the committed table was
+/// measured (it hung programs linking memsight at start-up then; fixed since, see
+/// `start_jemalloc` in memsight's `alloc::process_heap`).
 const JEMALLOC_EAGER: (&str, &str) = ("MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0");
 
 /// glibc's nearest equivalent for the peer (PyTorch runs on glibc's malloc, which ignores
