@@ -230,8 +230,10 @@ mod tests {
         let got = lora.forward(&x);
         let err = (&got - &want).abs().max().double_value(&[]);
         let scale = want.abs().max().double_value(&[]);
+        // int8 rounding over a 64-term dot product on random data reaches ~1% of the output's
+        // largest value (1 run in ~20 went past 1%); dropping the adapter's update is far more.
         assert!(
-            err < 0.01 * scale,
+            err < 0.02 * scale,
             "int8 of the folded weight: {err} of {scale}"
         );
         plain.quantize(4).unwrap();
