@@ -32,7 +32,7 @@ demo: build
 	@scripts/demo.sh $(OUT)
 
 test: build lint
-	$(CARGO) test --release --workspace
+	$(CARGO) test --release --workspace --no-fail-fast
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -30,6 +30,13 @@ if ! command -v tmux >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)"
     { apt-get install -y -qq tmux || { apt-get update -qq && apt-get install -y -qq tmux; }; } >/dev/null 2>&1 \
         || say "could not install tmux: the viewer test will skip"
 fi
+# Optional: musl-gcc for the test that a musl program runs under the preloaded library (it skips,
+# saying so, without).
+if ! command -v musl-gcc >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    say "installing musl-tools (for the musl-program test)"
+    { apt-get install -y -qq musl-tools || { apt-get update -qq && apt-get install -y -qq musl-tools; }; } >/dev/null 2>&1 \
+        || say "could not install musl-tools: the musl-program test will skip"
+fi
 # Optional: promtool and a Prometheus server for the metrics test (it skips, saying so, without).
 if ! command -v promtool >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     say "installing prometheus (promtool and server, for the metrics test)"

@@ -21,9 +21,10 @@ fn sampled_blocks_are_profiled_while_live_and_forgotten_when_freed() {
     let _rate = RATE.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!("memsight-sampled-free-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    let opened = std::sync::Arc::new(memsight_format::safe_dir::Dir::open(&dir).unwrap());
     let profiled = |name: &str| {
         let path = dir.join(name);
-        control::dump(&path).unwrap();
+        control::dump(&opened, name.as_ref()).unwrap();
         HeapDump::read(&path).unwrap().total_bytes()
     };
     // Every allocation sampled (one sample per byte on average).

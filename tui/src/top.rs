@@ -50,11 +50,7 @@ fn running_sidecars() -> Vec<(u32, String)> {
     let mut found = Vec::new();
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .strip_prefix("sidecar-")
-            .and_then(|n| n.strip_suffix(".sock"))
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
+        let Some(pid) = memsight_format::wire::pid_of_file_name(&name, "sidecar-", ".sock") else {
             continue;
         };
         let cmd = memsight::collect::command_line(pid);

@@ -20,6 +20,7 @@ pub mod heap_profile;
 pub mod host;
 pub mod phase;
 pub mod report;
+pub mod safe_dir;
 pub mod safe_file;
 pub mod snapshot;
 pub mod timeline;

@@ -1,9 +1,12 @@
 //! The bounded timeline of snapshots, and the exact peaks seen by every sample.
 //!
-//! At most `capacity` snapshots are kept (default 3000: a 24-hour job's report stays well under
-//! 2 MB). When full, the older three quarters are halved by merging neighbours, keeping the one
-//! with the higher live heap, so spikes survive while resolution of old history drops. Peaks are
-//! tracked on every pushed sample, before any merge, so they are exact whatever was merged.
+//! At most `capacity` snapshots are kept (default 3000: a week-long job's report stays well under
+//! 2 MB), spread evenly over the whole run: the run is cut into buckets of equal width, one
+//! snapshot kept per bucket — the one with the largest footprint, so spikes survive — and when
+//! the buckets outnumber the capacity their width doubles and neighbours merge. The beginning of
+//! a day-long run is kept at the same resolution as its end. The latest snapshot is always kept
+//! as it came. Peaks are tracked on every pushed sample, before any merge, so they are exact
+//! whatever was merged.
 
 use crate::snapshot::Snapshot;
 use serde::{Deserialize, Serialize};
@@ -91,8 +94,32 @@ fn raise(slot: &mut Option<PeakAt>, v: u64, s: &Snapshot) {
 pub struct Timeline {
     samples: Vec<Snapshot>,
     capacity: usize,
+    /// The width of a bucket in milliseconds (doubles as the run outgrows the capacity).
+    bucket_ms: u64,
     merged: u64,
     peaks: SampledPeaks,
+}
+
+/// What a bucket keeps of its snapshots: the one with the largest footprint (heap, RSS, tensors
+/// or device memory, whichever is largest), the first on a tie.
+fn footprint(s: &Snapshot) -> u64 {
+    let devices = s
+        .devices
+        .iter()
+        .map(|d| d.reserved_bytes.or(d.used_bytes).unwrap_or(0))
+        .fold(0u64, u64::saturating_add);
+    s.heap
+        .live_bytes
+        .max(s.process.map_or(0, |p| p.rss))
+        .max(s.tensors.map_or(0, |t| t.live_bytes))
+        .max(devices)
+}
+
+/// Keeps in `kept` the larger of two snapshots of one bucket (the earlier on a tie).
+fn merge_into(kept: &mut Snapshot, other: Snapshot) {
+    if footprint(&other) > footprint(kept) {
+        *kept = other;
+    }
 }
 
 impl Default for Timeline {
@@ -109,6 +136,7 @@ impl Timeline {
             // Grows as samples arrive: a short job does not pay for 3000 snapshots up front.
             samples: Vec::new(),
             capacity,
+            bucket_ms: 1,
             merged: 0,
             peaks: SampledPeaks::default(),
         }
@@ -133,26 +161,46 @@ impl Timeline {
         crate::device::fold_peaks(&mut self.peaks.devices, &s.devices);
         raise_resident(&mut self.peaks.resident, &s);
         raise_tree(&mut self.peaks.tree, &s);
-        if self.samples.len() >= self.capacity {
-            self.compact();
-        }
         self.samples.push(s);
+        // The snapshot before the latest joins its predecessor when they share a bucket.
+        let n = self.samples.len();
+        if n >= 3 && self.same_bucket(&self.samples[n - 3], &self.samples[n - 2]) {
+            let later = self.samples.remove(n - 2);
+            merge_into(&mut self.samples[n - 3], later);
+            self.merged += 1;
+        }
+        while self.samples.len() > self.capacity {
+            self.widen();
+        }
     }
 
-    fn compact(&mut self) {
-        let old = self.samples.len() * 3 / 4;
+    fn same_bucket(&self, a: &Snapshot, b: &Snapshot) -> bool {
+        a.t_ms / self.bucket_ms == b.t_ms / self.bucket_ms
+    }
+
+    /// Doubles the bucket width and merges the snapshots (all but the latest) that now share one.
+    fn widen(&mut self) {
+        self.bucket_ms = self.bucket_ms.saturating_mul(2);
+        let Some(latest) = self.samples.pop() else {
+            return;
+        };
         let mut kept: Vec<Snapshot> = Vec::with_capacity(self.capacity);
-        for pair in self.samples[..old].chunks(2) {
-            let best = pair
-                .iter()
-                .max_by_key(|s| s.heap.live_bytes)
-                .cloned()
-                .unwrap_or_default();
-            kept.push(best);
+        for s in self.samples.drain(..) {
+            match kept.last_mut() {
+                Some(k) if k.t_ms / self.bucket_ms == s.t_ms / self.bucket_ms => {
+                    merge_into(k, s);
+                    self.merged += 1;
+                }
+                _ => kept.push(s),
+            }
         }
-        self.merged += (old - old.div_ceil(2)) as u64;
-        kept.extend(self.samples.drain(old..));
+        kept.push(latest);
         self.samples = kept;
+    }
+
+    /// The width of a bucket now: the time between kept snapshots.
+    pub fn bucket_ms(&self) -> u64 {
+        self.bucket_ms
     }
 
     /// The snapshots kept, oldest first.
@@ -213,5 +261,61 @@ mod tests {
         assert_eq!(tl.samples().last().unwrap().t_ms, 9999);
         assert!(tl.samples().windows(2).all(|w| w[0].t_ms < w[1].t_ms));
         assert_eq!(tl.merged() as usize + tl.samples().len(), 10_000);
+    }
+
+    #[test]
+    fn a_long_run_keeps_its_whole_history_evenly() {
+        // 120 s sampled every millisecond (the break-it case: nothing of 0–40 s was left).
+        let mut tl = Timeline::with_capacity(2376);
+        for t in 0..120_000u64 {
+            tl.push(snap(t, 1 + t % 13));
+        }
+        let kept = tl.samples();
+        assert!(
+            kept.len() <= 2376 && kept.len() > 2376 / 3,
+            "{} kept",
+            kept.len()
+        );
+        let in_range = |a: u64, b: u64| kept.iter().filter(|s| (a..b).contains(&s.t_ms)).count();
+        // Each third of the run holds about a third of what is kept.
+        for (a, b) in [(0, 40_000), (40_000, 80_000), (80_000, 120_000)] {
+            let n = in_range(a, b);
+            assert!(
+                n * 4 >= kept.len(),
+                "{n} of {} kept samples in {a}..{b} ms",
+                kept.len()
+            );
+        }
+        assert!(kept[0].t_ms < 120, "first kept at {} ms", kept[0].t_ms);
+        assert_eq!(
+            kept.last().unwrap().t_ms,
+            119_999,
+            "the latest is kept as it came"
+        );
+        let widest = kept
+            .windows(2)
+            .map(|w| w[1].t_ms - w[0].t_ms)
+            .max()
+            .unwrap();
+        assert!(
+            widest <= 2 * tl.bucket_ms(),
+            "gap {widest} ms, buckets {}",
+            tl.bucket_ms()
+        );
+    }
+
+    #[test]
+    fn a_week_at_ten_hertz_stays_bounded_with_its_spikes_and_exact_peaks() {
+        let mut tl = Timeline::default();
+        let week_ms = 7 * 24 * 3600 * 1000u64;
+        let spike_at = 3 * 24 * 3600 * 1000u64;
+        for t in (0..week_ms).step_by(100) {
+            let live = if t == spike_at { 1 << 40 } else { 1000 + t % 7 };
+            tl.push(snap(t, live));
+        }
+        assert!(tl.samples().len() <= DEFAULT_CAPACITY);
+        assert!(tl.samples().iter().any(|s| s.heap.live_bytes == 1 << 40));
+        assert_eq!(tl.peaks().rss.as_ref().unwrap().t_ms, spike_at);
+        assert!(tl.samples()[0].t_ms < week_ms / 1000);
     }
 }

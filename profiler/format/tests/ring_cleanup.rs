@@ -25,17 +25,45 @@ fn a_live_ring_with_a_foreign_pid_is_not_cleaned_up() {
     let stale = runtime.join(format!("ring-{pid}-1.bin"));
     drop(RingWriter::create(&stale, pid, 0, 100).unwrap());
 
-    memsight_format::wire::remove_stale_rings();
+    memsight_format::wire::remove_stale_files();
     assert!(live.exists(), "a live ring was deleted");
     assert!(!stale.exists(), "a stale ring was kept");
 
     // A reader (the sidecar draining a dead job) also keeps it.
     let reader = RingReader::open(&live).unwrap();
     drop(writer);
-    memsight_format::wire::remove_stale_rings();
+    memsight_format::wire::remove_stale_files();
     assert!(live.exists(), "a ring being read was deleted");
     drop(reader);
-    memsight_format::wire::remove_stale_rings();
+    memsight_format::wire::remove_stale_files();
     assert!(!live.exists());
+
+    // A killed sidecar's Python package copy goes once nobody holds it; a held one stays.
+    let left = runtime.join(format!("python-{pid}-1"));
+    std::fs::create_dir_all(left.join("memsight")).unwrap();
+    std::fs::write(left.join(".held"), b"").unwrap();
+    let kept = runtime.join(format!("python-{pid}-2"));
+    std::fs::create_dir_all(&kept).unwrap();
+    let held = std::fs::File::create(kept.join(".held")).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor we own.
+    assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_SH) }, 0);
+    // A socket nobody listens on any more, and one a live sidecar serves.
+    let dead_sock = runtime.join(memsight_format::wire::pid_file_name(
+        "sidecar-", pid, ".sock",
+    ));
+    drop(std::os::unix::net::UnixListener::bind(&dead_sock).unwrap());
+    let live_sock = runtime.join(memsight_format::wire::pid_file_name(
+        "sidecar-",
+        std::process::id(),
+        ".sock",
+    ));
+    let listener = std::os::unix::net::UnixListener::bind(&live_sock).unwrap();
+    memsight_format::wire::remove_stale_files();
+    assert!(!left.exists(), "a dead sidecar's package copy was kept");
+    assert!(kept.exists(), "a held package copy was deleted");
+    assert!(!dead_sock.exists(), "a dead sidecar's socket was kept");
+    assert!(live_sock.exists(), "a live socket was deleted");
+    drop((held, listener));
     let _ = std::fs::remove_dir_all(&dir);
 }

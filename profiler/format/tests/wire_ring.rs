@@ -36,12 +36,68 @@ fn records_round_trip_in_order_and_a_slow_reader_counts_drops() {
     }
     assert_eq!(r.poll(), (17..25).map(finished).collect::<Vec<_>>());
     assert_eq!(r.dropped(), 12);
-    // A record larger than a slot is refused, not truncated.
+    // A record larger than a quarter of the ring is refused, not truncated, and every reader
+    // counts it as dropped.
     let big = Record::Finished {
         report_path: Some("x".repeat(1000)),
     };
     assert!(!w.append(&big));
     assert_eq!(w.oversize(), 1);
+    assert!(r.poll().is_empty());
+    assert_eq!(r.dropped(), 13);
+    assert_eq!(RingReader::open(&p).unwrap().dropped(), 1);
+    let _ = std::fs::remove_file(&p);
+}
+
+#[test]
+fn records_larger_than_a_slot_are_spread_over_slots_and_read_whole() {
+    let p = path("parts");
+    let w = RingWriter::create_with(&p, 7, 0, 100, 256, 64).unwrap();
+    let mut r = RingReader::open(&p).unwrap();
+    // Sizes around the slot's 240 bytes of room, up to 10 slots, between small records.
+    let mut sent = Vec::new();
+    for (i, len) in [10usize, 239, 240, 241, 700, 2300, 5].iter().enumerate() {
+        let rec = Record::Finished {
+            report_path: Some(format!("{i}:{}", "y".repeat(*len))),
+        };
+        assert!(w.append(&rec), "record of {len} bytes");
+        sent.push(rec);
+        w.append(&finished(i as u64));
+        sent.push(finished(i as u64));
+    }
+    assert_eq!(r.poll(), sent);
+    assert_eq!(r.dropped(), 0);
+    // A reader that opens later gets what is still whole in the ring (the first parts of records
+    // overwritten are not half-read).
+    for i in 0..40 {
+        w.append(&Record::Finished {
+            report_path: Some(format!("{i}:{}", "z".repeat(500))),
+        });
+    }
+    let late: Vec<Record> = RingReader::open(&p).unwrap().poll();
+    assert!(late.len() >= 15, "{} records", late.len());
+    let _ = std::fs::remove_file(&p);
+}
+
+#[test]
+fn a_record_spread_over_slots_whose_writer_died_midway_is_dropped_not_misread() {
+    let p = path("parts-torn");
+    let w = RingWriter::create_with(&p, 1, 0, 100, 256, 16).unwrap();
+    let big = Record::Finished {
+        report_path: Some("w".repeat(600)),
+    };
+    assert!(w.append(&big));
+    w.append(&finished(1));
+    drop(w);
+    // The record takes slots 0..3; mark its second part as still being written.
+    let mut bytes = std::fs::read(&p).unwrap();
+    let slot1 = HEADER_SIZE + 256;
+    bytes[slot1..slot1 + 8].copy_from_slice(&3u64.to_le_bytes());
+    std::fs::write(&p, &bytes).unwrap();
+    let mut r = RingReader::open(&p).unwrap();
+    assert!(r.poll().is_empty(), "waits while the writer may finish it");
+    assert_eq!(r.poll_final(), vec![finished(1)]);
+    assert_eq!(r.dropped(), 1);
     let _ = std::fs::remove_file(&p);
 }
 

@@ -250,7 +250,17 @@ unsafe fn aligned_via(slot: &AtomicUsize, align: usize, size: usize) -> *mut c_v
         *libc::__errno_location() = libc::ENOMEM;
         return std::ptr::null_mut();
     }
-    counted(next::<Memalign>(slot)(align, size), size)
+    counted(
+        next::<Memalign>(slot)(align, size),
+        aligned_need(align, size),
+    )
+}
+
+/// What an aligned request needs of the address space at worst, as its failure is recorded: a
+/// 64-byte block aligned to 1 TiB is a 1 TiB request, not a 64-byte one.
+#[inline(always)]
+fn aligned_need(align: usize, size: usize) -> usize {
+    size.saturating_add(align.saturating_sub(1))
 }
 
 /// `memalign(3)`.
@@ -305,7 +315,7 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     if rc == 0 {
         counted(*out, size);
     } else if rc == libc::ENOMEM {
-        foreign::count_failure(size);
+        foreign::count_failure(aligned_need(align, size));
     }
     rc
 }

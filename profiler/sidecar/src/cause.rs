@@ -87,19 +87,44 @@ impl Seen {
         let (failures, failed_bytes) = w.alloc_failures;
         let oom_killed =
             self.signal == Some(libc::SIGKILL) && self.oom_kills.is_some_and(|k| k > 0);
-        let (cause, description) = if failures > 0 {
+        // A failed allocation the job survived (it went on and exited with code 0) is not how it
+        // ended: it is said beside the exit, and the judge's finding stays for the reader.
+        let survived = failures > 0 && self.signal.is_none() && self.code() == Some(0);
+        let (cause, description) = if survived {
+            let mut f = Facts::default();
+            f.int("requested_bytes", failed_bytes);
+            findings.push(finding(Kind::RustAllocFailure, f, &ctx));
+            let (cause, text) = self.plain_end();
+            let what = match failures {
+                1 => format!("an allocation of {} failed", fmt_bytes(failed_bytes)),
+                n => format!(
+                    "{n} allocations failed (the first of {})",
+                    fmt_bytes(failed_bytes)
+                ),
+            };
+            (cause, format!("{text}; {what} and the job went on"))
+        } else if failures > 0 {
             let mut f = Facts::default();
             f.int("requested_bytes", failed_bytes);
             findings.push(finding(Kind::RustAllocFailure, f, &ctx));
             let how = self.after_failure("aborted with");
-            (
-                "out_of_memory",
-                format!(
+            let machine = machine_memory();
+            let description = match machine.filter(|&m| failed_bytes > m) {
+                // Not a memory shortage: no amount of freeing could have served it.
+                Some(m) => format!(
+                    "a single {} allocation failed{}, more than this machine's {} of memory and \
+                     swap: a request that can never fit here; it {how}",
+                    fmt_bytes(failed_bytes),
+                    self.place,
+                    fmt_bytes(m)
+                ),
+                None => format!(
                     "the job ran out of memory: a {} allocation failed{}; it {how}",
                     fmt_bytes(failed_bytes),
                     self.place
                 ),
-            )
+            };
+            ("out_of_memory", description)
         } else if let Some(o) = report.device_ooms.last() {
             let d = memsight_analysis::diagnose::device_oom::finding(o);
             findings.push(finding(d.kind, d.facts, &ctx));
@@ -204,4 +229,15 @@ fn finding(kind: Kind, facts: Facts, ctx: &Context) -> PostMortemFinding {
             .map(|r| r.action)
             .collect(),
     }
+}
+
+/// This machine's memory and swap (`/proc/meminfo`), in bytes.
+fn machine_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    };
+    Some(kib("MemTotal:")?.saturating_add(kib("SwapTotal:").unwrap_or(0)) * 1024)
 }

@@ -17,6 +17,9 @@ const PYTHON_PACKAGE: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/pyth
 /// What was put in place for one job; removes the Python package's copy when dropped.
 pub(crate) struct Injected {
     python_dir: Option<PathBuf>,
+    /// The copy's `.held` file, locked (shared) by the sidecar and, inherited, by the job: a
+    /// later session's clean-up removes the copy only once neither lives.
+    _held: Option<std::fs::File>,
 }
 
 impl Drop for Injected {
@@ -75,7 +78,10 @@ pub(crate) fn prepare(cmd: &mut Command, dir: &Path, tag: &str, cupti: bool) -> 
             if cupti {
                 eprintln!("memsight · --cupti needs the preloaded library: no device counts");
             }
-            return Injected { python_dir: None };
+            return Injected {
+                python_dir: None,
+                _held: None,
+            };
         }
     };
     if cupti {
@@ -90,33 +96,77 @@ pub(crate) fn prepare(cmd: &mut Command, dir: &Path, tag: &str, cupti: bool) -> 
             }
         }
     }
+    let python_dir = dir.join(format!("python-{tag}"));
+    let held = match make_injection_dir(&python_dir) {
+        Ok(held) => Some(held),
+        Err(e) => {
+            eprintln!(
+                "memsight · `import memsight` will need the package installed: {}: {e}",
+                python_dir.display()
+            );
+            None
+        }
+    };
+    let preloaded = held
+        .as_ref()
+        .and_then(|_| glibc_only_path(&python_dir, &lib))
+        .unwrap_or_else(|| lib.clone());
     cmd.env(
         "LD_PRELOAD",
-        prepend(lib.into_os_string(), "LD_PRELOAD", ":"),
+        prepend(preloaded.into_os_string(), "LD_PRELOAD", ":"),
     )
     // Only a direct child of this sidecar (or of a launcher it passes the session to) starts
     // the session: programs a Rust job or a script starts do not take it (preload/src/job.rs).
     .env("MEMSIGHT_SESSION_PARENT", std::process::id().to_string());
-    let python_dir = dir.join(format!("python-{tag}"));
+    let Some(held) = held else {
+        let _ = std::fs::remove_dir_all(&python_dir);
+        return Injected {
+            python_dir: None,
+            _held: None,
+        };
+    };
     match write_python_package(&python_dir) {
         Ok(()) => {
             cmd.env(
                 "PYTHONPATH",
                 prepend(python_dir.clone().into_os_string(), "PYTHONPATH", ":"),
             );
-            Injected {
-                python_dir: Some(python_dir),
-            }
         }
-        Err(e) => {
-            eprintln!(
-                "memsight · `import memsight` will need the package installed: {}: {e}",
-                python_dir.display()
-            );
-            let _ = std::fs::remove_dir_all(&python_dir);
-            Injected { python_dir: None }
-        }
+        Err(e) => eprintln!(
+            "memsight · `import memsight` will need the package installed: {}: {e}",
+            python_dir.display()
+        ),
     }
+    Injected {
+        python_dir: Some(python_dir),
+        _held: Some(held),
+    }
+}
+
+/// The kernel's name for this machine's platform (`AT_PLATFORM`: `x86_64`, `aarch64`), which
+/// glibc's loader puts for `$PLATFORM` in `LD_PRELOAD`.
+fn platform() -> Option<String> {
+    // SAFETY: getauxval returns 0 or a pointer to a NUL-terminated string the kernel placed.
+    let p = unsafe { libc::getauxval(libc::AT_PLATFORM) } as *const libc::c_char;
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, NUL-terminated, lives as long as the process.
+    let s = unsafe { std::ffi::CStr::from_ptr(p) }.to_str().ok()?;
+    (!s.is_empty() && !s.contains('/')).then(|| s.to_string())
+}
+
+/// A path to `lib` that only glibc's loader resolves: `DIR/$PLATFORM/libmemsight_preload.so`,
+/// through a link made at `DIR/<platform>/`. The library is built for glibc; musl's loader, which
+/// does not expand `$PLATFORM`, then finds no file and (as it does for any preload it cannot find)
+/// starts the program without it, instead of failing on the library's glibc dependencies (exit
+/// 127). `None` where the link cannot be made: the plain path is used.
+fn glibc_only_path(dir: &Path, lib: &Path) -> Option<PathBuf> {
+    let platform = platform()?;
+    let at = dir.join(&platform);
+    std::fs::create_dir(&at).ok()?;
+    std::os::unix::fs::symlink(lib, at.join(LIBRARY)).ok()?;
+    Some(dir.join("$PLATFORM").join(LIBRARY))
 }
 
 /// `first` followed by the current value of `var`, if any.
@@ -129,18 +179,39 @@ fn prepend(first: OsString, var: &str, sep: &str) -> OsString {
     v
 }
 
+/// Makes the job's injection directory (new, readable by this user only) and its `.held` file,
+/// returned locked and inheritable (the job holds it too).
+fn make_injection_dir(dir: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dir.join(".held"))?;
+    // SAFETY: flock and fcntl on a descriptor we own; the lock is only evidence for clean-up.
+    unsafe {
+        libc::flock(held.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB);
+        libc::fcntl(held.as_raw_fd(), libc::F_SETFD, 0);
+    }
+    Ok(held)
+}
+
 /// Writes the package to `dir/memsight/` (a new directory, readable by this user only).
 fn write_python_package(dir: &Path) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let pkg = dir.join("memsight");
-    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
     std::fs::DirBuilder::new().mode(0o700).create(&pkg)?;
     for &(name, text) in PYTHON_PACKAGE {
         std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(pkg.join(name))?
             .write_all(text.as_bytes())?;
     }

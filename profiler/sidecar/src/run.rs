@@ -12,6 +12,7 @@ use memsight_format::clock::unix_ms;
 use memsight_format::wire::ring::RingReader;
 use memsight_format::wire::runtime_dir;
 use std::ffi::OsString;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus};
 use std::sync::mpsc;
@@ -67,7 +68,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     let (program, args) = opts.command.split_first().ok_or(SidecarError::NoCommand)?;
     check_report_path(&opts.report)?;
     let dir = runtime_dir().map_err(|(p, e)| SidecarError::RuntimeDir(p, e))?;
-    memsight_format::wire::remove_stale_rings();
+    memsight_format::wire::remove_stale_files();
     let tag = format!("{}-{}", std::process::id(), unix_ms());
     let ring_path = dir.join(format!("ring-{tag}.bin"));
     let job_report = job_report_path(opts, &dir, &tag)?;
@@ -88,6 +89,13 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         .then(|| crate::inject::prepare(&mut cmd, &dir, &tag, opts.cupti));
     if let Some(log) = &opts.job_output {
         send_output_to(&mut cmd, program, log)?;
+    } else if to_stdout(&opts.report) {
+        // Standard output carries the report alone: the job's output goes to standard error.
+        let err = std::io::stderr()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| SidecarError::Spawn(program.to_string_lossy().into_owned(), e))?;
+        cmd.stdout(std::process::Stdio::from(err));
     }
     let child = cmd
         .spawn()

@@ -72,7 +72,11 @@ fn line(r: &Record) -> Arc<str> {
 
 /// The socket path of the sidecar watching `job_pid`.
 pub fn socket_path(job_pid: u32) -> Result<PathBuf, (PathBuf, io::Error)> {
-    Ok(memsight_format::wire::runtime_dir()?.join(format!("sidecar-{job_pid}.sock")))
+    Ok(
+        memsight_format::wire::runtime_dir()?.join(memsight_format::wire::pid_file_name(
+            "sidecar-", job_pid, ".sock",
+        )),
+    )
 }
 
 /// Whether a peer with `peer_uid` may connect to a server run by `own_uid`.
@@ -114,7 +118,17 @@ impl Server {
         command: Vec<String>,
         limits: Limits,
     ) -> io::Result<Server> {
-        let _ = std::fs::remove_file(path);
+        // A stale socket of a sidecar of this pid namespace is replaced; anything else is not.
+        if let Ok(m) = std::fs::symlink_metadata(path) {
+            use std::os::unix::fs::FileTypeExt;
+            if !m.file_type().is_socket() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "exists and is not a socket: left alone",
+                ));
+            }
+            let _ = std::fs::remove_file(path);
+        }
         let listener = UnixListener::bind(path)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
         let hello = line(&Record::SidecarHello {

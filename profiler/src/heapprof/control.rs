@@ -4,7 +4,6 @@
 //! allocated, or `MEMSIGHT_HEAP_SAMPLE`: `off` or a size, set by `memsight run --heap-sample` /
 //! `--no-heap-profile`).
 
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// How a process gets heap profiling.
@@ -131,14 +130,19 @@ pub fn configure_from_env() -> Result<Option<u64>, String> {
     }
 }
 
-/// Writes a heap profile to `path`, complete or not at all (written beside it, then renamed).
-pub fn dump(path: &Path) -> Result<(), String> {
+/// Writes a heap profile as `name` in the open directory `dir`, complete or not at all (written
+/// beside it, then renamed; nothing reached by path again).
+pub fn dump(
+    dir: &std::sync::Arc<memsight_format::safe_dir::Dir>,
+    name: &std::ffi::OsStr,
+) -> Result<(), String> {
+    let path = dir.path().join(name);
     if !enabled() {
         return Err(not_enabled());
     }
-    let tmp = memsight_format::safe_file::Pending::new(path)
+    let tmp = memsight_format::safe_file::Pending::in_dir(std::sync::Arc::clone(dir), name)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    imp::dump(tmp.tmp_path(), CONFIGURED.load(Relaxed))?;
+    imp::dump(&tmp.tmp_path(), CONFIGURED.load(Relaxed))?;
     tmp.commit()
         .map(drop)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))

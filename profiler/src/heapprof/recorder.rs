@@ -10,10 +10,12 @@
 use super::control;
 use crate::sys::lock;
 use memsight_format::heap_profile::{DumpKind, DumpRecord};
+use memsight_format::safe_dir::Dir;
 use memsight_format::wire::ring::RingWriter;
 use memsight_format::wire::Record;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A peak dump needs the heap to have grown this much since the last one.
@@ -22,7 +24,8 @@ const PEAK_GROWTH: f64 = 1.05;
 const FIRST_STEP: u64 = 2;
 
 struct Recorder {
-    dir: PathBuf,
+    /// The profile directory, open: every profile is written relative to it.
+    dir: Arc<Dir>,
     started: Instant,
     ring: Option<&'static RingWriter>,
     /// The job's current step (told at each step boundary).
@@ -50,7 +53,9 @@ fn env_ms(name: &str, default: u64) -> Duration {
     )
 }
 
-/// Starts recording into `dir` (created): what is in effect, or why there is no heap profiling.
+/// Starts recording into `dir` (created component by component, never through another user's
+/// link, and refused when another user owns it): what is in effect, or why there is no heap
+/// profiling.
 pub(crate) fn start(
     dir: &Path,
     started: Instant,
@@ -58,14 +63,10 @@ pub(crate) fn start(
     step: u64,
 ) -> Result<String, String> {
     let rate = control::configure_from_env()?;
-    std::fs::create_dir_all(dir).map_err(|e| {
-        format!(
-            "cannot create heap profile directory {}: {e}",
-            dir.display()
-        )
-    })?;
+    let opened = Dir::create_own(dir, 0o755)
+        .map_err(|e| format!("cannot create heap profile directory: {e}"))?;
     *lock(&RECORDER) = Some(Recorder {
-        dir: dir.to_path_buf(),
+        dir: Arc::new(opened),
         started,
         ring,
         step,
@@ -99,8 +100,8 @@ fn sampling_now() -> bool {
 
 impl Recorder {
     fn write(&mut self, kind: DumpKind, name: &str, step: u64, heap_bytes: u64) -> Option<PathBuf> {
-        let path = self.dir.join(name);
-        if let Err(e) = control::dump(&path) {
+        let path = self.dir.path().join(name);
+        if let Err(e) = control::dump(&self.dir, OsStr::new(name)) {
             eprintln!("memsight: {e}");
             return None;
         }
@@ -190,7 +191,9 @@ pub(crate) fn on_step(n: u64) {
         .map(|d| d.path.clone())
         .collect();
     if let [_, previous, _] = steps.as_slice() {
-        let _ = std::fs::remove_file(previous);
+        if let Some(name) = Path::new(previous).file_name() {
+            let _ = r.dir.remove_file(name);
+        }
         r.records.retain(|d| &d.path != previous);
     }
 }

@@ -183,7 +183,7 @@ impl SessionBuilder {
             RingChoice::Default => wire::default_ring_path(std::process::id())
                 .ok()
                 .inspect(|p| {
-                    wire::remove_stale_rings();
+                    wire::remove_stale_files();
                     if wire::ring::is_unused(p) {
                         let _ = std::fs::remove_file(p);
                     }
@@ -215,7 +215,10 @@ impl SessionBuilder {
             .map(PathBuf::from)
             .or_else(|| cfg.report_path.as_deref().map(heapprof::dir_for_report));
         let heap_profile = match &profile_dir {
-            Some(dir) => heapprof::start(dir, started, ring, phases::current_step()),
+            Some(dir) => heapprof::start(dir, started, ring, phases::current_step()).inspect_err(
+                // Said even in a quiet session: a refused directory is a choice the user must see.
+                |e| eprintln!("memsight: no heap profiles: {e}"),
+            ),
             None => Err("no report path, so no heap profiles are written".into()),
         };
         let shared = Arc::new(Shared {

@@ -2,7 +2,8 @@
 //! another 4 MiB. `stepping_job kill` SIGKILLs itself at step 10; `oom` caps its address space and
 //! allocates until an allocation fails; `grow` keeps 8 MiB a step until something stops it; `exit
 //! CODE [STEPS]` finishes its session and exits with CODE. With `JOB_PID_FILE` set it writes its pid
-//! there first; with `JOB_CGROUP` set it moves itself into that cgroup directory.
+//! there first; with `JOB_CGROUP` set it moves itself into that cgroup directory; `JOB_PHASE_NAME`
+//! renames the inner phase.
 
 use std::time::Duration;
 
@@ -54,11 +55,12 @@ fn main() {
         cap_address_space(256 << 20);
     }
     let mut kept: Vec<Vec<u8>> = Vec::new();
+    let forward = std::env::var("JOB_PHASE_NAME").unwrap_or_else(|_| "forward".into());
     for step in 0..steps {
         memsight::step(step);
         let _train = memsight::phase("train");
         {
-            let _fwd = memsight::phase("forward");
+            let _fwd = memsight::phase(&forward);
             let size = match mode {
                 "oom" => 16 << 20,
                 "grow" => 8 << 20,

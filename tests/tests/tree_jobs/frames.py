@@ -55,13 +55,75 @@ def tree_bytes(root):
     return len(union) * PAGE if union else None
 
 
+def sidecar_socket():
+    """The live socket of the `memsight run` watching this process, or None."""
+    import glob
+    uid = os.getuid()
+    pid = os.getpid()
+    bases = []
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        bases.append(os.path.join(os.environ["XDG_RUNTIME_DIR"], "memsight"))
+    for root in ("/dev/shm", os.environ.get("TMPDIR") or "/tmp"):
+        bases.append(f"{root}/memsight-{uid}")
+    bases.append(os.path.expanduser("~/.cache/memsight/runtime"))
+    for b in bases:
+        for p in [os.path.join(b, f"sidecar-{pid}.sock")] + glob.glob(os.path.join(b, f"sidecar-{pid}.*.sock")):
+            if os.path.exists(p):
+                return p
+    return None
+
+
+def wait_for_tree_samples(count, deadline_s=180.0):
+    """Blocks until the sidecar has sent `count` new process-tree samples on its live socket (the
+    event this job waits for, whatever the machine's load), or the deadline passes. False when
+    there is no socket to watch."""
+    import json, socket, time
+    path = None
+    end = time.time() + deadline_s
+    while path is None and time.time() < end:
+        path = sidecar_socket()
+        if path is None:
+            time.sleep(0.1)
+    if path is None:
+        return False
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    s.settimeout(1.0)
+    buf, lines, seen = b"", 0, 0
+    while seen < count and time.time() < end:
+        try:
+            chunk = s.recv(65536)
+        except socket.timeout:
+            continue
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            lines += 1
+            if lines <= 2:  # the hello and the state already held: not new samples
+                continue
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if r.get("type") == "snapshot" and r.get("tree"):
+                seen += 1
+    s.close()
+    return seen >= count
+
+
 def hold_and_measure(out_path, seconds=4.0):
-    """Measures the tree's distinct physical bytes, holds still for `seconds` (the sidecar samples
-    meanwhile), measures again, and writes both with the window in Unix milliseconds."""
+    """Measures the tree's distinct physical bytes, holds still until the sidecar has sampled the
+    tree three times (read from its live socket; `seconds` where there is none), measures again,
+    and writes both with the window in Unix milliseconds."""
     import json, time
     t0 = time.time()
     first = tree_bytes(os.getpid())
-    time.sleep(seconds)
+    time.sleep(0.3)  # the test's margin at the window's start
+    if not wait_for_tree_samples(3):
+        time.sleep(seconds)
+    time.sleep(0.3)  # and at its end
     last = tree_bytes(os.getpid())
     t1 = time.time()
     with open(out_path, "w") as f:

@@ -14,15 +14,9 @@ pub struct Down {
     pub retry: bool,
 }
 
-/// The job pid in a sidecar socket's name (`sidecar-<pid>.sock`).
+/// The job pid in a sidecar socket's name (`sidecar-<pid>.<pid namespace>.sock`).
 pub fn job_pid_of(socket: &Path) -> Option<u32> {
-    socket
-        .file_name()?
-        .to_str()?
-        .strip_prefix("sidecar-")?
-        .strip_suffix(".sock")?
-        .parse()
-        .ok()
+    memsight_format::wire::pid_of_file_name(socket.file_name()?.to_str()?, "sidecar-", ".sock")
 }
 
 /// Whether process `pid` exists.

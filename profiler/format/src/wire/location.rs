@@ -1,11 +1,16 @@
 //! Where rings (and, later, sockets) live: the per-user runtime directory `$XDG_RUNTIME_DIR/memsight`,
-//! or `/dev/shm/memsight-<uid>`, or `<tmp>/memsight-<uid>`; mode 0700, owned by this user. A session
-//! not started by `memsight run` writes `ring-<pid>.bin` there, which `memsight attach PID` finds.
+//! or `/dev/shm/memsight-<uid>`, or `<tmp>/memsight-<uid>`, or `$HOME/.cache/memsight/runtime`; mode
+//! 0700, owned by this user. A session not started by `memsight run` writes `ring-<pid>.<pid
+//! namespace>.bin` there, which `memsight attach PID` finds.
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-use std::path::PathBuf;
+use crate::safe_dir::Dir;
+use std::path::{Path, PathBuf};
+use std::sync::Once;
 
-/// Creates (if needed) and checks the runtime directory.
+/// Creates (if needed) and checks the runtime directory: the first candidate that is, or can be
+/// made, a directory of this user's (0700) — reached without following another user's link. A
+/// name another user took first (`/dev/shm/memsight-0` made by `nobody`) is passed over with one
+/// warning, down to `$HOME/.cache/memsight/runtime`, which nobody else can take.
 pub fn runtime_dir() -> Result<PathBuf, (PathBuf, std::io::Error)> {
     // SAFETY: getuid cannot fail.
     let uid = unsafe { libc::getuid() };
@@ -15,57 +20,125 @@ pub fn runtime_dir() -> Result<PathBuf, (PathBuf, std::io::Error)> {
             .map(|d| PathBuf::from(d).join("memsight")),
         Some(PathBuf::from(format!("/dev/shm/memsight-{uid}"))),
         Some(std::env::temp_dir().join(format!("memsight-{uid}"))),
+        std::env::var_os("HOME")
+            .filter(|d| !d.is_empty())
+            .map(|d| PathBuf::from(d).join(".cache/memsight/runtime")),
     ];
     let mut last = None;
+    let mut passed_over = Vec::new();
     for dir in candidates.into_iter().flatten() {
-        match ensure(&dir, uid) {
-            Ok(()) => return Ok(dir),
-            Err(e) => last = Some((dir, e)),
+        match ensure(&dir) {
+            Ok(()) => {
+                if !passed_over.is_empty() {
+                    static WARNED: Once = Once::new();
+                    WARNED.call_once(|| {
+                        eprintln!(
+                            "memsight: runtime directory {} (passed over: {})",
+                            dir.display(),
+                            passed_over.join("; ")
+                        )
+                    });
+                }
+                return Ok(dir);
+            }
+            Err(e) => {
+                if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    passed_over.push(e.to_string());
+                }
+                last = Some((dir, e));
+            }
         }
     }
     Err(last.unwrap_or_else(|| (PathBuf::new(), std::io::Error::other("no candidate"))))
 }
 
-fn ensure(dir: &PathBuf, uid: u32) -> std::io::Result<()> {
-    if let Some(parent) = dir.parent() {
-        if !parent.is_dir() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "no parent directory",
-            ));
-        }
-    }
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
-    let meta = std::fs::symlink_metadata(dir)?;
-    if !meta.is_dir() || meta.uid() != uid {
+fn ensure(dir: &Path) -> std::io::Result<()> {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
         return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            "exists but is not a directory owned by this user",
+            std::io::ErrorKind::InvalidInput,
+            "names no directory",
         ));
-    }
-    if meta.permissions().mode() & 0o077 != 0 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    };
+    // `$HOME/.cache/memsight` may not exist yet; `/dev/shm` or `$XDG_RUNTIME_DIR` must.
+    let holder = if parent.ends_with(".cache/memsight") {
+        Dir::create_own(parent, 0o700)?
+    } else {
+        Dir::open(parent)?
+    };
+    let own = holder.own_subdir(name, 0o700)?;
+    // On the open directory itself: never a path that could be swapped meanwhile.
+    // SAFETY: fchmod on a descriptor we hold.
+    if unsafe { libc::fchmod(own.fd(), 0o700) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
 
-/// The ring a session of process `pid` writes when no sidecar named one.
-pub fn default_ring_path(pid: u32) -> Result<PathBuf, (PathBuf, std::io::Error)> {
-    Ok(runtime_dir()?.join(format!("ring-{pid}.bin")))
+/// The name of a file of process `pid` in the runtime directory: `<prefix><pid>.<pid
+/// namespace><suffix>`. Processes in other PID namespaces that share the directory (containers
+/// sharing `/dev/shm`) can have the same pid; the namespace keeps their files apart.
+pub fn pid_file_name(prefix: &str, pid: u32, suffix: &str) -> String {
+    match pid_namespace() {
+        Some(ns) => format!("{prefix}{pid}.{ns}{suffix}"),
+        None => format!("{prefix}{pid}{suffix}"),
+    }
 }
 
-/// Removes rings in the runtime directory that nobody holds: `ring-<pid>.bin` of a job,
-/// `ring-<sidecar pid>-<ms>.bin` of a sidecar. A SIGKILLed job cannot clean up after itself; the
-/// next session does. A ring is stale only when no process holds its lock (writers and readers
-/// do, see [`super::ring::is_unused`]) *and* the pid in its name is gone here: a pid alone would
-/// condemn the live rings of jobs in another PID namespace sharing the directory, and the lock
-/// alone a ring its writer has created but not yet locked. Reports (`job-report-*.json`, left by a sidecar killed before it delivered
-/// one to standard output) are never removed: they may be the only copy.
-pub fn remove_stale_rings() {
+/// The pid in a name made by [`pid_file_name`] (or by an older memsight, without a namespace),
+/// when the namespace it names is this process's.
+pub fn pid_of_file_name(name: &str, prefix: &str, suffix: &str) -> Option<u32> {
+    let stem = name.strip_prefix(prefix)?.strip_suffix(suffix)?;
+    let (pid, ns) = match stem.split_once('.') {
+        Some((p, ns)) => (p, Some(ns)),
+        None => (stem, None),
+    };
+    match (ns, pid_namespace()) {
+        (Some(ns), Some(own)) if ns.parse::<u64>().ok() != Some(own) => None,
+        _ => pid.parse().ok(),
+    }
+}
+
+/// This process's PID namespace (the inode of `/proc/self/ns/pid`).
+fn pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
+/// The ring a session of process `pid` writes when no sidecar named one.
+pub fn default_ring_path(pid: u32) -> Result<PathBuf, (PathBuf, std::io::Error)> {
+    Ok(runtime_dir()?.join(pid_file_name("ring-", pid, ".bin")))
+}
+
+/// Whether process `pid` is gone from this PID namespace.
+fn gone(pid: i32) -> bool {
+    // SAFETY: signal 0 only asks whether the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// The pid at the start of a runtime file's name after `prefix` (`ring-<pid>…`, `python-<pid>-…`).
+fn leading_pid(name: &str, prefix: &str) -> Option<i32> {
+    name.strip_prefix(prefix)?
+        .split(['-', '.'])
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Removes what dead sessions and sidecars left in the runtime directory. A SIGKILLed process
+/// cannot clean up after itself; the next session does:
+/// - rings nobody holds: `ring-<pid>….bin` of a job, `ring-<sidecar pid>-<ms>.bin` of a sidecar. A
+///   ring is stale only when no process holds its lock (writers and readers do, see
+///   [`super::ring::is_unused`]) *and* the pid in its name is gone here: a pid alone would condemn
+///   the live rings of jobs in another PID namespace sharing the directory, and the lock alone a
+///   ring its writer has created but not yet locked;
+/// - the Python package copies of sidecars (`python-<sidecar pid>-<ms>/`), by the same rule, with
+///   the lock of their `.held` file (the sidecar's, inherited by its job);
+/// - sidecar sockets nobody listens on whose job is gone.
+///
+/// Reports (`job-report-*.json`, left by a sidecar killed before it delivered one to standard
+/// output) are never removed: they may be the only copy.
+pub fn remove_stale_files() {
     let Ok(dir) = runtime_dir() else { return };
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return;
@@ -73,20 +146,26 @@ pub fn remove_stale_rings() {
     for e in entries.flatten() {
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
-        let stem = name
-            .strip_prefix("ring-")
-            .and_then(|n| n.strip_suffix(".bin"));
-        let Some(pid) = stem
-            .and_then(|s| s.split('-').next())
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        // SAFETY: signal 0 only asks whether the process exists.
-        let gone = unsafe { libc::kill(pid, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if gone && super::ring::is_unused(&e.path()) {
-            let _ = std::fs::remove_file(e.path());
+        let path = e.path();
+        if name.ends_with(".bin") {
+            if leading_pid(name, "ring-").is_some_and(gone) && super::ring::is_unused(&path) {
+                let _ = std::fs::remove_file(&path);
+            }
+        } else if let Some(pid) = leading_pid(name, "python-") {
+            let held = path.join(".held");
+            let unheld = !held.exists() || super::ring::is_unused(&held);
+            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+            if is_dir && gone(pid) && unheld {
+                let _ = std::fs::remove_dir_all(&path);
+            }
+        } else if name.starts_with("sidecar-") && name.ends_with(".sock") {
+            let job_gone =
+                pid_of_file_name(name, "sidecar-", ".sock").is_none_or(|p| gone(p as i32));
+            let refused = std::os::unix::net::UnixStream::connect(&path)
+                .is_err_and(|e| e.raw_os_error() == Some(libc::ECONNREFUSED));
+            if job_gone && refused {
+                let _ = std::fs::remove_file(&path);
+            }
         }
     }
 }

@@ -8,7 +8,9 @@ mod location;
 pub mod ring;
 pub mod stream;
 
-pub use location::{default_ring_path, remove_stale_rings, ring_of, runtime_dir};
+pub use location::{
+    default_ring_path, pid_file_name, pid_of_file_name, remove_stale_files, ring_of, runtime_dir,
+};
 
 use crate::snapshot::Snapshot;
 use serde::{Deserialize, Serialize};
@@ -17,7 +19,7 @@ use std::fmt;
 /// Incompatible format changes bump this; readers reject other majors.
 pub const MAJOR: u16 = 1;
 /// Additive changes (new record types, new optional fields) bump this.
-pub const MINOR: u16 = 4;
+pub const MINOR: u16 = 5;
 
 /// One thing the job tells its watchers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -51,8 +51,15 @@ const OFF_ALLOC_FAILED_BYTES: usize = 64;
 /// Control words written by a requester (`memsight heap dump|sampling PID`), read by the job.
 const OFF_HEAP_DUMP_REQUESTS: usize = 72;
 const OFF_HEAP_SAMPLING_REQUEST: usize = 80;
-/// Slot payload kind: a JSON-encoded [`Record`].
+/// Records the writer could not write at all (larger than a quarter of the ring; 1.5).
+const OFF_UNWRITTEN: usize = 88;
+/// Slot payload kind: a JSON-encoded [`Record`] whole in one slot.
 const KIND_JSON: u16 = 1;
+/// Slot payload kind (1.5): the first part of a JSON record spread over consecutive slots; the
+/// slot header's last two bytes say how many slots it takes.
+const KIND_JSON_FIRST: u16 = 2;
+/// Slot payload kind (1.5): a later part of such a record; the last two bytes say which part.
+const KIND_JSON_PART: u16 = 3;
 
 /// Takes a shared `flock` on a ring file: held by its writer (and inherited by the writer's
 /// children) and by its readers for as long as they have it open, so clean-up can tell a ring in
@@ -261,26 +268,58 @@ impl RingWriter {
         &self.path
     }
 
-    /// Appends a record; never waits. Returns false when the record is larger than a slot.
+    /// Appends a record; never waits. A record larger than a slot is spread over consecutive
+    /// slots claimed with the same one atomic add; one larger than a quarter of the ring (or not
+    /// encodable) is not written and is counted in the header, where readers add it to their
+    /// dropped records. Returns whether it was written.
     pub fn append(&self, record: &Record) -> bool {
         let Ok(payload) = serde_json::to_vec(record) else {
+            self.unwritten();
             return false;
         };
-        if payload.len() > self.slot_size - SLOT_HEADER {
-            self.oversize.fetch_add(1, Ordering::Relaxed);
+        let room = self.slot_size - SLOT_HEADER;
+        let parts = payload.len().div_ceil(room).max(1);
+        if parts > (self.slots / 4).max(1) || parts > u16::MAX as usize {
+            self.unwritten();
             return false;
         }
-        let n = self.map.atomic(OFF_NEXT).fetch_add(1, Ordering::AcqRel);
+        let first = self
+            .map
+            .atomic(OFF_NEXT)
+            .fetch_add(parts as u64, Ordering::AcqRel);
+        for (i, chunk) in payload.chunks(room).enumerate() {
+            let (kind, aux) = match (parts, i) {
+                (1, _) => (KIND_JSON, 0),
+                (_, 0) => (KIND_JSON_FIRST, parts as u16),
+                _ => (KIND_JSON_PART, i as u16),
+            };
+            self.write_slot(first.wrapping_add(i as u64), kind, aux, chunk);
+        }
+        if payload.is_empty() {
+            self.write_slot(first, KIND_JSON, 0, &[]);
+        }
+        true
+    }
+
+    /// Writes record number `n`'s slot under its sequence word.
+    fn write_slot(&self, n: u64, kind: u16, aux: u16, payload: &[u8]) {
         let slot = HEADER_SIZE + (n as usize % self.slots) * self.slot_size;
         let seq = self.map.atomic(slot);
         seq.store(n.wrapping_mul(2).wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
         self.map
             .write(slot + 8, &(payload.len() as u32).to_le_bytes());
-        self.map.write(slot + 12, &KIND_JSON.to_le_bytes());
-        self.map.write(slot + SLOT_HEADER, &payload);
+        self.map.write(slot + 12, &kind.to_le_bytes());
+        self.map.write(slot + 14, &aux.to_le_bytes());
+        self.map.write(slot + SLOT_HEADER, payload);
         seq.store(n.wrapping_mul(2).wrapping_add(2), Ordering::Release);
-        true
+    }
+
+    fn unwritten(&self) {
+        self.oversize.fetch_add(1, Ordering::Relaxed);
+        self.map
+            .atomic(OFF_UNWRITTEN)
+            .fetch_add(1, Ordering::AcqRel);
     }
 
     /// Failed allocations recorded in the header, and the size of the first one.
@@ -288,7 +327,7 @@ impl RingWriter {
         self.map.alloc_failures()
     }
 
-    /// Records dropped because they did not fit a slot.
+    /// Records not written because they did not fit the ring.
     pub fn oversize(&self) -> u64 {
         self.oversize.load(Ordering::Relaxed)
     }

@@ -6,6 +6,13 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+/// The largest slot a reader accepts (16 MiB; memsight writes 4 KiB slots).
+pub const MAX_SLOT_SIZE: usize = 16 << 20;
+/// The largest ring a reader accepts, all slots together (256 MiB; memsight writes 1 MiB). What a
+/// reader holds of one record is at most a ring's slots, so a crafted header (a sparse file
+/// claiming gigabytes) cannot make it allocate more than this.
+pub const MAX_RING_BYTES: usize = 256 << 20;
+
 /// The header of a ring, as read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RingInfo {
@@ -32,7 +39,6 @@ pub struct RingReader {
     info: RingInfo,
     next: u64,
     dropped: u64,
-    buf: Vec<u8>,
 }
 
 /// `N` bytes at `off`, or `None` when the file is shorter (truncated) or unreadable.
@@ -83,6 +89,16 @@ impl RingReader {
             interval_ms: field(OFF_INTERVAL, 8),
         };
         let header_size = field(OFF_HEADER_SIZE, 4) as usize;
+        let name = path.display();
+        if info.slot_size > MAX_SLOT_SIZE
+            || info.slots.saturating_mul(info.slot_size) > MAX_RING_BYTES
+        {
+            return Err(WireError::NotARing(format!(
+                "{name}: header says {} slots of {} bytes, over what a ring may have (slots of at \
+                 most {MAX_SLOT_SIZE} bytes, {MAX_RING_BYTES} bytes in all)",
+                info.slots, info.slot_size
+            )));
+        }
         let need = info
             .slot_size
             .checked_mul(info.slots)
@@ -94,8 +110,7 @@ impl RingReader {
             || need.is_none_or(|n| n > len)
         {
             return Err(WireError::NotARing(format!(
-                "{}: header says {} slots of {} bytes ({}-byte header) but the file is {len} bytes",
-                path.display(),
+                "{name}: header says {} slots of {} bytes ({}-byte header) but the file is {len} bytes",
                 info.slots,
                 info.slot_size,
                 header_size
@@ -106,7 +121,6 @@ impl RingReader {
             info,
             next: 0,
             dropped: 0,
-            buf: Vec::new(),
         })
     }
 
@@ -124,9 +138,11 @@ impl RingReader {
         )
     }
 
-    /// Records lost so far: overwritten before this reader got to them, torn or unreadable.
+    /// Records lost so far: overwritten before this reader got to them, torn or unreadable, and
+    /// those the writer could not write at all (too large for the ring, counted in its header).
     pub fn dropped(&self) -> u64 {
         self.dropped
+            .saturating_add(u64_at(&self.file, OFF_UNWRITTEN).unwrap_or(0))
     }
 
     /// Every complete record written since the last call, oldest first.
@@ -153,21 +169,71 @@ impl RingReader {
         while self.next < written {
             let n = self.next;
             match self.read_slot(n) {
-                Slot::Ready(r) => {
-                    out.push(r);
+                Slot::Ready(KIND_JSON, _, bytes) => {
+                    self.take(&bytes, &mut out);
                     self.next += 1;
                 }
+                Slot::Ready(KIND_JSON_FIRST, parts, mut bytes) => {
+                    let parts = u64::from(parts.max(1));
+                    if n.saturating_add(parts) > written {
+                        // A header that claims more parts than were claimed: corrupt.
+                        self.lose(1);
+                        continue;
+                    }
+                    match self.read_parts(n, parts, &mut bytes, writer_gone) {
+                        Parts::Complete => {
+                            self.take(&bytes, &mut out);
+                            self.next += parts;
+                        }
+                        Parts::Wait => break,
+                        Parts::Lost => {
+                            self.dropped = self.dropped.saturating_add(1);
+                            self.next += parts;
+                        }
+                        Parts::Gone => break,
+                    }
+                }
+                // A later part whose first part was overwritten before it was read (already
+                // counted among the records overwritten).
+                Slot::Ready(KIND_JSON_PART, _, _) => self.next += 1,
+                Slot::Ready(..) => self.lose(1),
                 // Claimed but not yet complete: look again next time.
                 Slot::InProgress if !writer_gone => break,
-                Slot::InProgress | Slot::Lost => {
-                    self.dropped = self.dropped.saturating_add(1);
-                    self.next += 1;
-                }
+                Slot::InProgress | Slot::Lost => self.lose(1),
                 // The file was cut short under us: nothing more can be read.
                 Slot::Gone => break,
             }
         }
         out
+    }
+
+    /// Counts `k` records lost and moves past them.
+    fn lose(&mut self, k: u64) {
+        self.dropped = self.dropped.saturating_add(k);
+        self.next += k;
+    }
+
+    /// Decodes one record's bytes into `out`, or counts it lost.
+    fn take(&mut self, bytes: &[u8], out: &mut Vec<Record>) {
+        match serde_json::from_slice::<Record>(bytes) {
+            Ok(r) => out.push(r),
+            Err(_) => self.dropped = self.dropped.saturating_add(1),
+        }
+    }
+
+    /// Appends parts 1.. of the record that starts at slot `n` to `bytes`.
+    fn read_parts(&mut self, n: u64, parts: u64, bytes: &mut Vec<u8>, writer_gone: bool) -> Parts {
+        for i in 1..parts {
+            match self.read_slot(n + i) {
+                Slot::Ready(KIND_JSON_PART, k, more) if u64::from(k) == i => {
+                    bytes.extend_from_slice(&more)
+                }
+                Slot::InProgress if !writer_gone => return Parts::Wait,
+                Slot::Gone => return Parts::Gone,
+                _ => return Parts::Lost,
+            }
+        }
+        Parts::Complete
     }
 
     fn read_slot(&mut self, n: u64) -> Slot {
@@ -195,37 +261,42 @@ impl RingReader {
         }
         let len = word(8, 4) as usize;
         let kind = word(12, 2) as u16;
+        let aux = word(14, 2) as u16;
         if len > self.info.slot_size - SLOT_HEADER {
             return Slot::Lost;
         }
-        let mut buf = std::mem::take(&mut self.buf);
-        buf.clear();
-        buf.resize(len, 0);
+        let mut buf = vec![0u8; len];
         let copied = self
             .file
             .read_exact_at(&mut buf, (slot + SLOT_HEADER) as u64)
             .is_ok();
         fence(Ordering::Acquire);
         let after = u64_at(&self.file, slot);
-        let result = if !copied || after.is_none() {
+        if !copied || after.is_none() {
             Slot::Gone
-        } else if after != Some(before) || kind != KIND_JSON {
+        } else if after != Some(before) {
             Slot::Lost
         } else {
-            match serde_json::from_slice::<Record>(&buf) {
-                Ok(r) => Slot::Ready(r),
-                Err(_) => Slot::Lost,
-            }
-        };
-        self.buf = buf;
-        result
+            Slot::Ready(kind, aux, buf)
+        }
     }
 }
 
+/// A slot as read.
 enum Slot {
-    Ready(Record),
+    /// Complete: its kind, the header's last two bytes, and its payload.
+    Ready(u16, u16, Vec<u8>),
     InProgress,
     Lost,
     /// Past the end of a file truncated under the reader.
+    Gone,
+}
+
+/// The later parts of a record spread over slots, as read.
+enum Parts {
+    Complete,
+    /// One is still being written.
+    Wait,
+    Lost,
     Gone,
 }
