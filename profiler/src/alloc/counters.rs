@@ -242,10 +242,49 @@ pub(crate) fn publish(d: i64) {
         let global = LIVE.fetch_add(d, Relaxed) + d;
         if d > 0 {
             raise_peaks(global);
+        } else if global < -FLUSH_BYTES {
+            absorb_unseen_frees(global);
         }
     }
     #[cfg(feature = "jemalloc")]
     let _ = d;
+}
+
+/// Bytes freed through the counted `free` that were never counted as allocated (allocated before
+/// the wrapping library loaded, or through `__libc_malloc`), as far as they pushed the published
+/// live total below what the threads' unpublished deltas explain. Added back to every live figure.
+#[cfg(not(feature = "jemalloc"))]
+static UNSEEN_FREED: AtomicU64 = AtomicU64::new(0);
+
+/// The published live total is `global`, below zero: beyond what unpublished deltas can explain
+/// (each thread holds less than `FLUSH_BYTES`), the frees were of blocks never counted. Sets the
+/// total back to zero and keeps the difference, so a later allocation's peak is not hidden by them.
+#[cfg(not(feature = "jemalloc"))]
+#[cold]
+fn absorb_unseen_frees(global: i64) {
+    let slack = FLUSH_BYTES.saturating_mul(super::registry::entries_used() as i64 + 1);
+    if global >= -slack {
+        return;
+    }
+    let mut now = global;
+    while now < -slack {
+        match LIVE.compare_exchange_weak(now, 0, Relaxed, Relaxed) {
+            Ok(_) => {
+                UNSEEN_FREED.fetch_add(now.unsigned_abs(), Relaxed);
+                return;
+            }
+            Err(seen) => now = seen,
+        }
+    }
+}
+
+/// Bytes freed that were never seen allocated (see `UNSEEN_FREED`); zero with the `jemalloc`
+/// feature, where jemalloc's own counters are read.
+pub(crate) fn unseen_freed() -> u64 {
+    #[cfg(not(feature = "jemalloc"))]
+    return UNSEEN_FREED.load(Relaxed);
+    #[cfg(feature = "jemalloc")]
+    0
 }
 
 /// Counts an allocation of `size` bytes before it happens, when that keeps this thread below its
@@ -521,7 +560,9 @@ pub(crate) fn heap_live() -> u64 {
         bytes_freed: freed,
         ..
     } = totals();
-    allocated.saturating_sub(freed)
+    allocated
+        .saturating_add(unseen_freed())
+        .saturating_sub(freed)
 }
 
 /// Allocation counts per power-of-two size bucket, summed over threads.

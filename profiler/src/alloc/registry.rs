@@ -66,6 +66,13 @@ pub(crate) fn register(l: &Local) -> bool {
 
 /// Runs `fold` and releases entry `i`, both under the lock (readers see the counts either in the
 /// entry or in the shared block, never both or neither).
+/// How many registry entries were ever used: at least the threads counting now (read without the
+/// lock, for the allocator's slow path).
+#[cfg(not(feature = "jemalloc"))]
+pub(crate) fn entries_used() -> usize {
+    USED.load(Relaxed)
+}
+
 pub(crate) fn release(i: usize, fold: impl FnOnce()) {
     let _held = Held::take();
     fold();
