@@ -1,12 +1,13 @@
-//! The `/metrics` endpoint: plain HTTP on a thread of its own, a bounded number of connections at
-//! once, each with a deadline; and the address it binds.
+//! The `/metrics` endpoint: plain HTTP served by one thread that waits on every connection at once
+//! (`poll`, non-blocking sockets), so no client — idle, slow or gone — holds up another; and the
+//! address it binds.
 
 use super::Metrics;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Parses a metrics address: `IP:PORT`, `[IPv6]:PORT` or `HOST:PORT` (`localhost:9464`), the
 /// first address the name resolves to.
@@ -25,93 +26,148 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
     }
 }
 
-/// Connections answered at once; more are told 503 and closed.
-const MAX_CONNECTIONS: usize = 16;
+/// Connections open at once; at the limit the oldest is closed to make room for a new one, so idle
+/// clients can delay nobody: a scraper sends its request at once and is answered long before
+/// [`MAX_CONNECTIONS`] newer connections could push it out.
+const MAX_CONNECTIONS: usize = 256;
 /// Longest a client has to send its request and take the answer.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// Longest request read; anything after it is ignored.
+const MAX_REQUEST: usize = 16 * 1024;
 
-/// Longest the accept loop spends telling a client over the limit that it is busy.
-const REFUSAL_DEADLINE: Duration = Duration::from_millis(200);
-
-/// Answers 503 to a client over the limit. Its request is read first (within
-/// [`REFUSAL_DEADLINE`]): closing a socket with unread bytes resets the connection, and the client
-/// may then lose the answer (seen on a loaded 2-core machine).
-fn refuse(mut conn: TcpStream) {
-    let deadline = std::time::Instant::now() + REFUSAL_DEADLINE;
-    let _ = conn.set_read_timeout(Some(REFUSAL_DEADLINE));
-    let _ = conn.set_write_timeout(Some(REFUSAL_DEADLINE));
-    let mut buf = [0u8; 4096];
-    let mut tail = [0u8; 4];
-    while std::time::Instant::now() < deadline {
-        match conn.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                for &b in &buf[..n] {
-                    tail = [tail[1], tail[2], tail[3], b];
-                }
-                if &tail == b"\r\n\r\n" {
-                    break;
-                }
-            }
-        }
-    }
-    let _ = conn.write_all(
-        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-    );
-    let _ = conn.shutdown(std::net::Shutdown::Write);
+/// One client: its request so far, then the answer being written.
+struct Conn {
+    stream: TcpStream,
+    deadline: Instant,
+    request: Vec<u8>,
+    /// The answer and how much of it is written, once the request is in.
+    answer: Option<(Vec<u8>, usize)>,
 }
 
 /// Serves `/metrics` at `addr` on a thread of its own; returns the address bound (port 0 picks
-/// one). Each connection is answered on its own thread, at most [`MAX_CONNECTIONS`] at once, and
-/// gets [`REQUEST_DEADLINE`] in all: a slow or idle client cannot hold the others up.
+/// one). The thread waits on all connections at once; each gets [`REQUEST_DEADLINE`] in all, and
+/// at most [`MAX_CONNECTIONS`] are kept (the oldest goes first): a slow or idle client cannot hold
+/// the others up.
 pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
-    let busy = Arc::new(AtomicUsize::new(0));
+    listener.set_nonblocking(true)?;
     std::thread::Builder::new()
         .name("memsight-metrics".into())
         .spawn(move || {
-            for conn in listener.incoming().flatten() {
-                if busy.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-                    busy.fetch_sub(1, Ordering::AcqRel);
-                    refuse(conn);
-                    continue;
-                }
-                let (m, b) = (Arc::clone(&metrics), Arc::clone(&busy));
-                let spawned = std::thread::Builder::new()
-                    .name("memsight-metrics-conn".into())
-                    .spawn(move || {
-                        let _ = answer(conn, &m);
-                        b.fetch_sub(1, Ordering::AcqRel);
-                    });
-                if spawned.is_err() {
-                    busy.fetch_sub(1, Ordering::AcqRel);
-                }
+            let mut conns: Vec<Conn> = Vec::new();
+            loop {
+                wait(&listener, &conns);
+                accept(&listener, &mut conns);
+                let now = Instant::now();
+                conns.retain_mut(|c| now < c.deadline && step(c, &metrics));
             }
         })?;
     Ok(bound)
 }
 
-fn answer(mut conn: TcpStream, metrics: &Metrics) -> io::Result<()> {
-    let deadline = std::time::Instant::now() + REQUEST_DEADLINE;
-    let left = || {
-        deadline
-            .checked_duration_since(std::time::Instant::now())
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::TimedOut, "request too slow"))
-    };
-    conn.set_write_timeout(Some(REQUEST_DEADLINE))?;
-    let mut req = Vec::with_capacity(1024);
-    let mut buf = [0u8; 1024];
-    while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 16 * 1024 {
-        conn.set_read_timeout(Some(left()?))?;
-        let n = conn.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        req.extend_from_slice(&buf[..n]);
+/// Waits until the listener or a connection is ready, or the nearest deadline passes.
+fn wait(listener: &TcpListener, conns: &[Conn]) {
+    let mut fds = Vec::with_capacity(conns.len() + 1);
+    fds.push(libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    for c in conns {
+        fds.push(libc::pollfd {
+            fd: c.stream.as_raw_fd(),
+            events: if c.answer.is_some() {
+                libc::POLLOUT
+            } else {
+                libc::POLLIN
+            },
+            revents: 0,
+        });
     }
-    let first = req.split(|&b| b == b'\n').next().unwrap_or_default();
+    let now = Instant::now();
+    let timeout = conns
+        .iter()
+        .map(|c| c.deadline.saturating_duration_since(now))
+        .min()
+        .map_or(-1, |d| d.as_millis().min(60_000) as libc::c_int + 1);
+    // SAFETY: `fds` is a valid array of `fds.len()` pollfd structures for the call's duration.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+}
+
+/// Takes every pending connection, closing the oldest ones over [`MAX_CONNECTIONS`].
+fn accept(listener: &TcpListener, conns: &mut Vec<Conn>) {
+    loop {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // Out of descriptors, say: the connection stays queued; try again shortly rather than
+            // spin on a listener that stays readable.
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(50));
+                return;
+            }
+        };
+        if stream.set_nonblocking(true).is_err() {
+            continue;
+        }
+        if conns.len() >= MAX_CONNECTIONS {
+            conns.remove(0);
+        }
+        conns.push(Conn {
+            stream,
+            deadline: Instant::now() + REQUEST_DEADLINE,
+            request: Vec::with_capacity(1024),
+            answer: None,
+        });
+    }
+}
+
+/// Moves one connection on as far as it goes without waiting; false once it is finished.
+fn step(c: &mut Conn, metrics: &Metrics) -> bool {
+    if c.answer.is_none() {
+        let mut buf = [0u8; 4096];
+        loop {
+            match c.stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    c.request.extend_from_slice(&buf[..n]);
+                    if complete(&c.request) {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return false,
+            }
+        }
+        c.answer = Some((respond(&c.request, metrics), 0));
+    }
+    let Some((answer, written)) = c.answer.as_mut() else {
+        return false;
+    };
+    while *written < answer.len() {
+        match c.stream.write(&answer[*written..]) {
+            Ok(0) => return false,
+            Ok(n) => *written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        }
+    }
+    let _ = c.stream.shutdown(std::net::Shutdown::Write);
+    false
+}
+
+/// Whether the request's head is in (or it is as long as one is read).
+fn complete(request: &[u8]) -> bool {
+    request.len() >= MAX_REQUEST || request.windows(4).any(|w| w == b"\r\n\r\n")
+}
+
+/// The whole HTTP answer to `request`: the metrics for `GET /metrics`, 404 otherwise.
+fn respond(request: &[u8], metrics: &Metrics) -> Vec<u8> {
+    let first = request.split(|&b| b == b'\n').next().unwrap_or_default();
     let (status, ctype, body) =
         if first.starts_with(b"GET /metrics ") || first.starts_with(b"GET /metrics?") {
             (
@@ -126,9 +182,9 @@ fn answer(mut conn: TcpStream, metrics: &Metrics) -> io::Result<()> {
                 "memsight serves /metrics only\n".to_string(),
             )
         };
-    write!(
-        conn,
+    format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
+    .into_bytes()
 }
