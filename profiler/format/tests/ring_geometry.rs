@@ -1,6 +1,6 @@
 //! A crafted ring header cannot make a reader allocate what the header claims: a 144-byte sparse
-//! file whose header says one slot of 4 GiB (and a record that fills it) is refused at open, with
-//! the limit named, instead of costing the reader 4 GiB.
+//! file whose header says one slot of 4 GiB (and a record that fills it), or half a million slots,
+//! is refused at open with the limit named, instead of costing the reader gigabytes.
 
 use memsight_format::wire::ring::{RingReader, RingWriter, HEADER_SIZE};
 use std::os::unix::fs::FileExt;
@@ -29,7 +29,18 @@ fn a_sparse_ring_claiming_a_huge_slot_is_refused_before_any_allocation() {
         Ok(_) => panic!("a ring of one 4 GiB slot was accepted"),
         Err(e) => e.to_string(),
     };
-    let _ = std::fs::remove_file(&p);
     // The reader's limit: 16 MiB slots.
     assert!(e.contains("at most 16777216 bytes"), "{e}");
+    // Small slots, but so many that a record spread over them could take gigabytes.
+    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    f.write_all_at(&8192u32.to_le_bytes(), 16).unwrap();
+    f.write_all_at(&(1u32 << 19).to_le_bytes(), 20).unwrap();
+    f.set_len(HEADER_SIZE as u64 + (8192u64 << 19)).unwrap();
+    drop(f);
+    let e = match RingReader::open(&p) {
+        Ok(_) => panic!("a ring of 4 GiB was accepted"),
+        Err(e) => e.to_string(),
+    };
+    let _ = std::fs::remove_file(&p);
+    assert!(e.contains("268435456 bytes in all"), "{e}");
 }
