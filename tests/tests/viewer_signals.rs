@@ -1,6 +1,7 @@
 //! The viewer gives the terminal back when it is killed politely: on SIGTERM, SIGHUP or SIGINT it
 //! leaves the alternate screen and raw mode (the pseudo-terminal's settings are sane afterwards)
 //! and exits with the shell's code for that signal.
+//! A live run that fails before its job starts says why and exits instead of waiting for a viewer.
 
 use memsight_e2e::memsight_bin;
 use std::io::Read;
@@ -137,4 +138,68 @@ fn a_live_run_whose_terminal_goes_away_still_writes_the_report_and_ends() {
         report.exists(),
         "no report after the terminal went away ({status})"
     );
+}
+
+/// Runs `memsight run --live --report REPORT -- CMD…` in a pseudo-terminal; (exit code, standard
+/// error). Fails the test when it has not ended after 60 s (it used to wait forever).
+fn live_run(report: &std::path::Path, cmd: &[&str]) -> (Option<i32>, String) {
+    let (controller, terminal) = pty();
+    let mut child = Command::new(memsight_bin())
+        .args(["run", "--live", "--report"])
+        .arg(report)
+        .arg("--")
+        .args(cmd)
+        .stdin(Stdio::from(terminal.try_clone().unwrap()))
+        .stdout(Stdio::from(terminal))
+        .stderr(Stdio::piped())
+        .env("TERM", "xterm")
+        .spawn()
+        .unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "memsight run --live {cmd:?} hung: still running after 60 s ({})",
+                reader.join().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(controller);
+    (status.code(), reader.join().unwrap())
+}
+
+#[test]
+fn a_live_run_that_fails_before_its_job_starts_says_why_and_exits() {
+    let dir = memsight_e2e::scratch("live-early-error");
+    // A mistyped command: the shell's 127.
+    let (code, err) = live_run(&dir.join("r.json"), &["/nonexistent/trainn.py"]);
+    assert_eq!(code, Some(127), "{err}");
+    assert!(err.contains("/nonexistent/trainn.py"), "{err}");
+    // A refused report path: a directory.
+    std::fs::create_dir(dir.join("d.json")).unwrap();
+    let (code, err) = live_run(&dir.join("d.json"), &["true"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not a regular file"), "{err}");
+    // The job's log planted as a symlink.
+    std::os::unix::fs::symlink(dir.join("elsewhere"), dir.join("s.log")).unwrap();
+    let (code, err) = live_run(&dir.join("s.json"), &["true"]);
+    assert!(code.is_some_and(|c| c != 0), "{code:?} {err}");
+    assert!(err.contains("s.log"), "{err}");
+    assert!(
+        !dir.join("elsewhere").exists(),
+        "the planted link was followed"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

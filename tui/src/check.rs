@@ -2,7 +2,7 @@
 
 use memsight_analysis::budget::Budgets;
 use memsight_format::units::parse_size;
-use memsight_format::Report;
+use memsight_format::{text, Report};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -44,7 +44,7 @@ pub struct Args {
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("memsight check: {msg}");
+    eprintln!("memsight check: {}", text::line(&msg.to_string()));
     ExitCode::from(2)
 }
 
@@ -80,11 +80,15 @@ pub fn run(a: Args) -> ExitCode {
     };
     let violations = budgets.check(&report);
     if violations.is_empty() {
-        println!("memsight check: {}: every budget holds", a.report.display());
+        println!(
+            "memsight check: {}: every budget holds",
+            text::line(&a.report.display().to_string())
+        );
         ExitCode::SUCCESS
     } else {
+        // Violations name phases, which come from the job: no escape sequence reaches the terminal.
         for v in &violations {
-            println!("{v}");
+            println!("{}", text::line(v));
         }
         ExitCode::from(1)
     }

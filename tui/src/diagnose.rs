@@ -2,8 +2,8 @@
 //! remedies. Exit 0 when at least one OOM was diagnosed, 1 when none was found, 2 on bad input.
 
 use memsight_analysis::diagnose::{diagnose, judge, render, Context, Diagnosis};
-use memsight_format::Report;
-use std::io::{IsTerminal, Read, Write};
+use memsight_format::{input, text, Report};
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -88,7 +88,8 @@ fn read_log(
         Some(p) if p.as_os_str() == "-" => ("standard input".to_string(), read_stdin()),
         Some(p) => (
             p.display().to_string(),
-            std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display())),
+            input::read(p, input::MAX_LOG_BYTES)
+                .map_err(|e| format!("cannot read {}: {e}", p.display())),
         ),
     };
     // Logs may hold stray bytes (progress bars, binary dumps); keep everything readable.
@@ -120,6 +121,12 @@ fn print((name, found): (String, Vec<Diagnosis>), json: bool) -> ExitCode {
         s
     };
     // A closed pipe (`| head`) is not an error worth a message.
+    // Log lines may carry terminal escape sequences (the JSON escapes its own).
+    let out = if json {
+        out
+    } else {
+        text::block(&out).into_owned()
+    };
     let _ = std::io::stdout().lock().write_all(out.as_bytes());
     if found.is_empty() {
         ExitCode::from(1)
@@ -129,9 +136,6 @@ fn print((name, found): (String, Vec<Diagnosis>), json: bool) -> ExitCode {
 }
 
 fn read_stdin() -> Result<Vec<u8>, String> {
-    let mut b = Vec::new();
-    std::io::stdin()
-        .read_to_end(&mut b)
-        .map_err(|e| format!("cannot read standard input: {e}"))?;
-    Ok(b)
+    input::read_limited(std::io::stdin().lock(), input::MAX_LOG_BYTES, 0)
+        .map_err(|e| format!("cannot read standard input: {e}"))
 }

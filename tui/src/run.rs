@@ -10,6 +10,7 @@ macro_rules! say {
     }};
 }
 
+use memsight_format::text;
 use memsight_sidecar::{attach as attach_to, run as run_job, AttachOptions, RunOptions};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -91,7 +92,7 @@ pub fn attach(a: AttachArgs) -> ExitCode {
     match attach_to(&opts) {
         Ok(outcome) => finish(&outcome, &opts.report),
         Err(e) => {
-            say!("memsight attach: {e}");
+            say!("memsight attach: {}", text::line(&e.to_string()));
             ExitCode::from(2)
         }
     }
@@ -100,19 +101,25 @@ pub fn attach(a: AttachArgs) -> ExitCode {
 /// Prints the post-mortem and where the report went (or why it did not); the job's exit code
 /// either way.
 fn finish(outcome: &memsight_sidecar::RunOutcome, report: &std::path::Path) -> ExitCode {
+    // The post-mortem quotes the job's command line and phase names: escaped, like every line here.
+    let line = |s: &dyn std::fmt::Display| text::line(&s.to_string()).into_owned();
     if let Some(pm) = &outcome.report.post_mortem {
-        say!("memsight · {}", pm.description);
+        say!("memsight · {}", line(&pm.description));
         for f in &pm.findings {
-            say!("memsight · verdict {}: {}", f.verdict, f.evidence);
+            say!(
+                "memsight · verdict {}: {}",
+                line(&f.verdict),
+                line(&f.evidence)
+            );
             if let Some(first) = f.remedies.first() {
-                say!("memsight · first remedy: {first}");
+                say!("memsight · first remedy: {}", line(first));
             }
         }
     }
     match &outcome.report_error {
-        Some(e) => say!("memsight: the report was not written: {e}"),
+        Some(e) => say!("memsight: the report was not written: {}", line(e)),
         None if memsight_sidecar::to_stdout(report) => {}
-        None => say!("memsight · report written to {}", report.display()),
+        None => say!("memsight · report written to {}", line(&report.display())),
     }
     ExitCode::from(outcome.exit_code.clamp(0, 255) as u8)
 }
@@ -163,7 +170,7 @@ pub fn run(a: Args) -> ExitCode {
             w.report.with_extension("log")
         }
     });
-    let opts = RunOptions {
+    let mut opts = RunOptions {
         command: a.command,
         report: w.report,
         interval: w.interval,
@@ -175,9 +182,13 @@ pub fn run(a: Args) -> ExitCode {
         cupti: a.cupti,
     };
     let result = if live {
+        // The sidecar's thread holds the only sender: when it fails before the job starts, it
+        // drops it, `recv` returns, and its error is printed below (a sender kept here would
+        // leave `recv` waiting forever).
         let sidecar = {
-            let opts = opts.clone();
-            std::thread::spawn(move || run_job(&opts))
+            let for_sidecar = opts.clone();
+            opts.on_spawn = None;
+            std::thread::spawn(move || run_job(&for_sidecar))
         };
         // The viewer runs while the job does; closing it leaves the job running to its end.
         if let Ok(pid) = rx.recv() {
@@ -192,9 +203,9 @@ pub fn run(a: Args) -> ExitCode {
                 Err((p, e)) => say!("memsight: no viewer: {}: {e}", p.display()),
             }
             say!("memsight · viewer closed; waiting for the job to end");
-        }
-        if let Some(l) = &log {
-            say!("memsight · the job's output is in {}", l.display());
+            if let Some(l) = &log {
+                say!("memsight · the job's output is in {}", l.display());
+            }
         }
         match sidecar.join() {
             Ok(r) => r,
@@ -209,7 +220,7 @@ pub fn run(a: Args) -> ExitCode {
     match result {
         Ok(outcome) => finish(&outcome, &opts.report),
         Err(e) => {
-            say!("memsight run: {e}");
+            say!("memsight run: {}", text::line(&e.to_string()));
             ExitCode::from(match e {
                 memsight_sidecar::SidecarError::Spawn(..) => 127,
                 _ => 2,

@@ -61,9 +61,11 @@ impl fmt::Display for BudgetError {
 impl std::error::Error for BudgetError {}
 
 impl Budgets {
-    /// Reads a budget file (TOML, `version = 1`).
+    /// Reads a budget file (TOML, `version = 1`): a regular file of at most
+    /// [`memsight_format::input::MAX_BUDGET_BYTES`].
     pub fn load(path: &Path) -> Result<Budgets, BudgetError> {
-        let text = std::fs::read_to_string(path)
+        use memsight_format::input;
+        let text = input::read_to_string(path, input::MAX_BUDGET_BYTES)
             .map_err(|e| BudgetError(format!("{}: {e}", path.display())))?;
         Self::parse(&text).map_err(|e| BudgetError(format!("{}: {}", path.display(), e.0)))
     }

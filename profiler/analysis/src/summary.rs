@@ -1,7 +1,7 @@
 //! `memsight summary --format markdown`: a CI step summary of a report.
 
 use memsight_format::units::{fmt_bytes, fmt_signed_bytes};
-use memsight_format::Report;
+use memsight_format::{text, Report};
 use std::fmt::Write;
 
 /// Renders the report as GitHub-flavoured markdown.
@@ -14,7 +14,9 @@ pub fn markdown(r: &Report) -> String {
     phases(&mut s, r);
     heap_profile(&mut s, r);
     tips_and_sources(&mut s, r);
-    s
+    // Phase names, the command line and paths come from the job: no control character of theirs
+    // reaches the terminal (or the CI log) that shows this.
+    text::block(&s).into_owned()
 }
 
 /// `step N, phase `P``, or what of it is known.
@@ -24,7 +26,7 @@ fn at(step: Option<u64>, phase: Option<&str>) -> String {
         w.push(format!("step {st}"));
     }
     if let Some(ph) = phase {
-        w.push(format!("phase `{ph}`"));
+        w.push(format!("phase `{}`", text::line(ph)));
     }
     w.join(", ")
 }
@@ -32,7 +34,11 @@ fn at(step: Option<u64>, phase: Option<&str>) -> String {
 /// The title line: the command, its pid, duration, end and sampling interval.
 fn header(s: &mut String, r: &Report) {
     let dur = r.job.end_unix_ms.saturating_sub(r.job.start_unix_ms) as f64 / 1000.0;
-    let _ = writeln!(s, "## memsight report: `{}`\n", r.job.command.join(" "));
+    let _ = writeln!(
+        s,
+        "## memsight report: `{}`\n",
+        text::line(&r.job.command.join(" "))
+    );
     let _ = writeln!(
         s,
         "pid {} · {:.1} s · {} · sampled every {} ms\n",
@@ -249,7 +255,7 @@ fn phases(s: &mut String, r: &Report) {
             let _ = writeln!(
                 s,
                 "| `{}` | {} | {:.2} s | {} | {} | {} |",
-                ph.path,
+                text::line(&ph.path),
                 ph.count,
                 ph.total_ms / 1000.0,
                 fmt_bytes(ph.peak_bytes),

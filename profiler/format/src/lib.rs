@@ -4,7 +4,7 @@
 //! It holds plain data and its (de)serialization, and depends on no other memsight crate:
 //!
 //! ```text
-//! units, clock, safe_file               (leaves)
+//! units, clock, safe_file, text, input (leaves; input names sizes with units)
 //! heap, host, device, phase, heap_profile (what one side measured)
 //!   └─ snapshot ─ timeline               (one instant; the run's series and peaks)
 //!        └─ report                       (the end of a run: peaks, tips, budgets' input)
@@ -18,11 +18,13 @@ pub mod device;
 pub mod heap;
 pub mod heap_profile;
 pub mod host;
+pub mod input;
 pub mod phase;
 pub mod report;
 pub mod safe_dir;
 pub mod safe_file;
 pub mod snapshot;
+pub mod text;
 pub mod timeline;
 pub mod units;
 pub mod wire;

@@ -2,8 +2,92 @@
 //! `prof.dump`): sampled stacks with their
 //! live objects and bytes, and the process's memory map at dump time (for symbolizing later,
 //! also in another process).
+//!
+//! A profile is untrusted input: what reading and symbolizing it may cost in memory is bounded by
+//! its size ([`memory_budget`]), stacks are at most [`MAX_STACK_DEPTH`] deep and mapped paths at
+//! most [`MAX_PATH_BYTES`] long; a profile over a limit is refused with a clear error.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+
+/// The deepest stack a profile may hold (jemalloc records at most 128 frames, memsight 64).
+pub const MAX_STACK_DEPTH: usize = 1024;
+/// The longest mapped file path (Linux's `PATH_MAX`).
+pub const MAX_PATH_BYTES: usize = 4096;
+
+/// Memory that reading and symbolizing a profile of `len` bytes may take: 8 times its size plus
+/// 16 MiB. Profiles that memsight or jemalloc write need a fraction of it.
+pub fn memory_budget(len: usize) -> usize {
+    len.saturating_mul(8).saturating_add(16 << 20)
+}
+
+/// Estimated memory per return address in a stack: the parsed address and its symbolized location.
+const COST_PER_ADDRESS: usize = 32;
+/// Estimated memory per stack: its parsed and symbolized records.
+const COST_PER_STACK: usize = 160;
+/// Estimated memory per distinct return address: its cached frame, plus twice its module's file
+/// name (in the frame's module and function names).
+const COST_PER_DISTINCT_ADDRESS: usize = 200;
+/// Estimated memory per executable mapping, plus its path.
+const COST_PER_MAPPING: usize = 256;
+
+/// What a profile being parsed will cost, against its budget.
+struct Cost {
+    stacks: usize,
+    addresses: usize,
+    distinct: HashSet<u64>,
+    bytes: usize,
+    budget: usize,
+    len: usize,
+}
+
+impl Cost {
+    fn add(&mut self, bytes: usize) -> Result<(), String> {
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.bytes <= self.budget {
+            return Ok(());
+        }
+        Err(format!(
+            "too large to read: its {} stacks of {} return addresses ({} distinct) would take more \
+             than the {} MiB memsight allows for a {}-byte profile (8 times its size + 16 MiB; \
+             profiles that memsight or jemalloc write take a fraction of that)",
+            self.stacks,
+            self.addresses,
+            self.distinct.len(),
+            self.budget >> 20,
+            self.len
+        ))
+    }
+
+    fn stack(&mut self, addrs: &[u64]) -> Result<(), String> {
+        self.stacks += 1;
+        self.addresses += addrs.len();
+        let fresh = addrs.iter().filter(|&&a| self.distinct.insert(a)).count();
+        self.add(
+            COST_PER_STACK
+                .saturating_add(addrs.len().saturating_mul(COST_PER_ADDRESS))
+                .saturating_add(fresh.saturating_mul(COST_PER_DISTINCT_ADDRESS)),
+        )
+    }
+}
+
+/// A stack line's addresses (after its `@`), at most [`MAX_STACK_DEPTH`] of them.
+fn parse_addrs(rest: &str, line: usize) -> Result<Vec<u64>, String> {
+    let mut addrs = Vec::new();
+    for w in rest.split_ascii_whitespace() {
+        if addrs.len() == MAX_STACK_DEPTH {
+            return Err(format!(
+                "a stack deeper than {MAX_STACK_DEPTH} frames on line {line} (jemalloc records at \
+                 most 128)"
+            ));
+        }
+        let a = u64::from_str_radix(w.trim_start_matches("0x"), 16)
+            .map_err(|_| format!("bad address on line {line}"))?;
+        addrs.push(a);
+    }
+    addrs.shrink_to_fit();
+    Ok(addrs)
+}
 
 /// One sampled call stack and what it holds now.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,20 +122,17 @@ pub struct HeapDump {
     pub sample_bytes: u64,
     /// Every stack with live sampled allocations.
     pub stacks: Vec<SampledStack>,
-    /// Executable file mappings.
+    /// Executable file mappings, sorted by start address.
     pub mappings: Vec<Mapping>,
 }
 
 impl HeapDump {
-    /// Reads and parses a dump file.
+    /// Reads and parses a dump file: a regular file of at most
+    /// [`memsight_format::input::MAX_HEAP_PROFILE_BYTES`].
     pub fn read(path: &Path) -> Result<HeapDump, String> {
-        let err =
-            |e: &dyn std::fmt::Display| format!("cannot read heap profile {}: {e}", path.display());
-        let meta = std::fs::metadata(path).map_err(|e| err(&e))?;
-        if !meta.is_file() {
-            return Err(err(&"not a regular file"));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| err(&e))?;
+        use memsight_format::input;
+        let text = input::read_to_string(path, input::MAX_HEAP_PROFILE_BYTES)
+            .map_err(|e| format!("cannot read heap profile {}: {e}", path.display()))?;
         HeapDump::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
@@ -72,12 +153,28 @@ impl HeapDump {
             sample_bytes,
             ..HeapDump::default()
         };
+        let mut cost = Cost {
+            stacks: 0,
+            addresses: 0,
+            distinct: HashSet::new(),
+            bytes: 0,
+            budget: memory_budget(text.len()),
+            len: text.len(),
+        };
         let mut pending: Option<Vec<u64>> = None;
         let mut in_maps = false;
         for (i, line) in lines {
             let line = line.trim();
             if in_maps {
                 if let Some(m) = parse_mapping(line) {
+                    let path = m.path.as_os_str().len();
+                    if path > MAX_PATH_BYTES {
+                        return Err(format!(
+                            "a mapped path of {path} bytes on line {} (over Linux's {MAX_PATH_BYTES})",
+                            i + 1
+                        ));
+                    }
+                    cost.add(COST_PER_MAPPING + path)?;
                     dump.mappings.push(m);
                 }
                 continue;
@@ -85,11 +182,8 @@ impl HeapDump {
             if line == "MAPPED_LIBRARIES:" {
                 in_maps = true;
             } else if let Some(rest) = line.strip_prefix('@') {
-                let addrs = rest
-                    .split_ascii_whitespace()
-                    .map(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|_| format!("bad address on line {}", i + 1))?;
+                let addrs = parse_addrs(rest, i + 1)?;
+                cost.stack(&addrs)?;
                 pending = Some(addrs);
             } else if let Some(rest) = line.strip_prefix("t*:") {
                 // "t*: OBJS: BYTES [ACCUM_OBJS: ACCUM_BYTES]": the all-threads total.
@@ -111,6 +205,16 @@ impl HeapDump {
         if pending.is_some() {
             return Err("the file ends inside a stack (truncated dump?)".into());
         }
+        // Sorted, for `mapping_of`'s binary search; then each distinct address's module name.
+        dump.mappings.sort_by_key(|m| m.start);
+        for &a in &cost.distinct {
+            let name = dump
+                .mapping_of(a)
+                .and_then(|m| m.path.file_name())
+                .map_or(0, |n| n.len());
+            cost.bytes = cost.bytes.saturating_add(name * 2);
+        }
+        cost.add(0)?;
         Ok(dump)
     }
 
@@ -119,11 +223,13 @@ impl HeapDump {
         self.stacks.iter().map(|s| s.bytes).sum()
     }
 
-    /// The mapping holding `addr`.
+    /// The mapping holding `addr` (found by binary search: [`HeapDump::parse`] leaves the mappings
+    /// sorted by start address).
     pub fn mapping_of(&self, addr: u64) -> Option<&Mapping> {
-        self.mappings
-            .iter()
-            .find(|m| m.start <= addr && addr < m.end)
+        let i = self.mappings.partition_point(|m| m.start <= addr);
+        self.mappings[..i]
+            .last()
+            .filter(|m| m.start <= addr && addr < m.end)
     }
 }
 
@@ -223,5 +329,39 @@ MAPPED_LIBRARIES:
         assert!(HeapDump::parse("heap_v2/8\n@ 0x10\n")
             .unwrap_err()
             .contains("truncated"));
+    }
+
+    #[test]
+    fn limits_hold_whatever_the_file_claims() {
+        let deep = format!("heap_v2/8\n@{}\n  t*: 1: 8 [0: 0]\n", " 0".repeat(1025));
+        let e = HeapDump::parse(&deep).unwrap_err();
+        assert!(e.contains("deeper than 1024 frames on line 2"), "{e}");
+        let path = format!(
+            "heap_v2/8\nMAPPED_LIBRARIES:\n1000-2000 r-xp 00000000 fe:00 1 /{}\n",
+            "a".repeat(5000)
+        );
+        let e = HeapDump::parse(&path).unwrap_err();
+        assert!(e.contains("mapped path of 5001 bytes"), "{e}");
+        // Stacks of distinct short addresses: far more memory than the text's size allows.
+        let mut wide = String::from("heap_v2/8\n");
+        for i in 0..200_000u32 {
+            wide.push_str(&format!("@ {i:x}\n t*: 1: 8\n"));
+        }
+        let e = HeapDump::parse(&wide).unwrap_err();
+        assert!(e.contains("too large to read"), "{e}");
+        // The sample (and what memsight writes) is far within its budget.
+        assert!(HeapDump::parse(SAMPLE).is_ok());
+    }
+
+    #[test]
+    fn mappings_are_found_in_any_order() {
+        let text = "heap_v2/8\nMAPPED_LIBRARIES:\n\
+            3000-4000 r-xp 00000000 fe:00 1 /b\n\
+            1000-2000 r-xp 00000000 fe:00 1 /a\n";
+        let d = HeapDump::parse(text).unwrap();
+        assert_eq!(d.mapping_of(0x1800).unwrap().path, Path::new("/a"));
+        assert_eq!(d.mapping_of(0x3000).unwrap().path, Path::new("/b"));
+        assert!(d.mapping_of(0x2800).is_none());
+        assert!(d.mapping_of(0x800).is_none());
     }
 }

@@ -211,7 +211,7 @@ mod tests {
             stacks: vec![Stack {
                 locations: vec![Location {
                     addr: 0x1234,
-                    frames: vec![frame("app::inner"), frame("app::outer")],
+                    frames: vec![frame("app::inner"), frame("app::outer")].into(),
                 }],
                 bytes: 2048.0,
                 objects: 2.0,

@@ -3,7 +3,7 @@
 //! two profiles.
 
 use super::dump::HeapDump;
-use super::symbolize::{Frame, Symbolizer};
+use super::symbolize::{Frame, Frames, Symbolizer};
 use memsight_format::heap_profile::{Site, SiteGrowth, SourceSite};
 use std::collections::HashMap;
 use std::path::Path;
@@ -13,8 +13,8 @@ use std::path::Path;
 pub struct Location {
     /// The return address in the dumped process.
     pub addr: u64,
-    /// Frames at this address.
-    pub frames: Vec<Frame>,
+    /// Frames at this address (shared by every location at this address).
+    pub frames: Frames,
 }
 
 /// A stack with the allocator's own frames removed, and what it holds.
@@ -269,7 +269,7 @@ fn strip_allocator(locations: &mut Vec<Location>) {
         .rev()
         .find_map(|(i, l)| l.frames.iter().rposition(is_allocator).map(|j| (i, j)));
     if let Some((i, j)) = last {
-        locations[i].frames.drain(..=j);
+        std::sync::Arc::make_mut(&mut locations[i].frames).drain(..=j);
         let keep_from = if locations[i].frames.is_empty() {
             i + 1
         } else {
@@ -392,6 +392,7 @@ fn unwrap_impl(name: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn frame(function: &str, rust: bool, line: u32) -> Frame {
         Frame {
@@ -410,7 +411,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, (n, r))| Location {
                     addr: i as u64,
-                    frames: vec![frame(n, *r, 10 + i as u32)],
+                    frames: vec![frame(n, *r, 10 + i as u32)].into(),
                 })
                 .collect(),
             bytes,
@@ -463,9 +464,9 @@ mod tests {
             1.0,
         )
         .locations;
-        locs[1].frames.push(frame("alloc::alloc::alloc", true, 1));
-        locs[1].frames.push(frame("alloc::vec::from_elem", true, 2));
-        locs[1].frames.push(frame("app::load", true, 3));
+        Arc::make_mut(&mut locs[1].frames).push(frame("alloc::alloc::alloc", true, 1));
+        Arc::make_mut(&mut locs[1].frames).push(frame("alloc::vec::from_elem", true, 2));
+        Arc::make_mut(&mut locs[1].frames).push(frame("app::load", true, 3));
         strip_allocator(&mut locs);
         assert_eq!(locs[0].frames[0].function, "alloc::vec::from_elem");
         let s = Stack {
@@ -490,7 +491,7 @@ mod tests {
             1.0,
         );
         for l in &mut s.locations {
-            l.frames[0].module = "libtorch_cpu.so".into();
+            Arc::make_mut(&mut l.frames)[0].module = "libtorch_cpu.so".into();
         }
         assert_eq!(s.start_up_module(), Some("libtorch_cpu.so"));
         // An allocation of the library's own, later, is the user's call.
@@ -577,7 +578,8 @@ mod tests {
                 bytes,
             );
             let profiler = env!("CARGO_MANIFEST_DIR").trim_end_matches("/analysis");
-            s.locations[1].frames[0].file = Some(format!("{profiler}/src/session.rs"));
+            Arc::make_mut(&mut s.locations[1].frames)[0].file =
+                Some(format!("{profiler}/src/session.rs"));
             s
         };
         let a = Profile {

@@ -8,6 +8,7 @@ use object::read::elf::{FileHeader, ProgramHeader};
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// One source frame.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -32,15 +33,21 @@ struct Module {
     name: String,
 }
 
-/// A mapped file as one dump saw it: its path and inode (a rebuilt file is another module).
-type ModuleKey = (PathBuf, u64);
+/// The frames at one address, shared by every stack that holds it (a profile's stacks repeat
+/// their addresses: one copy each, not one per stack).
+pub type Frames = Arc<Vec<Frame>>;
 
 /// Resolves addresses of dumped processes; caches opened modules and resolved (module, offset)
 /// pairs, so one symbolizer serves every profile of a run (or of two runs, for a diff).
 #[derive(Default)]
 pub struct Symbolizer {
-    modules: HashMap<ModuleKey, Option<Module>>,
-    cache: HashMap<(ModuleKey, u64), Vec<Frame>>,
+    /// Module numbers by path, then inode (a rebuilt file is another module).
+    ids: HashMap<PathBuf, Vec<(u64, usize)>>,
+    /// Each module, opened once (`None`: it could not be).
+    modules: Vec<Option<Module>>,
+    cache: HashMap<(usize, u64), Frames>,
+    /// Addresses outside every mapping.
+    unmapped: HashMap<u64, Frames>,
     /// Files that could not be opened (named once in the report).
     pub missing: Vec<String>,
 }
@@ -52,35 +59,53 @@ impl Symbolizer {
     }
 
     /// The frames at return address `addr` in `dump`'s process, innermost (inlined) first.
-    pub fn frames(&mut self, dump: &HeapDump, addr: u64) -> Vec<Frame> {
+    pub fn frames(&mut self, dump: &HeapDump, addr: u64) -> Frames {
         let Some(m) = dump.mapping_of(addr) else {
-            return vec![unknown(format!("0x{addr:x}"), String::new())];
+            let frames = self
+                .unmapped
+                .entry(addr)
+                .or_insert_with(|| Arc::new(vec![unknown(format!("0x{addr:x}"), String::new())]));
+            return Arc::clone(frames);
         };
         // Wrapping: a corrupt mapping may claim any file offset; its lookups then just fail.
         let key = (
-            (m.path.clone(), m.inode),
+            self.module_id(m),
             (addr - m.start).wrapping_add(m.file_offset),
         );
         if let Some(frames) = self.cache.get(&key) {
-            return frames.clone();
+            return Arc::clone(frames);
         }
-        let frames = self.resolve(m, key.1);
-        self.cache.insert(key, frames.clone());
+        let frames = Arc::new(self.resolve(m, key.0, key.1));
+        self.cache.insert(key, Arc::clone(&frames));
         frames
     }
 
-    fn resolve(&mut self, m: &Mapping, offset: u64) -> Vec<Frame> {
-        let module_key = (m.path.clone(), m.inode);
-        let missing = &mut self.missing;
-        let module = self.modules.entry(module_key).or_insert_with(|| {
-            Module::open(&m.path, m.inode)
-                .map_err(|why| missing.push(format!("{} ({why})", m.path.display())))
-                .ok()
-        });
+    /// The number of `m`'s module, opening it the first time.
+    fn module_id(&mut self, m: &Mapping) -> usize {
+        if let Some(&(_, id)) = self
+            .ids
+            .get(m.path.as_path())
+            .and_then(|v| v.iter().find(|(inode, _)| *inode == m.inode))
+        {
+            return id;
+        }
+        let id = self.modules.len();
+        let module = Module::open(&m.path, m.inode)
+            .map_err(|why| self.missing.push(format!("{} ({why})", m.path.display())))
+            .ok();
+        self.modules.push(module);
+        self.ids
+            .entry(m.path.clone())
+            .or_default()
+            .push((m.inode, id));
+        id
+    }
+
+    fn resolve(&self, m: &Mapping, id: usize, offset: u64) -> Vec<Frame> {
+        let module = self.modules.get(id).and_then(Option::as_ref);
         let name = file_name(&m.path);
         // A return address points after the call; look up the call itself.
         let frames = module
-            .as_ref()
             .and_then(|module| {
                 let probe = module.vaddr(offset)?.saturating_sub(1);
                 Some(module.lookup(probe))

@@ -263,11 +263,14 @@ impl Report {
         self.tips = tips::derive(self);
     }
 
-    /// Reads and validates a report file.
+    /// Reads and validates a report file: a regular file of at most
+    /// [`crate::input::MAX_REPORT_BYTES`] (a FIFO or device is refused without blocking).
     pub fn load(path: &Path) -> Result<Report, ReportError> {
-        let bytes = std::fs::read(path).map_err(|e| ReportError::Io {
-            path: path.to_path_buf(),
-            source: e,
+        let bytes = crate::input::read(path, crate::input::MAX_REPORT_BYTES).map_err(|e| {
+            ReportError::Io {
+                path: path.to_path_buf(),
+                source: e,
+            }
         })?;
         Self::from_slice(&bytes).map_err(|e| e.with_path(path))
     }
