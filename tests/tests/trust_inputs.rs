@@ -251,6 +251,20 @@ fn escape_sequences_from_a_job_never_reach_the_terminal() {
     );
     assert_eq!(o.code, Some(0), "{}", o.err);
     assert!(escaped(&o.out), "summary: {:?}", o.out);
+    // `heap top` names frames after the mapped files of the profile (here none on disk).
+    let heap = dir.join("h.heap");
+    std::fs::write(
+        &heap,
+        format!(
+            "heap_v2/524288\n@ 0x1010\n  t*: 1: 1048576 [0: 0]\n\nMAPPED_LIBRARIES:\n\
+             1000-2000 r-xp 00000000 00:00 0 /nonexistent/{HOSTILE}.so\n"
+        ),
+    )
+    .unwrap();
+    let o = memsight(&["heap".as_ref(), "top".as_ref(), heap.as_os_str()], &[]);
+    assert_eq!(o.code, Some(0), "{}", o.err);
+    assert!(escaped(&o.out), "heap top: {:?}", o.out);
+    assert!(escaped(&o.err), "heap top: {:?}", o.err);
     // `run`'s lines quote the command line: here a mistyped one.
     let run = dir.join("run.json");
     let cmd = format!("/nonexistent/{HOSTILE}");

@@ -3,6 +3,7 @@
 
 use memsight_analysis::heapprof::symbolize::Symbolizer;
 use memsight_analysis::heapprof::{flame, growth, pprof, Profile};
+use memsight_format::text;
 use memsight_format::units::fmt_bytes;
 use memsight_format::wire::ring::{request_heap, HeapRequest, RingReader};
 use memsight_format::wire::Record;
@@ -81,7 +82,7 @@ enum What {
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("memsight heap: {msg}");
+    eprintln!("memsight heap: {}", text::line(&msg.to_string()));
     ExitCode::from(2)
 }
 
@@ -93,7 +94,10 @@ fn load<const N: usize>(paths: [&Path; N]) -> Result<[Profile; N], String> {
         out.push(Profile::load(p, &mut sym)?);
     }
     for m in &sym.missing {
-        eprintln!("memsight heap: no symbols from {m}: its frames show as addresses");
+        eprintln!(
+            "memsight heap: no symbols from {}: its frames show as addresses",
+            text::line(m)
+        );
     }
     out.try_into()
         .map_err(|_| "internal: profile count".to_string())
@@ -138,14 +142,16 @@ fn run_inner(what: What) -> Result<(), String> {
                     fmt_bytes(p.sample_bytes)
                 );
                 for s in sites {
-                    println!("{}", s.row());
+                    // Function and file names come from the job's binaries: shown escaped.
+                    println!("{}", text::line(&s.row()));
                 }
                 let total = p.total_bytes().max(1.0);
                 for (module, bytes) in p.start_up_bytes() {
                     println!(
-                        "{:>10}  {:>5.1}%  (library start-up) {module}",
+                        "{:>10}  {:>5.1}%  (library start-up) {}",
                         fmt_bytes(bytes.round() as u64),
-                        bytes / total * 100.0
+                        bytes / total * 100.0,
+                        text::line(&module)
                     );
                 }
             }
@@ -175,7 +181,7 @@ fn run_inner(what: What) -> Result<(), String> {
                     println!("no site grew");
                 }
                 for s in sites {
-                    println!("{}", s.row());
+                    println!("{}", text::line(&s.row()));
                 }
             }
         }
@@ -207,7 +213,7 @@ fn run_inner(what: What) -> Result<(), String> {
                 for r in reader.poll() {
                     if let Record::HeapProfile(d) = r {
                         if d.path.ends_with(&want) {
-                            println!("{}", d.path);
+                            println!("{}", text::line(&d.path));
                             return Ok(());
                         }
                     }
