@@ -5,26 +5,44 @@
 use memsight_e2e::{memsight_bin, run_memsight, scratch};
 use serde_json::Value;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+/// Grows to 48 MiB, then forks two children that hold 40 MiB each; every stage waits until the
+/// attached sidecar has sent samples of it (read from its live socket: `frames.SidecarSamples`),
+/// so a busy machine only makes it slower. Without a socket it falls back to fixed pauses.
 const GROWER: &str = r#"
-import os, time
-time.sleep(0.4)
+import os, sys, time
+sys.path.insert(0, os.environ["TREE_JOBS"])
+from frames import SidecarSamples
+watch = SidecarSamples(deadline_s=180.0)
+if not watch.wait(2):
+    time.sleep(0.4)
 keep = []
 for i in range(6):
     keep.append(bytearray(8 << 20))
     time.sleep(0.05)
+if not watch.wait(3):
+    time.sleep(0.3)
+ready_r, ready_w = os.pipe()
+go_r, go_w = os.pipe()
 kids = []
 for k in range(2):
     pid = os.fork()
     if pid == 0:
         mine = bytearray(40 << 20)
-        time.sleep(1.0)
+        os.write(ready_w, b"k")
+        os.read(go_r, 1)
         os._exit(0)
     kids.append(pid)
+os.read(ready_r, 1)
+os.read(ready_r, 1)
+if not watch.wait(3, tree=True):
+    time.sleep(1.0)
+os.write(go_w, b"gg")
 for p in kids:
     os.waitpid(p, 0)
-time.sleep(0.2)
+if not watch.wait(1):
+    time.sleep(0.2)
 "#;
 
 fn attach(pid: u32, report: &std::path::Path) -> std::process::Child {
@@ -38,7 +56,12 @@ fn attach(pid: u32, report: &std::path::Path) -> std::process::Child {
 
 #[test]
 fn a_python_process_and_its_children_get_a_tree_timeline() {
-    let Ok(mut py) = Command::new("python3").args(["-c", GROWER]).spawn() else {
+    let tree_jobs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tree_jobs");
+    let Ok(mut py) = Command::new("python3")
+        .args(["-c", GROWER])
+        .env("TREE_JOBS", tree_jobs)
+        .spawn()
+    else {
         println!("SKIP: python3 is not installed");
         return;
     };
@@ -97,10 +120,17 @@ fn a_memsight_job_is_followed_through_its_flight_recorder() {
         .args(["exit", "0", "25"])
         .env("MEMSIGHT_INTERVAL_MS", "20")
         .env("MEMSIGHT_REPORT", dir.join("job.json"))
+        .env("JOB_WAIT_FILE", dir.join("go"))
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(150));
+    // The job waits at step 3 until the sidecar is attached (its live socket is there).
+    let socket = memsight_sidecar::server::socket_path(job.id()).unwrap();
     let sidecar = attach(job.id(), &report);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !socket.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(dir.join("go"), "").unwrap();
     job.wait().unwrap();
     let out = sidecar.wait_with_output().unwrap();
     assert!(

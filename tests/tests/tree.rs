@@ -209,7 +209,16 @@ fn a_two_worker_dataloader_shows_pss_totals_that_sum_to_the_machine_figure() {
     assert!(v["process_tree"]["tree"]["total_pss"].as_u64() >= Some(pss));
 }
 
-const HOLDS_300_MB: &str = "import time\nkeep = b'\\x01' * 300_000_000\ntime.sleep(1.5)\n";
+/// Holds 300 MB until the sidecar has sent ten samples of it (read from its live socket), or for
+/// 1.5 s where there is none.
+fn holds_300_mb() -> String {
+    format!(
+        "import sys, time\nsys.path.insert(0, {:?})\nfrom frames import SidecarSamples\n\
+         keep = b'\\x01' * 300_000_000\n\
+         if not SidecarSamples().wait(10):\n    time.sleep(1.5)\n",
+        job("").display().to_string()
+    )
+}
 
 #[test]
 fn a_job_without_memsight_is_sampled_from_outside_and_gated_by_check() {
@@ -218,7 +227,7 @@ fn a_job_without_memsight_is_sampled_from_outside_and_gated_by_check() {
     let v = run_sampled_with(
         &dir,
         &["--no-preload"],
-        &["python3".as_ref(), "-c".as_ref(), HOLDS_300_MB.as_ref()],
+        &["python3".as_ref(), "-c".as_ref(), holds_300_mb().as_ref()],
     );
     let tl = v["timeline"].as_array().unwrap();
     assert!(tl.len() >= 10, "{} samples", tl.len());

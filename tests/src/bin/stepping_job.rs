@@ -3,7 +3,8 @@
 //! allocates until an allocation fails; `grow` keeps 8 MiB a step until something stops it; `exit
 //! CODE [STEPS]` finishes its session and exits with CODE. With `JOB_PID_FILE` set it writes its pid
 //! there first; with `JOB_CGROUP` set it moves itself into that cgroup directory; `JOB_PHASE_NAME`
-//! renames the inner phase.
+//! renames the inner phase; with `JOB_WAIT_FILE` set it waits at step 3 until that file exists
+//! (for a watcher to attach first; 180 s at most).
 
 use std::time::Duration;
 
@@ -57,6 +58,14 @@ fn main() {
     let mut kept: Vec<Vec<u8>> = Vec::new();
     let forward = std::env::var("JOB_PHASE_NAME").unwrap_or_else(|_| "forward".into());
     for step in 0..steps {
+        if step == 3 {
+            if let Some(f) = std::env::var_os("JOB_WAIT_FILE") {
+                let deadline = std::time::Instant::now() + Duration::from_secs(180);
+                while !std::path::Path::new(&f).exists() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
         memsight::step(step);
         let _train = memsight::phase("train");
         {

@@ -55,8 +55,9 @@ def tree_bytes(root):
     return len(union) * PAGE if union else None
 
 
-def sidecar_socket():
-    """The live socket of the `memsight run` watching this process, or None."""
+def sidecar_sockets():
+    """The sockets that may be the live one of the `memsight run`/`attach` watching this process
+    (stale ones of an earlier process with this pid may be among them)."""
     import glob
     uid = os.getuid()
     pid = os.getpid()
@@ -66,51 +67,96 @@ def sidecar_socket():
     for root in ("/dev/shm", os.environ.get("TMPDIR") or "/tmp"):
         bases.append(f"{root}/memsight-{uid}")
     bases.append(os.path.expanduser("~/.cache/memsight/runtime"))
+    found = []
     for b in bases:
-        for p in [os.path.join(b, f"sidecar-{pid}.sock")] + glob.glob(os.path.join(b, f"sidecar-{pid}.*.sock")):
-            if os.path.exists(p):
-                return p
-    return None
+        found.extend(glob.glob(os.path.join(b, f"sidecar-{pid}.*.sock")))
+        found.extend(glob.glob(os.path.join(b, f"sidecar-{pid}.sock")))
+    return found
 
 
-def wait_for_tree_samples(count, deadline_s=180.0):
-    """Blocks until the sidecar has sent `count` new process-tree samples on its live socket (the
-    event this job waits for, whatever the machine's load), or the deadline passes. False when
-    there is no socket to watch."""
-    import json, socket, time
-    path = None
-    end = time.time() + deadline_s
-    while path is None and time.time() < end:
-        path = sidecar_socket()
-        if path is None:
-            time.sleep(0.1)
-    if path is None:
-        return False
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(path)
-    s.settimeout(1.0)
-    buf, lines, seen = b"", 0, 0
-    while seen < count and time.time() < end:
-        try:
-            chunk = s.recv(65536)
-        except socket.timeout:
-            continue
-        if not chunk:
-            break
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            lines += 1
-            if lines <= 2:  # the hello and the state already held: not new samples
+class SidecarSamples:
+    """The live socket of the sidecar watching this process (`memsight run` or `attach`): waits
+    for the samples it sends, the event a test job waits for whatever the machine's load."""
+
+    def __init__(self, deadline_s=180.0):
+        import socket, time
+        self.end = time.time() + deadline_s
+        self.sock = None
+        while self.sock is None and time.time() < self.end:
+            for path in sidecar_sockets():
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    s.connect(path)
+                except OSError:  # a stale socket: nobody listens
+                    s.close()
+                    continue
+                s.settimeout(1.0)
+                self.sock = s
+                break
+            else:
+                time.sleep(0.05)
+        self.buf, self.lines, self.skip_partial = b"", 0, False
+
+    def wait(self, count, tree=False):
+        """Blocks until `count` more snapshots (with a process tree, if asked) arrived; False when
+        there is no socket or the deadline passed."""
+        import json, socket, time
+        if self.sock is None:
+            return False
+        self._skip_what_arrived()
+        seen = 0
+        while seen < count and time.time() < self.end:
+            while b"\n" not in self.buf:
+                try:
+                    chunk = self.sock.recv(65536)
+                except socket.timeout:
+                    if time.time() >= self.end:
+                        return False
+                    continue
+                if not chunk:
+                    return False
+                self.buf += chunk
+            line, self.buf = self.buf.split(b"\n", 1)
+            self.lines += 1
+            if self.lines <= 2:  # the hello and the state already held: not new samples
+                continue
+            if self.skip_partial:  # the rest of a record sent before the wait began
+                self.skip_partial = False
                 continue
             try:
                 r = json.loads(line)
             except ValueError:
                 continue
-            if r.get("type") == "snapshot" and r.get("tree"):
+            if r.get("type") == "snapshot" and (r.get("tree") or not tree):
                 seen += 1
-    s.close()
-    return seen >= count
+        return seen >= count
+
+
+    def _skip_what_arrived(self):
+        """Drops what was sent before this call (samples of an earlier state)."""
+        import socket
+        self.sock.settimeout(0.0)
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    break
+                self.buf += chunk
+        except (BlockingIOError, socket.timeout):
+            pass
+        finally:
+            self.sock.settimeout(1.0)
+        while b"\n" in self.buf:
+            _, self.buf = self.buf.split(b"\n", 1)
+            self.lines += 1
+        # A partial line left is the start of a record sent before this call: skip it too.
+        if self.buf:
+            self.skip_partial = True
+
+
+def wait_for_tree_samples(count, deadline_s=180.0):
+    """Blocks until the sidecar has sent `count` new process-tree samples; False without one."""
+    return SidecarSamples(deadline_s).wait(count, tree=True)
 
 
 def hold_and_measure(out_path, seconds=4.0):
