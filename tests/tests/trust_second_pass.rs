@@ -420,9 +420,115 @@ fn blocks_freed_that_were_never_seen_allocated_do_not_hide_a_later_peak() {
     assert_eq!(code, 0);
     let peak = v["peaks"]["heap_peak_bytes"].as_u64().unwrap_or(0);
     assert!(
-        peak >= 49 << 20 && peak < 60 << 20,
+        ((49 << 20)..(60 << 20)).contains(&peak),
         "heap peak {} MiB for 50 MiB held: {}",
         peak >> 20,
         v["peaks"]
     );
+}
+
+/// Starts `memsight run` in a process group of its own on a job that steps for about 6 s, waits
+/// until the job runs, then sends SIGTERM to `whom` (the group, or memsight alone): the report.
+fn terminated(name: &str, group: bool) -> (Option<i32>, Value) {
+    use std::os::unix::process::CommandExt;
+    let dir = scratch(name);
+    let report = dir.join("r.json");
+    let pid_file = dir.join("job.pid");
+    let run = Command::new(memsight_bin())
+        .args(["run", "--report"])
+        .arg(&report)
+        .args(["--", JOB, "exit", "0", "200"])
+        .env("JOB_PID_FILE", &pid_file)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !pid_file.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let target = if group {
+        -(run.id() as i32)
+    } else {
+        run.id() as i32
+    };
+    // SAFETY: signalling the process (group) this test started.
+    unsafe { libc::kill(target, libc::SIGTERM) };
+    let out = run.wait_with_output().unwrap();
+    let text = std::fs::read_to_string(&report)
+        .unwrap_or_else(|e| panic!("no report ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code(), serde_json::from_str(&text).unwrap())
+}
+
+#[test]
+fn sigterm_to_the_process_group_keeps_the_report() {
+    let (code, v) = terminated("trust2-sigterm-group", true);
+    assert_eq!(code, Some(143), "the job's end, as a shell would say it");
+    assert_eq!(
+        v["post_mortem"]["cause"], "signaled",
+        "{}",
+        v["post_mortem"]
+    );
+    assert!(v["post_mortem"]["description"]
+        .as_str()
+        .is_some_and(|d| d.contains("SIGTERM")));
+}
+
+#[test]
+fn sigterm_to_memsight_alone_is_passed_on_and_keeps_the_report() {
+    let (code, v) = terminated("trust2-sigterm-alone", false);
+    assert_eq!(code, Some(143));
+    assert_eq!(
+        v["post_mortem"]["cause"], "signaled",
+        "{}",
+        v["post_mortem"]
+    );
+}
+
+#[test]
+fn two_runs_given_the_same_report_do_not_lose_one_silently() {
+    let dir = scratch("trust2-same-report");
+    let report = dir.join("r.json");
+    let pid_file = dir.join("job.pid");
+    let go = dir.join("go");
+    let first = Command::new(memsight_bin())
+        .args(["run", "--report"])
+        .arg(&report)
+        .args(["--", JOB, "exit", "0", "6"])
+        .env("JOB_PID_FILE", &pid_file)
+        .env("JOB_WAIT_FILE", &go)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !pid_file.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, _, err) = memsight(
+        &[
+            "run",
+            "--report",
+            report.to_str().unwrap(),
+            "--",
+            JOB,
+            "exit",
+            "0",
+            "2",
+        ],
+        &[],
+    );
+    std::fs::write(&go, "").unwrap();
+    let out = first.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("another memsight run is writing"), "{err}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(v["post_mortem"]["cause"], "exited");
 }

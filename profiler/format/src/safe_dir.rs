@@ -1,9 +1,9 @@
 //! The one way memsight reaches a directory it writes into: an open directory descriptor, reached
 //! component by component from `/` (or the working directory) with `O_NOFOLLOW`, never by
-//! re-reading a path. A symbolic link on the way is followed only when its owner is this user,
-//! root, or the owner of the directory that holds it — the kernel's `protected_symlinks` rule,
-//! applied to every directory and not only to sticky ones — so a link another user planted in
-//! `/tmp` redirects nothing. A directory memsight makes for itself ([`Dir::own_subdir`]) is created
+//! re-reading a path. A symbolic link on the way is followed only when its owner is this user or
+//! root — stricter than the kernel's `protected_symlinks`, which also trusts the owner of the
+//! directory holding the link: a directory another user owns (`/tmp/theirs/out -> /etc`) is
+//! theirs to point anywhere — so a link another user planted redirects nothing. A directory memsight makes for itself ([`Dir::own_subdir`]) is created
 //! with `mkdirat` and must be a real directory owned by this user, or it is refused.
 //!
 //! Written by hand over `openat`/`mkdirat`/`fstatat`: the crates that walk paths relative to a
@@ -89,14 +89,12 @@ fn readlink_at(dirfd: RawFd, name: &CStr) -> io::Result<PathBuf> {
         return Err(io::Error::last_os_error());
     }
     buf.truncate(n as usize);
-    Ok(PathBuf::from(OsString::from(
-        std::ffi::OsStr::from_bytes(&buf).to_owned(),
-    )))
+    Ok(PathBuf::from(std::ffi::OsStr::from_bytes(&buf).to_owned()))
 }
 
 impl Dir {
     /// Opens the existing directory `path`, following a symbolic link on the way only when its
-    /// owner is this user, root, or the owner of the directory holding it.
+    /// owner is this user or root.
     pub fn open(path: &Path) -> io::Result<Dir> {
         let start = if path.is_absolute() {
             Path::new("/")
@@ -122,8 +120,7 @@ impl Dir {
             let c = cstr(&name)?;
             let st = stat_at(fd.as_raw_fd(), &c).map_err(|e| annotate(e, path))?;
             if is_link(&st) {
-                let holder = stat_at(fd.as_raw_fd(), c"")?;
-                if st.st_uid != euid() && st.st_uid != 0 && st.st_uid != holder.st_uid {
+                if st.st_uid != euid() && st.st_uid != 0 {
                     return Err(refused(
                         path,
                         &format!(
@@ -339,6 +336,15 @@ mod tests {
         assert!(e.to_string().contains("belongs to another user"), "{e}");
         assert!(Dir::create_own(&d.join("planted/sub"), 0o700).is_err());
         assert!(!d.join("target/sub").exists());
+        // Nor in a directory of theirs: its owner points its links anywhere.
+        std::fs::create_dir(d.join("theirs")).unwrap();
+        symlink(d.join("target"), d.join("theirs/out")).unwrap();
+        for p in [d.join("theirs"), d.join("theirs/out")] {
+            let c = cstr(p.as_os_str()).unwrap();
+            // SAFETY: a NUL-terminated path.
+            assert_eq!(unsafe { libc::lchown(c.as_ptr(), 65534, 65534) }, 0);
+        }
+        assert!(Dir::open(&d.join("theirs/out")).is_err());
     }
 
     #[test]

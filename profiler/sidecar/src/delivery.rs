@@ -36,6 +36,44 @@ pub fn check_report_path(report: &std::path::Path) -> Result<(), SidecarError> {
     })
 }
 
+/// Takes the lock of report `report` for this run (a file `report-<hash>.lock` in the runtime
+/// directory `dir`, locked exclusively while the run lasts): two runs given the same `--report`
+/// would each write it, and one job's report would be lost without a word. `None` for `-`.
+pub(crate) fn lock_report(
+    dir: &std::path::Path,
+    report: &std::path::Path,
+) -> Result<Option<std::fs::File>, SidecarError> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::OpenOptionsExt;
+    if to_stdout(report) {
+        return Ok(None);
+    }
+    let absolute = std::path::absolute(report).unwrap_or_else(|_| report.to_path_buf());
+    // FNV-1a of the absolute path: a stable name with no characters of the path in it.
+    let hash = absolute
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.join(format!("report-{hash:016x}.lock")))
+        .map_err(|e| SidecarError::RuntimeDir(dir.to_path_buf(), e))?;
+    // SAFETY: flock on a descriptor we own; released when it closes (also if we are killed).
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(SidecarError::ReportBusy(absolute));
+    }
+    Ok(Some(lock))
+}
+
 /// Writes the final report to its path, or to standard output for `-`.
 pub(crate) fn deliver(report: &Report, to: &std::path::Path) -> Result<(), SidecarError> {
     if to_stdout(to) {
@@ -71,6 +109,8 @@ pub enum SidecarError {
     NoProcess(u32),
     /// The metrics address could not be bound.
     Metrics(std::net::SocketAddr, std::io::Error),
+    /// Another `memsight run` is writing the same report now.
+    ReportBusy(PathBuf),
 }
 
 impl fmt::Display for SidecarError {
@@ -86,6 +126,11 @@ impl fmt::Display for SidecarError {
             SidecarError::Report(e) => write!(f, "cannot write the report: {e}"),
             SidecarError::NoProcess(pid) => write!(f, "no process {pid} (see `ps`)"),
             SidecarError::Metrics(a, e) => write!(f, "cannot serve metrics at {a}: {e}"),
+            SidecarError::ReportBusy(p) => write!(
+                f,
+                "another memsight run is writing {} now: give this run another --report",
+                p.display()
+            ),
         }
     }
 }

@@ -19,6 +19,7 @@ mod outside;
 mod postmortem;
 mod run;
 pub mod server;
+mod stop_signals;
 mod tree;
 mod watch;
 

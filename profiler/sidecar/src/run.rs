@@ -2,7 +2,7 @@
 //! flight recorder until it ends, and writes the report with its post-mortem.
 
 use crate::delivery::{
-    check_report_path, deliver, shell_code, to_stdout, RunOutcome, SidecarError,
+    check_report_path, deliver, lock_report, shell_code, to_stdout, RunOutcome, SidecarError,
 };
 use crate::outputs::Outputs;
 use crate::outside::Outside;
@@ -68,6 +68,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     let (program, args) = opts.command.split_first().ok_or(SidecarError::NoCommand)?;
     check_report_path(&opts.report)?;
     let dir = runtime_dir().map_err(|(p, e)| SidecarError::RuntimeDir(p, e))?;
+    let _report_lock = lock_report(&dir, &opts.report)?;
     memsight_format::wire::remove_stale_files();
     let tag = format!("{}-{}", std::process::id(), unix_ms());
     let ring_path = dir.join(format!("ring-{tag}.bin"));
@@ -97,6 +98,9 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
             .map_err(|e| SidecarError::Spawn(program.to_string_lossy().into_owned(), e))?;
         cmd.stdout(std::process::Stdio::from(err));
     }
+    // Before the job starts: a SIGTERM at its first instant must not end the sidecar (a caught
+    // signal's handler does not pass through exec, so the job starts with the default action).
+    let mut stops = crate::stop_signals::StopSignals::install();
     let child = cmd
         .spawn()
         .map_err(|e| SidecarError::Spawn(program.to_string_lossy().into_owned(), e))?;
@@ -108,7 +112,10 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     let mut oom = oomwatch::OomWatch::new(pid);
     let mut watch = Watch::new();
     watch.add_trees_of(pid);
-    let (status, died_unix_ms) = follow(child, opts, &ring_path, &mut watch, &outputs, &mut oom);
+    let (status, died_unix_ms) = follow(
+        child, opts, &ring_path, &mut watch, &outputs, &mut oom, &mut stops,
+    );
+    drop(stops);
     let mut report = postmortem::final_report(postmortem::Ending {
         watch: &watch,
         end: postmortem::End::Child(status),
@@ -188,7 +195,7 @@ fn send_output_to(
 /// and when it died. Until the job opens its ring it is sampled from outside, as `attach` does; a
 /// job that never opens one (it does not link memsight) keeps those samples as its timeline, and
 /// one that does drops them for its own. Ctrl-C reaches the job through the process group; the sidecar ignores it
-/// meanwhile, to write the report.
+/// meanwhile, to write the report, and outlives SIGTERM and SIGHUP ([`crate::stop_signals`]).
 fn follow(
     mut child: std::process::Child,
     opts: &RunOptions,
@@ -196,9 +203,11 @@ fn follow(
     watch: &mut Watch,
     outputs: &Outputs,
     oom: &mut oomwatch::OomWatch,
+    stops: &mut crate::stop_signals::StopSignals,
 ) -> (Option<ExitStatus>, u64) {
     // SAFETY: setting a signal disposition to SIG_IGN.
     unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+    stops.follow(child.id());
     // A thread waits for the job so its death is timed precisely; this loop follows the ring.
     let (tx, rx) = mpsc::channel();
     let mut outside = Some(Outside::open(child.id(), opts.interval));
@@ -221,6 +230,7 @@ fn follow(
             o.tick(watch, outputs);
         }
         oom.refresh();
+        stops.poll();
         match rx.recv_timeout(poll) {
             Ok(done) => break done,
             Err(mpsc::RecvTimeoutError::Timeout) => continue,
@@ -244,10 +254,11 @@ fn follow(
     (status.ok(), died_unix_ms)
 }
 
-/// How long a job has to open its flight recorder before it is sampled from outside: a job that
-/// links memsight opens it as its session starts, and outside samples it then replaces have already
-/// reached live viewers, which would show more samples than the report keeps.
-const OUTSIDE_GRACE: Duration = Duration::from_millis(500);
+/// How long a job has to open its flight recorder before it is sampled from outside: none, so a
+/// job that ends within half a second without a ring (a short program the library does not reach)
+/// still has its samples. The outside samples a ring then replaces may have reached live viewers,
+/// which show a few more samples than the report keeps.
+const OUTSIDE_GRACE: Duration = Duration::ZERO;
 
 /// The job's ring is open: stops sampling it from outside and drops what was sampled so.
 fn leave_outside(outside: &mut Option<Outside>, watch: &mut Watch) {

@@ -136,6 +136,9 @@ fn leading_pid(name: &str, prefix: &str) -> Option<i32> {
 ///   the lock of their `.held` file (the sidecar's, inherited by its job);
 /// - sidecar sockets nobody listens on whose job is gone.
 ///
+/// Report locks (`report-<hash>.lock`, a few bytes each) stay: removing one while a run takes it
+/// would let two runs hold two files of one name.
+///
 /// Reports (`job-report-*.json`, left by a sidecar killed before it delivered one to standard
 /// output) are never removed: they may be the only copy.
 pub fn remove_stale_files() {
