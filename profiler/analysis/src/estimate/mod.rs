@@ -7,6 +7,9 @@
 //! seeds' numbers exactly (B·H·S²·4 attention scores, params × dtype bytes) and is validated
 //! against real PyTorch training steps by `scripts/estimate-validate.py` (the table in the docs).
 
+pub mod arch;
+pub mod hf;
+pub mod lora;
 mod model;
 mod moments;
 
