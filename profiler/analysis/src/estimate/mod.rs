@@ -12,6 +12,8 @@ pub mod hf;
 pub mod lora;
 mod model;
 mod moments;
+pub mod recipe;
+pub mod train;
 
 pub use model::{preset, ModelShape, PRESETS};
 pub use moments::{Activations, Moment};
