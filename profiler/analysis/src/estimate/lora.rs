@@ -93,6 +93,19 @@ impl Lora {
         out
     }
 
+    /// The roles (`q`, `v`, `qkv`, `o`, `gate`, `up`, `down`, …) of the block linears wrapped.
+    pub fn wrapped_roles(&self, arch: &Arch) -> Vec<&'static str> {
+        arch.linears()
+            .into_iter()
+            .filter(|l| match &self.targets {
+                Targets::QueryValue => matches!(l.role, "q" | "v" | "qkv"),
+                Targets::AllLinear => true,
+                Targets::Named(names) => names.contains(&l.name),
+            })
+            .map(|l| l.role)
+            .collect()
+    }
+
     /// Trainable parameters the adapters add.
     pub fn params(&self, arch: &Arch) -> u64 {
         self.wrapped(arch)

@@ -273,6 +273,9 @@ pub struct Recipe {
     pub adapter_bytes: u64,
     /// LoRA dropout on the adapters' inputs.
     pub lora_dropout: bool,
+    /// Autograd keeps the input of a linear layer whose weight is frozen (torch 2.11 does not:
+    /// measured; the LitGPT rows, on torch 2.1, are consistent with older releases keeping it).
+    pub frozen_inputs_saved: bool,
     /// Optimizer.
     pub optimizer: Optim,
     /// Paged optimizer state (bitsandbytes `paged_*`): unified memory outside PyTorch's
@@ -294,6 +297,9 @@ pub struct Recipe {
     pub dropout: bool,
     /// Micro-steps per optimizer step.
     pub grad_accumulation: u64,
+    /// Gradients stay allocated between steps (`zero_grad(set_to_none=False)`, the default before
+    /// torch 2.0 and in HF Trainer loops of that time): they are alive in forward too.
+    pub grads_persist: bool,
     /// Parallelism.
     pub parallel: Parallel,
     /// Device costs.
@@ -312,6 +318,7 @@ impl Recipe {
             lora: None,
             adapter_bytes: 4,
             lora_dropout: false,
+            frozen_inputs_saved: false,
             optimizer: Optim::Adamw,
             paged: false,
             optimizer_in_backward: false,
@@ -321,6 +328,7 @@ impl Recipe {
             attention: AttnImpl::Sdpa,
             dropout: false,
             grad_accumulation: 1,
+            grads_persist: false,
             parallel: Parallel {
                 dp: 1,
                 zero: 0,

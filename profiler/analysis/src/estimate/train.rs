@@ -55,7 +55,7 @@ pub struct ArchEstimate {
 /// within a step (the peak less the model states allocated once): blocks freed and reused at other
 /// sizes leave segments partly empty (fitted on the tuned half of the published rows,
 /// docs/estimate.md).
-pub const RESERVE_FRACTION: f64 = 0.10;
+pub const RESERVE_FRACTION: f64 = 0.20;
 
 fn f(v: u64) -> u128 {
     v as u128
@@ -83,13 +83,49 @@ fn sizes(p: Precision) -> Sizes {
     }
 }
 
-/// Bytes one norm keeps per token when its output feeds matmuls: LayerNorm its input and the
-/// output the matmul keeps; RMSNorm as `transformers` (and LitGPT) write it, in fp32: the fp32
-/// input, the normalised tensor the weight multiplies, and the output.
-fn norm_bytes(norm: Norm, s: &Sizes, d: u128) -> u128 {
+/// Which linear layers keep their input for backward: all when the weights train; under LoRA
+/// only the wrapped ones (a frozen weight's gradient is not computed, so autograd does not save
+/// its input; measured with torch 2.11), and with LoRA dropout not even those (each adapter keeps
+/// its own dropped copy). Quantised linears keep theirs whatever trains (bitsandbytes'
+/// `MatMul4Bit` saves its input), and so do frozen ones where `frozen_inputs_saved` says the
+/// torch release does.
+struct Saves {
+    full: bool,
+    all_linears: bool,
+    roles: Vec<&'static str>,
+    dropout: bool,
+}
+
+impl Saves {
+    fn new(arch: &Arch, r: &Recipe) -> Self {
+        Saves {
+            full: r.lora.is_none(),
+            all_linears: r.lora.is_none() || r.quant != Quant::None || r.frozen_inputs_saved,
+            roles: r
+                .lora
+                .as_ref()
+                .map_or(Vec::new(), |l| l.wrapped_roles(arch)),
+            dropout: r.lora_dropout,
+        }
+    }
+
+    /// Whether a linear of one of these roles keeps its input tensor itself.
+    fn input(&self, roles: &[&str]) -> bool {
+        self.all_linears || (!self.dropout && roles.iter().any(|x| self.roles.contains(x)))
+    }
+}
+
+/// Bytes one norm keeps per token: its input (RMSNorm as `transformers` and LitGPT write it:
+/// the fp32 upcast), the normalised tensor when the norm's weight trains, and its output when a
+/// consumer keeps it.
+fn norm_bytes(norm: Norm, s: &Sizes, d: u128, trains: bool, output_kept: bool) -> u128 {
+    let out = if output_kept { s.a * d } else { 0 };
     match norm {
-        Norm::LayerNorm => (s.r + s.a) * d,
-        Norm::RmsNorm => (4 + if s.r == 4 { 4 } else { s.a } + s.a) * d,
+        Norm::LayerNorm => s.r * d + out,
+        Norm::RmsNorm => {
+            let normalised = if s.r == 4 { 4 } else { s.a };
+            4 * d + if trains { normalised * d } else { 0 } + out
+        }
     }
 }
 
@@ -97,6 +133,7 @@ fn norm_bytes(norm: Norm, s: &Sizes, d: u128) -> u128 {
 /// selective recomputation drops), for sequences of `seq` (the scores' width) split over `tp`.
 fn block_bytes(arch: &Arch, st: &Stack, r: &Recipe, seq: u64) -> (u128, u128) {
     let s = sizes(r.precision);
+    let sv = Saves::new(arch, r);
     let d = f(arch.hidden);
     let at = st.attention;
     let (q, kv) = (f(at.heads * at.head_dim), f(at.kv_heads * at.head_dim));
@@ -117,20 +154,32 @@ fn block_bytes(arch: &Arch, st: &Stack, r: &Recipe, seq: u64) -> (u128, u128) {
         AttnImpl::Sdpa => core_sdpa,
         AttnImpl::Eager => s.a * (q + 2 * kv) + scores_el * score_bytes,
     };
-    let attention = attentions * (split(core) + split(s.a * q));
+    let o_input = if sv.input(&["o"]) { s.a * q } else { 0 };
+    let attention = attentions * (split(core) + split(o_input));
     let core_share = attentions * split(core);
-    // MLP: gated keeps gate, up, act(gate) and the product; plain the hidden before and after
-    // the activation. Mixture of experts: per routed expert, plus the gathered input and output
-    // and the router's fp32 probabilities.
+    // MLP: gated keeps gate, up and act(gate) (the activation's and the product's inputs) and
+    // the product (the down projection's); plain the hidden before the activation and after
+    // (the down projection's). Mixture of experts: per routed expert, plus the gathered input
+    // and output and the router's fp32 probabilities.
     let m = st.mlp;
-    let hidden = f(m.intermediate) * if m.gated { 4 } else { 2 } * s.a;
+    let i = f(m.intermediate);
+    let down = u128::from(sv.input(&["down"]));
+    let hidden = s.a * i * if m.gated { 3 + down } else { 1 + down };
     let mlp = if m.experts > 0 {
         let k = f(m.experts_per_token.max(1));
         k * (split(hidden) + 2 * s.a * d) + 2 * 4 * f(m.experts)
     } else {
         split(hidden)
     };
-    let norms = f(st.norms_per_block) * replicated(norm_bytes(arch.norm, &s, d));
+    // Norms: before attention (its output feeds q, k, v) and before the MLP; Phi's one norm
+    // feeds both; T5's decoder has a third before cross-attention.
+    let attn_in = sv.input(&["q", "k", "v", "qkv"]);
+    let mlp_in = sv.input(&["gate", "up", "gate_up"]);
+    let norm = |kept: bool| replicated(norm_bytes(arch.norm, &s, d, sv.full, kept));
+    let norms = match st.norms_per_block {
+        1 => norm(attn_in || mlp_in),
+        n => f(n - 1) * norm(attn_in) + norm(mlp_in),
+    };
     let masks = if r.dropout { replicated(2 * d) } else { 0 };
     (norms + attention + mlp + masks, core_share)
 }
@@ -343,10 +392,11 @@ pub fn estimate(arch: &Arch, r: &Recipe) -> ArchEstimate {
         per_layer_max = per_layer_max.max(block);
         let input = s.r * d * tokens / if r.parallel.sp { tp } else { 1 };
         inputs += f(stack.layers) * input;
-        kept += f(stack.layers) * match r.checkpointing {
-            Checkpointing::Full => input,
-            _ => block,
-        };
+        kept += f(stack.layers)
+            * match r.checkpointing {
+                Checkpointing::Full => input,
+                _ => block,
+            };
     }
     // LoRA dropout: each wrapped module's input is dropped out (a copy and a mask per module).
     if let (Some(l), true) = (&r.lora, r.lora_dropout) {
@@ -358,7 +408,8 @@ pub fn estimate(arch: &Arch, r: &Recipe) -> ArchEstimate {
         kept += per_token * tokens / tp;
     }
     // The embedding's output (and BERT's embedding norm) and the final norm.
-    let ends = tokens * (s.r * d + norm_bytes(arch.norm, &s, d)) + tokens * 16;
+    let ends =
+        tokens * (s.r * d + norm_bytes(arch.norm, &s, d, r.lora.is_none(), true)) + tokens * 16;
     let recompute = if r.checkpointing == Checkpointing::Full {
         per_layer_max
     } else {
@@ -376,16 +427,13 @@ pub fn estimate(arch: &Arch, r: &Recipe) -> ArchEstimate {
     let (loss_fwd, loss_bwd) = match r.loss {
         // logits, their fp32 copy, the log-probabilities; at backward the log-probabilities,
         // the NLL's gradient and the log-softmax's gradient (fp32), then the cast back.
-        Loss::Fp32 | Loss::Chunked { .. } => (
-            x * (s.a + if s.a < 4 { 4 } else { 0 } + 4),
-            x * 12,
-        ),
+        Loss::Fp32 | Loss::Chunked { .. } => (x * (s.a + if s.a < 4 { 4 } else { 0 } + 4), x * 12),
         Loss::Native => (x * 2 * s.a, x * 3 * s.a),
     };
     // A chunked loss keeps each chunk's hidden-state gradient and recomputes its logits.
     let data = tokens * 16;
     let base = st.weights + st.optimizer + data + st.gather + st.dequant;
-    let acc = if r.grad_accumulation > 1 && training {
+    let acc = if (r.grad_accumulation > 1 || r.grads_persist) && training {
         st.gradients
     } else {
         0
@@ -546,7 +594,7 @@ pub struct Fit {
 
 /// The share [`fit`] adds for the estimate's own error: the worst underestimate of the
 /// `nvidia-smi`/allocated figure on the tuned half of the published rows (docs/estimate.md).
-pub const FIT_MARGIN: f64 = 0.08;
+pub const FIT_MARGIN: f64 = 0.12;
 
 /// Fits `r` to a device of `device` bytes keeping `headroom` free.
 pub fn fit(arch: &Arch, r: &Recipe, device: u64, headroom: f64) -> Fit {
