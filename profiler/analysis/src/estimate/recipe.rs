@@ -289,6 +289,9 @@ pub struct Recipe {
     pub foreach: bool,
     /// Loss.
     pub loss: Loss,
+    /// The loop keeps the model's output (and so the logits) alive through backward
+    /// (`out = model(**batch); out.loss.backward()`); HF Trainer drops it first.
+    pub keep_logits: bool,
     /// Checkpointing.
     pub checkpointing: Checkpointing,
     /// Attention implementation.
@@ -324,6 +327,7 @@ impl Recipe {
             optimizer_in_backward: false,
             foreach: true,
             loss: Loss::Fp32,
+            keep_logits: false,
             checkpointing: Checkpointing::None,
             attention: AttnImpl::Sdpa,
             dropout: false,

@@ -144,15 +144,22 @@ fn block_bytes(arch: &Arch, st: &Stack, r: &Recipe, seq: u64) -> (u128, u128) {
     // Attention: q, k, v as the kernel keeps them, its output, the output projection's input.
     let core_sdpa = s.a * (q + 2 * kv) + s.a * q + 4 * f(at.heads);
     let scores_el = f(at.heads) * f(seq);
-    let score_bytes = if s.amp {
-        // fp32 softmax output, its 2-byte cast for the value matmul, the dropout mask.
-        4 + 2 + u128::from(r.dropout)
+    // Eager scores: the softmax's output (fp32 where the family computes it in fp32, or under
+    // autocast) and its cast for the value matmul, the dropout mask and dropped copy.
+    let fp32_softmax = s.amp
+        || !matches!(
+            arch.family.as_str(),
+            "bert" | "roberta" | "gpt2" | "gpt_neox"
+        );
+    let score_bytes = if fp32_softmax {
+        4 + if s.a < 4 { s.a } else { 0 } + u128::from(r.dropout) * (1 + s.a)
     } else {
         s.a + if r.dropout { 1 + s.a } else { 0 }
     };
-    let core = match r.attention {
-        AttnImpl::Sdpa => core_sdpa,
-        AttnImpl::Eager => s.a * (q + 2 * kv) + scores_el * score_bytes,
+    let core = if eager(arch, r) {
+        s.a * (q + 2 * kv) + scores_el * score_bytes
+    } else {
+        core_sdpa
     };
     let o_input = if sv.input(&["o"]) { s.a * q } else { 0 };
     let attention = attentions * (split(core) + split(o_input));
@@ -164,7 +171,13 @@ fn block_bytes(arch: &Arch, st: &Stack, r: &Recipe, seq: u64) -> (u128, u128) {
     let m = st.mlp;
     let i = f(m.intermediate);
     let down = u128::from(sv.input(&["down"]));
-    let hidden = s.a * i * if m.gated { 3 + down } else { 1 + down };
+    // `gelu_new`/`gelu_fast` are written as Python arithmetic: besides its input the tanh's
+    // output, half the input and (1 + tanh) are kept, three more intermediate-sized tensors.
+    let composite = match arch.activation.as_str() {
+        "gelu_new" | "gelu_fast" | "gated-gelu" => 3,
+        _ => 0,
+    };
+    let hidden = s.a * i * (composite + if m.gated { 3 + down } else { 1 + down });
     let mlp = if m.experts > 0 {
         let k = f(m.experts_per_token.max(1));
         k * (split(hidden) + 2 * s.a * d) + 2 * 4 * f(m.experts)
@@ -182,6 +195,12 @@ fn block_bytes(arch: &Arch, st: &Stack, r: &Recipe, seq: u64) -> (u128, u128) {
     };
     let masks = if r.dropout { replicated(2 * d) } else { 0 };
     (norms + attention + mlp + masks, core_share)
+}
+
+/// Whether attention materialises its scores: asked for, or the family has no fused path (T5's
+/// relative position bias).
+fn eager(arch: &Arch, r: &Recipe) -> bool {
+    r.attention == AttnImpl::Eager || arch.family == "t5"
 }
 
 /// Model-state bytes per device and the parameter counts behind them.
@@ -430,8 +449,13 @@ pub fn estimate(arch: &Arch, r: &Recipe) -> ArchEstimate {
         Loss::Fp32 | Loss::Chunked { .. } => (x * (s.a + if s.a < 4 { 4 } else { 0 } + 4), x * 12),
         Loss::Native => (x * 2 * s.a, x * 3 * s.a),
     };
-    // A chunked loss keeps each chunk's hidden-state gradient and recomputes its logits.
-    let data = tokens * 16;
+    // Logits the loop keeps through backward and the step (the model's output object).
+    let kept_logits = if r.keep_logits && vocab_head {
+        tokens * f(arch.vocab) / tp * s.a
+    } else {
+        0
+    };
+    let data = tokens * 16 + kept_logits;
     let base = st.weights + st.optimizer + data + st.gather + st.dequant;
     let acc = if (r.grad_accumulation > 1 || r.grads_persist) && training {
         st.gradients
@@ -451,7 +475,10 @@ pub fn estimate(arch: &Arch, r: &Recipe) -> ArchEstimate {
         // Forward only: one block's activations at a time.
         push("forward", base + amp_kept + per_layer_max + ends + loss_fwd);
     } else {
-        push("forward end (loss)", fwd + loss_fwd);
+        push(
+            "forward end (loss)",
+            fwd + loss_fwd - kept_logits.min(loss_fwd),
+        );
         push("loss backward", fwd + loss_bwd);
         // A block's backward: its gradients (incoming, the hidden's), the recomputed block.
         let transient = tokens * (s.r * d + 2 * s.a * d) + per_layer_max / 4;
