@@ -74,6 +74,18 @@ fn tiny_real_architectures_on_cpu() {
             err,
             e.peak_moment
         );
+        if std::env::var_os("MEMSIGHT_MOMENTS").is_some() {
+            for m in &e.moments {
+                println!("    {:<40}{:>10.2} MiB", m.name, m.bytes as f64 / 1048576.0);
+            }
+            for t in &e.terms {
+                println!(
+                    "    = {:<40}{:>10.2} MiB",
+                    t.name,
+                    t.bytes as f64 / 1048576.0
+                );
+            }
+        }
     }
     println!("within ±10%: {within} of {}", rows.len());
     assert!(!rows.is_empty());

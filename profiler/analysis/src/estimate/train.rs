@@ -149,10 +149,16 @@ fn block_bytes(arch: &Arch, st: &Stack, r: &Recipe, seq: u64) -> (u128, u128) {
     let fp32_softmax = s.amp
         || !matches!(
             arch.family.as_str(),
-            "bert" | "roberta" | "gpt2" | "gpt_neox"
+            "bert" | "roberta" | "gpt2" | "gpt_neox" | "t5"
         );
     let score_bytes = if fp32_softmax {
-        4 + if s.a < 4 { s.a } else { 0 } + u128::from(r.dropout) * (1 + s.a)
+        // Without dropout the value matmul keeps the cast (fp32: the softmax output itself);
+        // with it the mask and the dropped copy.
+        4 + match (r.dropout, s.a < 4) {
+            (true, _) => 1 + s.a,
+            (false, true) => s.a,
+            (false, false) => 0,
+        }
     } else {
         s.a + if r.dropout { 1 + s.a } else { 0 }
     };
