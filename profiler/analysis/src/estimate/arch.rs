@@ -272,6 +272,26 @@ impl Arch {
         self.params() - inactive
     }
 
+    /// The 2-D tensors outside the blocks as (rows, columns): the token, position and token-type
+    /// tables, an untied LM head, the heads' dense layers.
+    pub fn outer_matrices(&self) -> Vec<(u64, u64)> {
+        let d = self.hidden;
+        let mut m = vec![(self.vocab, d)];
+        for rows in [self.positions, self.token_types] {
+            if rows > 0 {
+                m.push((rows, d));
+            }
+        }
+        match self.head {
+            Head::Lm { tied: false, .. } => m.push((self.vocab, d)),
+            Head::MaskedLm | Head::Pooler => m.push((d, d)),
+            Head::SequenceClassifier { labels } => m.extend([(d, d), (labels, d)]),
+            Head::TokenClassifier { labels } | Head::Score { labels } => m.push((labels, d)),
+            Head::Lm { .. } | Head::None => {}
+        }
+        m
+    }
+
     /// Parameters of the blocks' linear layers (the weights quantisation replaces).
     pub fn linear_params(&self) -> u64 {
         self.linears()

@@ -364,15 +364,22 @@ fn adafactor(arch: &Arch, r: &Recipe) -> u128 {
             .map(|w| f(w.count * w.experts) * f(l.rank * 2 + w.fan_in + w.fan_out) * 4)
             .sum();
     }
-    let linears: u128 = arch
-        .linears()
+    let blocks = arch.linears();
+    let matrices = blocks
         .iter()
-        .map(|l| f(l.layers * l.count) * f(l.fan_in + l.fan_out) * 4)
-        .sum();
-    let d = f(arch.hidden);
-    let embed = (f(arch.vocab) + d) * 4;
-    let vectors = f(arch.params() - arch.linear_params()) - f(arch.vocab) * d;
-    linears + embed + vectors * 4
+        .map(|l| (f(l.layers * l.count), f(l.fan_in), f(l.fan_out)))
+        .chain(
+            arch.outer_matrices()
+                .into_iter()
+                .map(|(r, c)| (1, f(r), f(c))),
+        );
+    let (mut factored, mut elements) = (0u128, 0u128);
+    for (n, r, c) in matrices {
+        factored += n * (r + c) * 4;
+        elements += n * r * c;
+    }
+    // Vectors (norms, biases) keep a full fp32 second moment.
+    factored + f(arch.params()).saturating_sub(elements) * 4
 }
 
 /// The largest trainable tensor's elements (the per-tensor optimizer step's and
