@@ -28,6 +28,10 @@ pub struct HfArgs {
     /// With --hf-config: base weights none, nf4, nf4-dq (QLoRA, double quantisation) or int8.
     #[arg(long, default_value = "none", value_parser = Quant::parse, requires = "hf_config")]
     quant: Quant,
+    /// peft's prepare_model_for_kbit_training: the unquantised weights (embeddings, norms, head)
+    /// in fp32 (with --quant).
+    #[arg(long, requires = "quant")]
+    prepare_kbit: bool,
     /// LoRA targets: qv, all-linear, or module names (q_proj,k_proj,v_proj,o_proj).
     #[arg(long, default_value = "qv", value_parser = Targets::parse, requires = "hf_config")]
     lora_targets: Targets,
@@ -88,6 +92,7 @@ fn recipe(a: &Args) -> Result<Recipe, String> {
     r.batch = a.batch;
     r.precision = h.precision;
     r.quant = h.quant;
+    r.kbit_fp32_rest = h.prepare_kbit;
     r.lora = a.lora_rank.map(|rank| Lora {
         rank,
         targets: h.lora_targets.clone(),

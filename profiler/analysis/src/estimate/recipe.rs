@@ -267,6 +267,9 @@ pub struct Recipe {
     pub precision: Precision,
     /// Base-weight quantisation.
     pub quant: Quant,
+    /// peft's `prepare_model_for_kbit_training`: the weights left unquantised (embeddings, norms,
+    /// the head) cast to fp32.
+    pub kbit_fp32_rest: bool,
     /// LoRA/DoRA adapters (base frozen).
     pub lora: Option<Lora>,
     /// Adapter dtype bytes (peft casts adapters to fp32 by default: 4).
@@ -318,6 +321,7 @@ impl Recipe {
             batch: 1,
             precision: Precision::Bf16,
             quant: Quant::None,
+            kbit_fp32_rest: false,
             lora: None,
             adapter_bytes: 4,
             lora_dropout: false,

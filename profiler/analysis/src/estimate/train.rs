@@ -241,7 +241,9 @@ fn states(arch: &Arch, r: &Recipe) -> States {
         Quant::None => params * wb,
         q => {
             let quantised = (linear as f64 * q.bytes_per_weight()) as u128;
-            quantised + (params - linear) * 2
+            // The rest in the compute dtype, or fp32 after peft's
+            // `prepare_model_for_kbit_training`.
+            quantised + (params - linear) * if r.kbit_fp32_rest { 4 } else { 2 }
         }
     } / tp;
     let lora_params = r.lora.as_ref().map_or(0, |l| l.params(arch));
