@@ -71,6 +71,7 @@ fn recipe(a: &Value) -> Recipe {
     }
     r.adapter_bytes = u("adapter_bytes").unwrap_or(4);
     r.lora_dropout = b("lora_dropout");
+    r.kbit_fp32_rest = b("prepare_kbit");
     r.frozen_inputs_saved = b("frozen_inputs_saved");
     if let Some(c) = u("cuda_context_mib") {
         r.device.context = c << 20;
@@ -207,5 +208,35 @@ fn suggested_micro_batches_never_one_that_ran_out_of_memory() {
                 f.max_micro_batch
             );
         }
+    }
+}
+
+#[test]
+fn longest_contexts_that_fit_a_card() {
+    // A context that ran must not be estimated above the card (the estimate would refuse it);
+    // how far below it lands says how far the estimate would over-promise.
+    let fx = fixture();
+    println!(
+        "{:<42}{:>8}{:>10}{:>14}{:>8}",
+        "row", "card", "context", "nvidia-smi", "share"
+    );
+    for c in fx["context_checks"].as_array().unwrap() {
+        let a = &c["args"];
+        let e = train::estimate(&arch(a["config"].as_str().unwrap()), &recipe(a));
+        let card = c["device_gib"].as_u64().unwrap() << 30;
+        let share = e.figures.nvidia_smi as f64 / card as f64;
+        println!(
+            "{:<42}{:>5} GiB{:>10}{:>11.2} GiB{:>7.0}%",
+            c["id"].as_str().unwrap(),
+            card >> 30,
+            c["max_context"].as_u64().unwrap(),
+            e.figures.nvidia_smi as f64 / (1u64 << 30) as f64,
+            share * 100.0
+        );
+        assert!(
+            share <= 1.0,
+            "{}: a context that ran is estimated above the card",
+            c["id"]
+        );
     }
 }
