@@ -266,8 +266,14 @@ fn states(arch: &Arch, r: &Recipe) -> States {
             },
         )
     };
-    // Vectors (norm weights, biases) keep fp32 moments under 8-bit Adam (under 4096 elements).
-    let vectors = f(arch.params() - arch.linear_params()).min(t);
+    // Tensors outside the blocks' linears (norm weights and biases — under 4096 elements — and
+    // the embeddings, which HF Trainer registers for 32-bit state) keep fp32 moments under
+    // 8-bit Adam; adapters are matrices and go 8-bit.
+    let vectors = if r.lora.is_some() {
+        0
+    } else {
+        f(arch.params() - arch.linear_params()).min(t)
+    };
     let moments = match r.optimizer {
         Optim::Adamw => 2 * state_b * t,
         Optim::AdamwBf16 => 4 * t,
