@@ -29,11 +29,13 @@ HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
 
 
 class Live(TorchDispatchMode):
-    def __init__(self, start):
+    def __init__(self, start, known=()):
         super().__init__()
         self.live = start
         self.peak = start
-        self.seen = {}
+        # Storages alive before counting began (parameters, optimizer state) are in `start`
+        # already: a view of one (a weight's transpose) is not a new allocation.
+        self.seen = {k: 0 for k in known}
 
     def _track(self, t):
         if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
@@ -73,12 +75,16 @@ def storage_bytes(tensors):
     return sum(seen.values())
 
 
-def state_bytes(model, opt):
+def state_tensors(model, opt):
     ts = list(model.parameters()) + list(model.buffers())
     ts += [p.grad for p in model.parameters() if p.grad is not None]
     for s in opt.state.values():
         ts += [v for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
-    return storage_bytes(ts)
+    return ts
+
+
+def state_bytes(model, opt):
+    return storage_bytes(state_tensors(model, opt))
 
 
 def run(row):
@@ -122,7 +128,8 @@ def run(row):
     step()
     step()
     start = state_bytes(model, opt)
-    mode = Live(start)
+    known = {t.untyped_storage().data_ptr() for t in state_tensors(model, opt)}
+    mode = Live(start, known)
     with mode:
         step()
     return mode.peak

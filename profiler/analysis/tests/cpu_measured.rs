@@ -89,4 +89,9 @@ fn tiny_real_architectures_on_cpu() {
     }
     println!("within ±10%: {within} of {}", rows.len());
     assert!(!rows.is_empty());
+    assert_eq!(
+        within,
+        rows.len(),
+        "every row within ±10% (docs/estimate.md)"
+    );
 }
