@@ -300,3 +300,42 @@ fn check_batch_says_what_it_cannot_run() {
     assert_eq!(code, 2);
     assert!(err.contains("needs the model's shape"), "{err}");
 }
+
+#[test]
+fn hf_config_counts_transformers_parameters_and_says_three_figures() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiler/analysis/tests/fixtures/hf-configs/llama.json"
+    );
+    // The count transformers builds from this config (params.json there).
+    let e = json(&["--hf-config", cfg, "--seq", "128"]);
+    assert_eq!(e["params"], 220_480u64);
+    let f = &e["figures"];
+    let fig = |k: &str| f[k].as_u64().unwrap();
+    assert!(fig("allocated") <= fig("reserved") && fig("reserved") < fig("nvidia_smi"));
+    let (code, out, err) = estimate(&[
+        "--hf-config",
+        cfg,
+        "--seq",
+        "128",
+        "--lora-rank",
+        "8",
+        "--quant",
+        "nf4-dq",
+        "--device-memory",
+        "8GiB",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for said in [
+        "ALLOCATED peak",
+        "RESERVED",
+        "NVIDIA-SMI shows",
+        "assumptions",
+        "largest micro-batch that fits",
+    ] {
+        assert!(out.contains(said), "no `{said}` in:\n{out}");
+    }
+    let (code, _, err) = estimate(&["--hf-config", cfg, "--quant", "nf4"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--lora-rank"), "{err}");
+}

@@ -32,13 +32,13 @@ pub struct Args {
     params: Option<u64>,
     /// Sequence length (default: the preset's context, 1024).
     #[arg(long)]
-    seq: Option<u64>,
+    pub(crate) seq: Option<u64>,
     /// Positions of the learned position table (default: the preset's, else --seq).
     #[arg(long)]
     positions: Option<u64>,
     /// Micro-batch.
     #[arg(long, default_value_t = 1)]
-    batch: u64,
+    pub(crate) batch: u64,
     /// Weight dtype: fp32, bf16, fp16.
     #[arg(long, default_value = "fp32", value_parser = Dtype::parse)]
     dtype: Dtype,
@@ -49,22 +49,23 @@ pub struct Args {
     /// LayerNorms and softmax in fp32 (overrides --activation-dtype for activations).
     #[arg(long)]
     autocast: bool,
-    /// adamw, sgd, or none (forward only).
-    #[arg(long, default_value = "adamw", value_parser = parse_optimizer)]
-    optimizer: Optimizer,
+    /// adamw, sgd, or none (forward only); with --hf-config also adamw-bf16, adamw-8bit,
+    /// adafactor, sgd-momentum (plain sgd keeps no state there).
+    #[arg(long, default_value = "adamw")]
+    pub(crate) optimizer: String,
     /// The optimizer step's implementation: foreach, per-tensor or fused (default: PyTorch's for
     /// the device: foreach on cuda, per-tensor on cpu).
     #[arg(long, value_parser = OptimizerImpl::parse)]
-    optimizer_impl: Option<OptimizerImpl>,
+    pub(crate) optimizer_impl: Option<OptimizerImpl>,
     /// cuda or cpu: autocast's dtypes and dropout's masks differ.
     #[arg(long, default_value = "cuda", value_parser = Device::parse)]
     device: Device,
     /// Dropout probability (embeddings, attention probabilities, both residual branches).
     #[arg(long, default_value_t = 0.0, value_name = "P")]
-    dropout: f64,
+    pub(crate) dropout: f64,
     /// Micro-steps per optimizer step (gradients stay alive through the later micro-steps).
     #[arg(long, default_value_t = 1, value_name = "N")]
-    grad_accumulation: u64,
+    pub(crate) grad_accumulation: u64,
     /// The loop keeps the logits (`logits, loss = model(x, y)`): the default.
     #[arg(long, conflicts_with = "drop_logits")]
     keep_logits: bool,
@@ -73,13 +74,14 @@ pub struct Args {
     drop_logits: bool,
     /// LoRA rank (adapters on the attention projections; base weights frozen).
     #[arg(long)]
-    lora_rank: Option<u64>,
+    pub(crate) lora_rank: Option<u64>,
     /// Activation checkpointing per block.
     #[arg(long)]
-    checkpointing: bool,
+    pub(crate) checkpointing: bool,
     /// naive or efficient.
-    #[arg(long, default_value = "naive", value_parser = parse_attention)]
-    attention: Attention,
+    /// (default naive; with --hf-config efficient, i.e. SDPA/flash, and naive means eager).
+    #[arg(long, value_parser = parse_attention)]
+    pub(crate) attention: Option<Attention>,
     /// Efficient attention computed in key blocks of N by tensor ops (not a fused kernel): adds
     /// the block's backward workspace.
     #[arg(long, value_name = "N")]
@@ -95,16 +97,16 @@ pub struct Args {
     first_layers: Option<u64>,
     /// ZeRO stage 0–3 (shards optimizer state, then gradients, then weights over --gpus).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
-    zero_stage: u8,
+    pub(crate) zero_stage: u8,
     /// Data-parallel GPUs for ZeRO.
     #[arg(long, default_value_t = 1)]
-    gpus: u64,
+    pub(crate) gpus: u64,
     /// Device memory to fit (e.g. 80GiB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    device_memory: Option<u64>,
+    pub(crate) device_memory: Option<u64>,
     /// Share of device memory kept free (0.15 = 15%).
     #[arg(long, default_value_t = 0.15)]
-    headroom: f64,
+    pub(crate) headroom: f64,
     /// Confirm the largest micro-batch by running it: trains this configuration with PyTorch on
     /// this machine's CPU (the validation harness, scripts/estimate-validate.py, in the torch venv
     /// of scripts/setup.sh) at that micro-batch and one more, and prints the measured and estimated
@@ -118,7 +120,9 @@ pub struct Args {
     python: Option<std::path::PathBuf>,
     /// Print JSON.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) hf: crate::estimate_hf::HfArgs,
 }
 
 fn parse_count(s: &str) -> Result<u64, String> {
@@ -163,7 +167,7 @@ fn parse_bits(s: &str) -> Result<u8, String> {
     }
 }
 
-fn fail(msg: impl std::fmt::Display) -> ExitCode {
+pub(crate) fn fail(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("memsight estimate: {msg}");
     ExitCode::from(2)
 }
@@ -280,10 +284,10 @@ fn input(a: &Args) -> Result<EstimateInput, String> {
     i.dtype = a.dtype;
     i.activation_dtype = a.activation_dtype.unwrap_or(a.dtype);
     i.autocast = a.autocast;
-    i.optimizer = a.optimizer;
+    i.optimizer = parse_optimizer(&a.optimizer)?;
     i.lora_rank = a.lora_rank;
     i.checkpointing = a.checkpointing;
-    i.attention = a.attention;
+    i.attention = a.attention.unwrap_or(Attention::Naive);
     i.attention_block = a.attention_block;
     i.logits_to_keep = a.logits_to_keep;
     i.quant_bits = a.quant_bits;
@@ -296,7 +300,7 @@ fn input(a: &Args) -> Result<EstimateInput, String> {
 }
 
 /// The lowercase name an option is given with (`bf16`, `adamw`, `efficient`).
-fn name(v: impl serde::Serialize) -> String {
+pub(crate) fn name(v: impl serde::Serialize) -> String {
     serde_json::to_value(v)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
@@ -304,12 +308,15 @@ fn name(v: impl serde::Serialize) -> String {
 }
 
 /// Binary and decimal, as people quote both (`61.47 GiB = 66.00 GB`).
-fn both(b: u64) -> String {
+pub(crate) fn both(b: u64) -> String {
     format!("{:>11}  {:>9.2} GB", fmt_bytes(b), b as f64 / 1e9)
 }
 
 /// Runs the estimate.
 pub fn run(a: Args) -> ExitCode {
+    if a.hf.hf_config.is_some() {
+        return crate::estimate_hf::run(&a);
+    }
     let i = match input(&a) {
         Ok(i) => i,
         Err(e) => return fail(e),

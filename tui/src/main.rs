@@ -4,6 +4,7 @@ mod check;
 mod diagnose;
 mod estimate;
 mod estimate_check;
+mod estimate_hf;
 mod heap;
 mod plan;
 mod run;

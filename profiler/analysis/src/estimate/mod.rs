@@ -3,12 +3,21 @@
 //! and workspace; the peak *moment* of a training step (which tensors are alive together); the
 //! largest micro-batch that fits a device.
 //!
+//! Any Hugging Face model (`--hf-config`) goes through [`hf`] (config.json → [`arch::Arch`]),
+//! [`recipe`] (the training recipe's flags) and [`train`] (its terms, moments and the allocated,
+//! reserved and nvidia-smi figures); [`lora`] counts adapters as peft builds them.
+//!
 //! The arithmetic is written out in `docs/estimate.md` with each term's source. It reproduces the
 //! seeds' numbers exactly (B·H·S²·4 attention scores, params × dtype bytes) and is validated
 //! against real PyTorch training steps by `scripts/estimate-validate.py` (the table in the docs).
 
+pub mod arch;
+pub mod hf;
+pub mod lora;
 mod model;
 mod moments;
+pub mod recipe;
+pub mod train;
 
 pub use model::{preset, ModelShape, PRESETS};
 pub use moments::{Activations, Moment};

@@ -1,0 +1,182 @@
+//! Each recipe flag is a term that moves the estimate the way its mechanism says: pure bf16 has
+//! no master weights and mixed precision has 4 bytes more per parameter; NF4 stores 0.5 byte and
+//! its constants; ZeRO stages shard states; a paged optimizer leaves the allocator's figures;
+//! chunked cross-entropy and checkpointing cut activations; the three figures are ordered.
+
+use memsight_analysis::estimate::hf;
+use memsight_analysis::estimate::lora::{Lora, Targets};
+use memsight_analysis::estimate::recipe::{Checkpointing, Loss, Optim, Precision, Quant, Recipe};
+use memsight_analysis::estimate::train::{self, ArchEstimate};
+
+fn llama() -> memsight_analysis::estimate::arch::Arch {
+    // Llama-2-7B's shape.
+    hf::parse(
+        r#"{"model_type":"llama","architectures":["LlamaForCausalLM"],"hidden_size":4096,
+            "intermediate_size":11008,"num_hidden_layers":32,"num_attention_heads":32,
+            "vocab_size":32000}"#,
+    )
+    .unwrap()
+}
+
+fn term(e: &ArchEstimate, prefix: &str) -> u64 {
+    e.terms
+        .iter()
+        .find(|t| t.name.starts_with(prefix))
+        .map(|t| t.bytes)
+        .unwrap()
+}
+
+#[test]
+fn llama_2_7b_has_its_published_parameter_count() {
+    assert_eq!(llama().params(), 6_738_415_616);
+}
+
+#[test]
+fn pure_bf16_keeps_no_master_weights_and_mixed_does() {
+    let a = llama();
+    let p = a.params();
+    let mut r = Recipe::new(512);
+    r.precision = Precision::Bf16;
+    let pure = train::estimate(&a, &r);
+    assert_eq!(term(&pure, "weights"), 2 * p);
+    assert_eq!(
+        term(&pure, "optimizer state"),
+        4 * p,
+        "AdamW moments in bf16"
+    );
+    r.precision = Precision::Mixed;
+    let mixed = train::estimate(&a, &r);
+    assert_eq!(term(&mixed, "weights"), 2 * p);
+    assert_eq!(term(&mixed, "gradients"), 2 * p);
+    assert_eq!(
+        term(&mixed, "optimizer state"),
+        12 * p,
+        "fp32 master + two fp32 moments"
+    );
+    r.precision = Precision::Fp32;
+    assert_eq!(term(&train::estimate(&a, &r), "optimizer state"), 8 * p);
+}
+
+#[test]
+fn qlora_stores_half_a_byte_per_linear_weight_and_its_constants() {
+    let a = llama();
+    let mut r = Recipe::new(512);
+    r.lora = Some(Lora {
+        rank: 16,
+        targets: Targets::AllLinear,
+        dora: false,
+    });
+    r.quant = Quant::Nf4 { double_quant: true };
+    let lin = a.linear_params();
+    let lora = r.lora.as_ref().unwrap().params(&a);
+    let e = train::estimate(&a, &r);
+    let want = (lin as f64 * (0.5 + 1.0 / 64.0 + 4.0 / 16384.0)) as u64
+        + (a.params() - lin) * 2
+        + lora * 4;
+    assert_eq!(term(&e, "weights"), want);
+    r.quant = Quant::Nf4 {
+        double_quant: false,
+    };
+    assert!(
+        term(&train::estimate(&a, &r), "weights") > want,
+        "fp32 absmax costs more"
+    );
+    assert_eq!(e.trainable_params, lora);
+    assert!(term(&e, "dequantised") > 0);
+}
+
+#[test]
+fn zero_stages_shard_optimizer_then_gradients_then_weights() {
+    let a = llama();
+    let mut r = Recipe::new(512);
+    r.precision = Precision::Mixed;
+    r.parallel.dp = 8;
+    let at = |stage: u8| {
+        let mut r = r.clone();
+        r.parallel.zero = stage;
+        let e = train::estimate(&a, &r);
+        (
+            term(&e, "weights"),
+            term(&e, "gradients"),
+            term(&e, "optimizer state"),
+        )
+    };
+    let p = a.params();
+    assert_eq!(at(0), (2 * p, 2 * p, 12 * p));
+    assert_eq!(at(1), (2 * p, 2 * p, (12 * p).div_ceil(8)));
+    assert_eq!(at(2), (2 * p, (2 * p).div_ceil(8), (12 * p).div_ceil(8)));
+    assert_eq!(at(3).0, (2 * p).div_ceil(8));
+    r.parallel.zero = 2;
+    r.parallel.offload_optimizer = true;
+    assert_eq!(term(&train::estimate(&a, &r), "optimizer state"), 0);
+}
+
+#[test]
+fn paged_state_leaves_the_allocator_but_not_nvidia_smi() {
+    let a = llama();
+    let mut r = Recipe::new(512);
+    r.optimizer = Optim::Adamw;
+    let plain = train::estimate(&a, &r);
+    r.paged = true;
+    let paged = train::estimate(&a, &r);
+    assert!(paged.figures.allocated < plain.figures.allocated);
+    assert_eq!(term(&paged, "paged"), term(&plain, "optimizer state"));
+    let f = paged.figures;
+    assert!(f.allocated <= f.reserved && f.reserved < f.nvidia_smi);
+}
+
+#[test]
+fn chunked_loss_and_checkpointing_cut_the_peak() {
+    let a = llama();
+    let mut r = Recipe::new(4096);
+    r.batch = 4;
+    let full = train::estimate(&a, &r).figures.allocated;
+    r.loss = Loss::Chunked { positions: 1024 };
+    let chunked = train::estimate(&a, &r).figures.allocated;
+    assert!(chunked < full);
+    r.checkpointing = Checkpointing::Selective;
+    let selective = train::estimate(&a, &r).figures.allocated;
+    r.checkpointing = Checkpointing::Full;
+    let ckpt = train::estimate(&a, &r).figures.allocated;
+    assert!(ckpt < selective && selective < chunked);
+    // Optimizer-in-backward: at most one tensor's gradient at a time.
+    r.optimizer_in_backward = true;
+    let e = train::estimate(&a, &r);
+    assert_eq!(term(&e, "gradients"), 32000 * 4096 * 2);
+}
+
+#[test]
+fn tensor_parallel_splits_weights_and_activations() {
+    let a = llama();
+    let mut r = Recipe::new(2048);
+    let one = train::estimate(&a, &r);
+    r.parallel.tp = 4;
+    let tp = train::estimate(&a, &r);
+    assert_eq!(term(&tp, "weights"), term(&one, "weights") / 4);
+    r.parallel.sp = true;
+    let sp = train::estimate(&a, &r);
+    assert!(sp.activations_per_layer < tp.activations_per_layer);
+    assert!(tp.activations_per_layer < one.activations_per_layer);
+}
+
+#[test]
+fn the_largest_suggested_micro_batch_fits_with_the_margin() {
+    let a = llama();
+    let mut r = Recipe::new(2048);
+    r.lora = Some(Lora {
+        rank: 16,
+        targets: Targets::QueryValue,
+        dora: false,
+    });
+    r.checkpointing = Checkpointing::Full;
+    let device = 80u64 << 30;
+    let f = train::fit(&a, &r, device, 0.1);
+    assert!(f.max_micro_batch > 1);
+    let mut at = r.clone();
+    at.batch = f.max_micro_batch;
+    let smi = train::estimate(&a, &at).figures.nvidia_smi as f64;
+    assert!(smi * (1.0 + f.margin) <= device as f64 * 0.9);
+    at.batch += 1;
+    let next = train::estimate(&a, &at).figures.nvidia_smi as f64;
+    assert!(next * (1.0 + f.margin) > device as f64 * 0.9);
+}
