@@ -30,8 +30,9 @@ enum Verb {
     Summary(summary::Args),
     /// Find every OOM message in a log; give each a verdict and ranked remedies (exit 1: none found).
     Diagnose(diagnose::Args),
-    /// Estimate a GPT-style model's training memory: breakdown, peak, largest micro-batch that fits.
-    Estimate(estimate::Args),
+    /// Estimate a model's training memory (GPT-style dimensions or a Hugging Face config.json):
+    /// breakdown, peak, largest micro-batch that fits.
+    Estimate(Box<estimate::Args>),
     /// Plan how many jobs to run on each GPU from measured reports' device peaks (seed 003).
     Plan(plan::Args),
     /// Heap profiles: top allocation sites, growth between two, flamegraph, pprof; ask a job for one.
@@ -52,7 +53,7 @@ fn main() -> ExitCode {
         Verb::Check(a) => check::run(a),
         Verb::Summary(a) => summary::run(a),
         Verb::Diagnose(a) => diagnose::run(a),
-        Verb::Estimate(a) => estimate::run(a),
+        Verb::Estimate(a) => estimate::run(*a),
         Verb::Plan(a) => plan::run(a),
         Verb::Heap(a) => heap::run(a),
         Verb::Run(a) => run::run(a),
