@@ -532,3 +532,24 @@ fn two_runs_given_the_same_report_do_not_lose_one_silently() {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(v["post_mortem"]["cause"], "exited");
 }
+
+#[test]
+fn a_bad_interval_or_a_non_utf8_argument_costs_a_warning_not_the_job() {
+    use std::os::unix::ffi::OsStringExt;
+    let dir = scratch("trust2-badenv");
+    let report = dir.join("r.json");
+    let out = Command::new(JOB)
+        .args(["exit", "0", "2"])
+        .arg(std::ffi::OsString::from_vec(b"caf\xe9".to_vec()))
+        .env("MEMSIGHT_INTERVAL_MS", "abc")
+        .env("MEMSIGHT_REPORT", &report)
+        .env("MEMSIGHT_RING", "off")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("MEMSIGHT_INTERVAL_MS"), "{err}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let cmd = v["job"]["command"].to_string();
+    assert!(cmd.contains("caf\u{fffd}"), "{cmd}");
+}

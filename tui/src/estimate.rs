@@ -121,8 +121,6 @@ pub struct Args {
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
-    #[command(flatten)]
-    pub(crate) hf: crate::estimate_hf::HfArgs,
 }
 
 fn parse_count(s: &str) -> Result<u64, String> {
@@ -314,9 +312,6 @@ pub(crate) fn both(b: u64) -> String {
 
 /// Runs the estimate.
 pub fn run(a: Args) -> ExitCode {
-    if a.hf.hf_config.is_some() {
-        return crate::estimate_hf::run(&a);
-    }
     let i = match input(&a) {
         Ok(i) => i,
         Err(e) => return fail(e),

@@ -77,8 +77,7 @@ pub struct HfArgs {
     cuda_context: Option<u64>,
 }
 
-fn recipe(a: &Args) -> Result<Recipe, String> {
-    let h = &a.hf;
+fn recipe(a: &Args, h: &HfArgs) -> Result<Recipe, String> {
     let mut r = Recipe::new(a.seq.unwrap_or(2048));
     if r.seq == 0 || a.batch == 0 {
         return Err("--seq and --batch must be at least 1".into());
@@ -142,8 +141,8 @@ fn recipe(a: &Args) -> Result<Recipe, String> {
 }
 
 /// Runs the `--hf-config` estimate.
-pub fn run(a: &Args) -> ExitCode {
-    let Some(path) = &a.hf.hf_config else {
+pub fn run(a: &Args, hf: &HfArgs) -> ExitCode {
+    let Some(path) = &hf.hf_config else {
         return fail("no --hf-config");
     };
     let text = match std::fs::read_to_string(path) {
@@ -154,7 +153,7 @@ pub fn run(a: &Args) -> ExitCode {
         Ok(x) => x,
         Err(e) => return fail(format!("{}: {e}", path.display())),
     };
-    let r = match recipe(a) {
+    let r = match recipe(a, hf) {
         Ok(r) => r,
         Err(e) => return fail(e),
     };

@@ -32,7 +32,7 @@ enum Verb {
     Diagnose(diagnose::Args),
     /// Estimate a model's training memory (GPT-style dimensions or a Hugging Face config.json):
     /// breakdown, peak, largest micro-batch that fits.
-    Estimate(Box<estimate::Args>),
+    Estimate(Box<EstimateArgs>),
     /// Plan how many jobs to run on each GPU from measured reports' device peaks (seed 003).
     Plan(plan::Args),
     /// Heap profiles: top allocation sites, growth between two, flamegraph, pprof; ask a job for one.
@@ -47,13 +47,24 @@ enum Verb {
     View(top::ViewArgs),
 }
 
+/// `memsight estimate`'s arguments: the dimensions and training options, and the Hugging Face
+/// config's (which, when given, describe the model instead).
+#[derive(clap::Args)]
+struct EstimateArgs {
+    #[command(flatten)]
+    gpt: estimate::Args,
+    #[command(flatten)]
+    hf: estimate_hf::HfArgs,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.verb {
         Verb::Check(a) => check::run(a),
         Verb::Summary(a) => summary::run(a),
         Verb::Diagnose(a) => diagnose::run(a),
-        Verb::Estimate(a) => estimate::run(*a),
+        Verb::Estimate(a) if a.hf.hf_config.is_some() => estimate_hf::run(&a.gpt, &a.hf),
+        Verb::Estimate(a) => estimate::run(a.gpt),
         Verb::Plan(a) => plan::run(a),
         Verb::Heap(a) => heap::run(a),
         Verb::Run(a) => run::run(a),

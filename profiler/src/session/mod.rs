@@ -142,13 +142,17 @@ impl SessionBuilder {
         if let Some(p) = std::env::var_os("MEMSIGHT_REPORT").filter(|p| !p.is_empty()) {
             self.report_path = Some(p.into());
         }
-        if let Ok(ms) = std::env::var("MEMSIGHT_INTERVAL_MS") {
-            let ms: u64 = ms.trim().parse().map_err(|_| {
-                SessionError::InvalidConfig(format!(
-                    "MEMSIGHT_INTERVAL_MS={ms:?} is not a number of milliseconds"
-                ))
-            })?;
-            self.interval = Duration::from_millis(ms);
+        if let Some(ms) = std::env::var_os("MEMSIGHT_INTERVAL_MS") {
+            // A bad value costs a warning, never the job (it reached the job through its
+            // environment, often from a script far from the code that starts the session).
+            match ms.to_str().and_then(|m| m.trim().parse::<u64>().ok()) {
+                Some(ms) if ms > 0 => self.interval = Duration::from_millis(ms),
+                _ => eprintln!(
+                    "memsight: MEMSIGHT_INTERVAL_MS={ms:?} is not a number of milliseconds; \
+                     sampling every {} ms",
+                    self.interval.as_millis()
+                ),
+            }
         }
         if std::env::var("MEMSIGHT_QUIET").is_ok_and(|v| v == "1") {
             self.quiet = true;
@@ -196,7 +200,9 @@ impl SessionBuilder {
                     let w = w.install_alloc_failure_words();
                     w.append(&Record::Hello {
                         pid: std::process::id(),
-                        command: std::env::args().collect(),
+                        command: std::env::args_os()
+                            .map(|a| a.to_string_lossy().into_owned())
+                            .collect(),
                         start_unix_ms: started_unix_ms,
                         interval_ms,
                         memsight_version: env!("CARGO_PKG_VERSION").into(),
@@ -358,7 +364,9 @@ impl Session {
             report::build::build(report::build::Parts {
                 job: Job {
                     pid: std::process::id(),
-                    command: std::env::args().collect(),
+                    command: std::env::args_os()
+                        .map(|a| a.to_string_lossy().into_owned())
+                        .collect(),
                     start_unix_ms: self.shared.started_unix_ms,
                     end_unix_ms,
                     exit: JobExit {

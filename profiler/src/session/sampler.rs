@@ -35,7 +35,7 @@ pub(super) struct Shared {
 /// job's own report keeps the full maps.
 pub(super) fn append_snapshot(ring: &RingWriter, s: &Snapshot) {
     let mut rec = Record::Snapshot(Box::new(s.clone()));
-    while !ring.append(&rec) {
+    while !ring.try_append(&rec) {
         let Record::Snapshot(t) = &mut rec else {
             return;
         };
@@ -46,6 +46,7 @@ pub(super) fn append_snapshot(ring: &RingWriter, s: &Snapshot) {
             .max()
             .unwrap_or(0);
         if longest == 0 {
+            ring.count_unwritten();
             return;
         }
         for d in &mut t.devices {
@@ -161,12 +162,47 @@ mod ring_sample_tests {
         let Some(Record::Snapshot(back)) = got.first() else {
             panic!("the sample was lost: {got:?}");
         };
+        // About 10 KB: spread over three 4 KiB slots, whole.
+        assert_eq!(back.devices[0].segments, segments);
+    }
+
+    #[test]
+    fn a_sample_too_large_for_the_ring_keeps_its_largest_segments_and_is_not_dropped() {
+        let dir = std::env::temp_dir().join(format!("memsight-seg-big-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ring.bin");
+        let _ = std::fs::remove_file(&path);
+        let ring = RingWriter::create(&path, 1, 0, 100).unwrap();
+        // 3,000 segments: about 600 KB of JSON, over a quarter of the 1 MiB ring.
+        let segments: Vec<SegmentMap> = (0..3000u64)
+            .map(|i| SegmentMap {
+                bytes: (3000 - i) << 21,
+                allocated_bytes: (2999 - i) << 20,
+                cells: (0..32).map(|c| ((c * 37 + i * 11) % 256) as u8).collect(),
+            })
+            .collect();
+        let s = Snapshot {
+            devices: vec![DeviceSample {
+                backend: "libtorch-cuda".into(),
+                segments: segments.clone(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        append_snapshot(&ring, &s);
+        let mut reader = RingReader::open(&path).unwrap();
+        let got = reader.poll_final();
+        let _ = std::fs::remove_dir_all(&dir);
+        let Some(Record::Snapshot(back)) = got.first() else {
+            panic!("the sample was lost: {got:?}");
+        };
         let kept = &back.devices[0].segments;
-        assert!(!kept.is_empty() && kept.len() < 48, "{}", kept.len());
+        assert!(!kept.is_empty() && kept.len() < 3000, "{}", kept.len());
         assert_eq!(
             kept[..],
             segments[..kept.len()],
             "the largest segments are kept"
         );
+        assert_eq!(reader.dropped(), 0, "a trimmed sample is not a dropped one");
     }
 }

@@ -34,7 +34,9 @@ fn cap_address_space(extra: u64) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let mode = args.get(1).map(String::as_str).unwrap_or("exit");
     if let Some(f) = std::env::var_os("JOB_PID_FILE") {
         std::fs::write(f, std::process::id().to_string()).expect("pid file");

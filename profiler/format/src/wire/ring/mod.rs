@@ -273,14 +273,23 @@ impl RingWriter {
     /// encodable) is not written and is counted in the header, where readers add it to their
     /// dropped records. Returns whether it was written.
     pub fn append(&self, record: &Record) -> bool {
-        let Ok(payload) = serde_json::to_vec(record) else {
+        let written = self.try_append(record);
+        if !written {
             self.unwritten();
+        }
+        written
+    }
+
+    /// As [`RingWriter::append`], without counting a record that does not fit: for a writer that
+    /// makes it smaller and tries again (and counts it with [`RingWriter::count_unwritten`] if it
+    /// gives up).
+    pub fn try_append(&self, record: &Record) -> bool {
+        let Ok(payload) = serde_json::to_vec(record) else {
             return false;
         };
         let room = self.slot_size - SLOT_HEADER;
         let parts = payload.len().div_ceil(room).max(1);
         if parts > (self.slots / 4).max(1) || parts > u16::MAX as usize {
-            self.unwritten();
             return false;
         }
         let first = self
@@ -313,6 +322,11 @@ impl RingWriter {
         self.map.write(slot + 14, &aux.to_le_bytes());
         self.map.write(slot + SLOT_HEADER, payload);
         seq.store(n.wrapping_mul(2).wrapping_add(2), Ordering::Release);
+    }
+
+    /// Counts a record given up on (see [`RingWriter::try_append`]).
+    pub fn count_unwritten(&self) {
+        self.unwritten();
     }
 
     fn unwritten(&self) {
