@@ -223,10 +223,13 @@ fn follow(
         if let Some(r) = reader.as_mut() {
             leave_outside(&mut outside, watch);
             watch.poll(r, outputs);
-        } else if let Some(o) = outside
-            .as_mut()
-            .filter(|_| std::time::Instant::now() >= outside_from)
-        {
+        } else if let Some(o) = outside.as_mut() {
+            // Sampled from its first instant, told to viewers once the ring had its chance.
+            if std::time::Instant::now() < outside_from {
+                watch.quiet = true;
+            } else {
+                watch.speak(outputs);
+            }
             o.tick(watch, outputs);
         }
         oom.refresh();
@@ -254,15 +257,16 @@ fn follow(
     (status.ok(), died_unix_ms)
 }
 
-/// How long a job has to open its flight recorder before it is sampled from outside: none, so a
-/// job that ends within half a second without a ring (a short program the library does not reach)
-/// still has its samples. The outside samples a ring then replaces may have reached live viewers,
-/// which show a few more samples than the report keeps.
-const OUTSIDE_GRACE: Duration = Duration::ZERO;
+/// How long a job has to open its flight recorder before its outside samples reach viewers. It is
+/// sampled from outside from its first instant (a short job without a ring still has its
+/// samples), but those a ring then replaces are never shown: a viewer shows what the report keeps.
+const OUTSIDE_GRACE: Duration = Duration::from_millis(500);
 
 /// The job's ring is open: stops sampling it from outside and drops what was sampled so.
 fn leave_outside(outside: &mut Option<Outside>, watch: &mut Watch) {
     if outside.take().is_some() {
         watch.forget_samples();
     }
+    // What the ring says is told to viewers (the outside samples kept quiet were never shown).
+    watch.quiet = false;
 }

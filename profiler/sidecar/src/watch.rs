@@ -11,6 +11,9 @@ use std::path::PathBuf;
 /// What the sidecar gathered while the job ran.
 pub(crate) struct Watch {
     pub timeline: Timeline,
+    /// Keeps what it takes without telling viewers (outside samples of a job whose ring may still
+    /// open and replace them); [`Watch::speak`] tells them.
+    pub quiet: bool,
     pub hello: Option<Record>,
     pub finished_report: Option<PathBuf>,
     pub ring_start_unix_ms: Option<u64>,
@@ -43,6 +46,7 @@ impl Watch {
             ring_start_unix_ms: None,
             dropped: 0,
             dropped_told: 0,
+            quiet: false,
             alloc_failures: (0, 0),
             ring_error: None,
             sources: Vec::new(),
@@ -116,6 +120,16 @@ impl Watch {
         self.alloc_failures = r.alloc_failures();
     }
 
+    /// Ends [`Watch::quiet`]: tells viewers the samples kept meanwhile.
+    pub(crate) fn speak(&mut self, out: &Outputs) {
+        if !std::mem::replace(&mut self.quiet, false) {
+            return;
+        }
+        for s in self.timeline.samples() {
+            out.emit(&Record::Snapshot(Box::new(s.clone())));
+        }
+    }
+
     pub(crate) fn take(&mut self, records: Vec<Record>, out: &Outputs) {
         for mut r in records {
             if let (Record::Snapshot(s), Some(trees)) = (&mut r, self.trees.as_mut()) {
@@ -123,7 +137,9 @@ impl Watch {
                     s.tree = trees.sample();
                 }
             }
-            out.emit(&r);
+            if !self.quiet {
+                out.emit(&r);
+            }
             match r {
                 Record::Snapshot(s) => self.timeline.push(*s),
                 Record::Finished { report_path } => {
