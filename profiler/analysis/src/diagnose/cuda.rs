@@ -15,7 +15,7 @@ const EXC: &str = r"(?:([A-Za-z_][A-Za-z0-9_.]*(?:Error|Exception)): )?";
 
 static CUDA_ERROR_OOM: Pattern = LazyLock::new(|| {
     compile(&format!(
-        r"{EXC}CUDA (?:driver |runtime )?error: out of memory(?:[\s\S]{{0,8}}?Search for `(cudaErrorMemoryAllocation)')?"
+        r"{EXC}CUDA (?:driver |runtime )?(?i:error): out of memory(?: at ([^\s:]+:[0-9]+))?(?:[\s\S]{{0,8}}?Search for `(cudaErrorMemoryAllocation)')?"
     ))
 });
 static CUDA_ERROR_CODE: Pattern = LazyLock::new(|| {
@@ -74,7 +74,8 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
         let mut f = Facts::default();
         f.opt_text("exception_type", str_at(c, 1));
         f.text("error_string", "out of memory");
-        f.opt_text("cuda_error", str_at(c, 2));
+        f.opt_text("location", str_at(c, 2));
+        f.opt_text("cuda_error", str_at(c, 3));
         out.push(Piece::message(s, e, kind, f));
     });
     each(&CUDA_ERROR_CODE, text, |c, s, e| {

@@ -45,6 +45,7 @@ const WORDS: &[&str] = &[
     "but",
     "by",
     "bytes",
+    "cache",
     "cached",
     "calloc",
     "capacity",
@@ -211,9 +212,37 @@ fn starts_like_log_line(line: &str) -> bool {
     let b = line.as_bytes();
     let digits = b.iter().take_while(|c| c.is_ascii_digit()).count();
     let sep = b.get(digits).copied();
+    let dotted = || {
+        // An uptime or time of day written with dots (`1.06.520.077 E …`): three dotted groups.
+        line.split(|c: char| c.is_ascii_whitespace())
+            .next()
+            .is_some_and(|w| {
+                w.split('.').count() >= 3
+                    && w.split('.')
+                        .all(|g| !g.is_empty() && g.bytes().all(|c| c.is_ascii_digit()))
+            })
+    };
     digits > 0
-        && matches!(sep, Some(b'-' | b'/' | b':'))
-        && b.get(digits + 1).is_some_and(u8::is_ascii_digit)
+        && (matches!(sep, Some(b'-' | b'/' | b':'))
+            && b.get(digits + 1).is_some_and(u8::is_ascii_digit)
+            || dotted())
+}
+
+/// Byte length of a terminal colour sequence (`ESC [ … m`) or markdown bold marker (`**`) at the
+/// start of `s`, or 0.
+fn markup_len(s: &str) -> usize {
+    let b = s.as_bytes();
+    if b.starts_with(b"**") {
+        return 2;
+    }
+    if b.starts_with(b"\x1b[") || b.starts_with(b"\x1b(") {
+        let body = b[2..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit() || **c == b';' || **c == b'?')
+            .count();
+        return 2 + body + usize::from(b.get(2 + body).is_some_and(u8::is_ascii_alphabetic));
+    }
+    0
 }
 
 /// Length of a blockquote marker (`> `, `>> `, `> > `) at the start of `line`, after indentation.
@@ -272,8 +301,29 @@ pub(crate) fn clean(text: &str) -> Clean {
 }
 
 impl Clean {
-    /// Appends `s`, which starts at original offset `at`, un-escaping `\"` when `json`.
+    /// Appends `s`, which starts at original offset `at`, without terminal colours and markdown
+    /// bold markers, un-escaping `\"` when `json`.
     fn push(&mut self, at: usize, s: &str, json: bool) {
+        if !s.contains("**") && !s.contains('\x1b') {
+            return self.push_text(at, s, json);
+        }
+        let mut from = 0;
+        let mut i = 0;
+        while i < s.len() {
+            let n = markup_len(&s[i..]);
+            if n == 0 {
+                i += s[i..].chars().next().map_or(1, char::len_utf8);
+                continue;
+            }
+            self.push_text(at + from, &s[from..i], json);
+            i += n;
+            from = i;
+        }
+        self.push_text(at + from, &s[from..], json);
+    }
+
+    /// Appends `s`, which starts at original offset `at`, un-escaping `\"` when `json`.
+    fn push_text(&mut self, at: usize, s: &str, json: bool) {
         if !json || !s.contains("\\\"") {
             self.push_at(at, s);
             return;

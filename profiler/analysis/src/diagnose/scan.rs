@@ -5,7 +5,7 @@
 
 use super::facts::Facts;
 use super::size::exact_bytes;
-use super::{accel, cuda, host, normalize, torch, Finding, Kind};
+use super::{accel, cuda, host, jobs, libraries, normalize, torch, vocab, Finding, Kind};
 use regex::{Captures, Regex};
 use std::sync::LazyLock;
 
@@ -188,12 +188,50 @@ pub(crate) struct Notes {
     pub non_fatal: bool,
     /// The request was too large to print (PyTorch's `Tried to allocate more than 1EB`).
     pub exabyte: bool,
+    /// A generic finding's lines speak of a device (GPU, CUDA, VRAM), not host memory.
+    pub device: bool,
+    /// The failure came while the process was creating its CUDA context or re-mapping memory it
+    /// had released (vLLM waking from sleep): it held no device memory of its own.
+    pub held_elsewhere: bool,
+    /// The log shows a time-sliced GPU shared between pods.
+    pub time_sliced: bool,
 }
 
 impl Notes {
     fn join(&mut self, other: Notes) {
         self.non_fatal |= other.non_fatal;
         self.exabyte |= other.exabyte;
+        self.device |= other.device;
+        self.held_elsewhere |= other.held_elsewhere;
+        self.time_sliced |= other.time_sliced;
+    }
+}
+
+/// Where a device failure that states no sizes happened before the process held memory: CUDA
+/// context creation (cutorch's `THCGeneral`, the driver's context calls, PyTorch's lazy init) and
+/// vLLM's sleep-mode wake-up.
+const HELD_ELSEWHERE: [&str; 8] = [
+    "THCGeneral",
+    "cuCtxCreate",
+    "cuDevicePrimaryCtxRetain",
+    "_cuda_init",
+    "_lazy_init",
+    "cumem_allocator",
+    "wake_up",
+    "cudaSetDevice",
+];
+/// Words of a GPU time-sliced between pods (NVIDIA's device plugin).
+const TIME_SLICED: [&str; 4] = ["timeSlicing", "time-slicing", "time-sliced", "time slicing"];
+
+/// Notes from the text around a message (at most [`AROUND`] bytes each way).
+fn context_notes(text: &str, start: usize, end: usize) -> Notes {
+    let from = floor(text, start.saturating_sub(AROUND));
+    let to = floor(text, end.saturating_add(AROUND).min(text.len()));
+    let near = &text[from..to];
+    Notes {
+        held_elsewhere: HELD_ELSEWHERE.iter().any(|w| near.contains(w)),
+        time_sliced: TIME_SLICED.iter().any(|w| near.contains(w)),
+        ..Notes::default()
     }
 }
 
@@ -214,6 +252,13 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
     host::find(text, &mut pieces);
     accel::find(text, &mut pieces);
     cuda::find(text, &mut pieces);
+    jobs::find(text, &mut pieces);
+    libraries::find(text, &mut pieces);
+    // The vocabulary reader: memory failures no specific reader explains.
+    pieces.sort_by_key(|p| p.start);
+    let mut generic = Vec::new();
+    vocab::find(text, &pieces, &mut generic);
+    pieces.extend(generic);
     // Earliest first; at one start the longest (most specific) wins; overlaps are dropped.
     pieces.sort_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
     let mut kept: Vec<Piece> = Vec::new();
@@ -280,9 +325,14 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
     let (mut at, mut line) = (0usize, 1usize);
     let mut out = Vec::new();
     for mut o in open {
-        if !o.evidence || o.found.finding.facts.is_empty() {
+        if !o.evidence
+            || (o.found.finding.facts.is_empty() && !o.found.finding.kind.evidence_suffices())
+        {
             continue;
         }
+        o.found
+            .notes
+            .join(context_notes(text, o.start, o.end.max(o.start)));
         let to = clean.original(o.start).clamp(at, original.len());
         line += original.as_bytes()[at..to]
             .iter()

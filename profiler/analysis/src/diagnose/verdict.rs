@@ -5,7 +5,7 @@ use super::facts::{Fact, Facts};
 use super::remedy::{self, Remedy};
 use super::scan::Notes;
 use super::workload::{self, Workload};
-use super::{gpu, Kind};
+use super::{families, gpu, Kind};
 use memsight_format::report::leak::LeakEstimate;
 use memsight_format::units::fmt_bytes;
 use serde::Serialize;
@@ -113,13 +113,21 @@ pub(crate) fn judge(kind: Kind, f: &Facts, ctx: &Context, notes: Notes) -> (Verd
             ),
         );
     }
-    let (verdict, remedies) = match kind {
-        Kind::TorchCudaOomNew | Kind::TorchCudaOomOld => gpu::judge(f, ctx),
-        Kind::TorchCpuOom | Kind::RustAllocFailure => host_request(f),
-        Kind::LinuxOomKiller => killed(f),
-        Kind::TorchMpsOom => mps(f),
-        _ => other(kind, f, ctx),
+    let family =
+        families::held_elsewhere(kind, f, notes).or_else(|| families::judge(kind, f, notes));
+    let (verdict, mut remedies) = match family {
+        Some(judged) => judged,
+        None => match kind {
+            Kind::TorchCudaOomNew | Kind::TorchCudaOomOld => gpu::judge(f, ctx),
+            Kind::TorchCpuOom | Kind::RustAllocFailure => host_request(f),
+            Kind::LinuxOomKiller => killed(f),
+            Kind::TorchMpsOom => mps(f),
+            _ => other(kind, f, ctx),
+        },
     };
+    if notes.time_sliced && verdict.verdict != VerdictKind::HostOom {
+        remedies.insert(0, families::gpu_sharing());
+    }
     let (verdict, remedies) = workload::rank(workload, (verdict, remedies));
     match ctx.leaking() {
         Some(slope)

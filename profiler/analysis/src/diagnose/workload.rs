@@ -84,6 +84,8 @@ pub fn infer(text: &str) -> Option<Workload> {
 pub(crate) fn of(kind: super::Kind, known: Option<Workload>) -> Option<Workload> {
     if kind == super::Kind::RustAllocFailure {
         Some(Workload::Rust)
+    } else if kind == super::Kind::VllmKvCache {
+        Some(Workload::Vllm)
     } else {
         known
     }

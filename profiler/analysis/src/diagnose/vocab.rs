@@ -1,0 +1,280 @@
+//! The reader that cannot miss a memory failure: any line in the vocabulary of running out of
+//! memory (out of memory, OOM, OOMKilled, oom-kill, ALLOC_FAILED, RESOURCE_EXHAUSTED, cannot
+//! allocate, ENOMEM, `MemoryError`, would exceed allowed memory, insufficient / not enough / low on
+//! memory, …) that no specific reader explains becomes a `generic_oom` finding with every size,
+//! device, process and error code it can attribute. A line that gives advice about memory (`if you
+//! encounter out of memory …`, `to avoid OOM …`) reports nothing. Specific readers refine: a line
+//! within [`NEAR`] lines of a specific message belongs to it.
+
+use super::facts::{Fact, Facts};
+use super::scan::{Pattern, Piece};
+use super::size::exact_bytes;
+use super::Kind;
+use regex::Regex;
+use std::sync::LazyLock;
+
+/// Words and phrases with which runtimes, drivers, libraries, schedulers and kernels say memory
+/// ran out. Matched per line; case-sensitive where the lower-case word means something else.
+static VOCABULARY: Pattern = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"(?i:(?:\b|_)out[ _-]of[ _-](?:\w+[ _-])?memory)",
+        r"|\bOOM(?:[ _-]?[Kk]illed|[ _-]?[Kk]ill(?:er|ing)?)?\b",
+        r"|(?i:\boom[-_ ]kill)",
+        r"|\b[A-Z0-9_]*_(?:STATUS_)?ALLOC(?:ATION)?_FAIL(?:ED|URE)\b",
+        r"|(?i:\bresource[ _]?exhausted)",
+        r"|\bENOMEM\b|(?i:\[errno 12\]|errno[= ]12\b|error code 12\b)",
+        r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to|fails? to) (?:allocate|alloc|map|commit|reserve)\b[^\n]{0,80}?(?:memory|bytes?\b|\d\s?[KMGTP]i?B\b|array|buffer|tensor|block))",
+        r"|(?i:\bwould exceed (?:the )?allowed memory)",
+        r"|(?i:\bexceed(?:s|ed|ing)? (?:the |its |their )?(?:\w+ )?memory (?:limit|budget|threshold|usage threshold))",
+        r"|(?i:\bbeyond (?:the )?(?:physical|virtual) memory limit)",
+        r"|(?i:\bmemory (?:limit )?(?:exceeded|exhausted))",
+        r"|\b(?:Array)?MemoryError\b|\bOutOfMemory(?:Error|Exception)?\b|\bbad_alloc\b",
+        r"|(?i:\b(?:insufficient|not enough|no available|no free|low on|ran out of|running out of|run out of|runs out of|out of) (?:\w+ ){0,2}memory\b)",
+        r"|(?i:\bmemory allocation\b[^\n]{0,40}?\bfailed)",
+        r"|(?i:\ballocation\b[^\n]{0,40}?\bfailed\b[^\n]{0,40}?\bout of memory)",
+    ))
+    .ok()
+});
+
+/// Phrases that make a line advice or documentation about memory rather than a report of it.
+const ADVICE: &[&str] = &[
+    "if you encounter",
+    "if you run out",
+    "if you get",
+    "if you see",
+    "to avoid",
+    "avoid oom",
+    "prevent",
+    "in case of",
+    "may cause",
+    "might cause",
+    "could cause",
+    "can cause",
+    "may run out",
+    "might run out",
+    "may lead to",
+    "could lead to",
+    "helps reduce",
+    "to reduce",
+    "in order to",
+    "e.g.",
+    "for example",
+    "is enabled",
+    "enable_",
+    "oom_score",
+];
+
+/// Words that put a generic finding on a device rather than in host memory.
+const DEVICE_WORDS: &[&str] = &[
+    "cuda", "gpu", "vram", "hip", "xpu", "device", "cudnn", "cublas",
+];
+
+/// A line within this many lines of a specific reader's message belongs to that message.
+const NEAR: usize = 6;
+
+static SIZE_AFTER: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)(?:allocate|allocating|allocation of|failed to map|requested|request(?:ing)? of|tried to allocate)\s+([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?\s?(bytes|byte|[KMGTP]i?B|B)\b").ok()
+});
+static SHAPE: Pattern = LazyLock::new(|| {
+    Regex::new(r"with shape \(([0-9,\s]+)\)(?: and data type ([A-Za-z0-9_]+))?").ok()
+});
+static ERRNO: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b").ok()
+});
+static DEVICE: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:on device|gpu|cuda:|device=|device_id=|on xpu:?)\s?([0-9]+)\b").ok()
+});
+static PID: Pattern = LazyLock::new(|| Regex::new(r"(?i)\bpid[ =:(]\s?([0-9]+)\b").ok());
+static EXIT_137: Pattern =
+    LazyLock::new(|| Regex::new(r"(?i)\bexit(?:ed)?(?: with)? (?:code|status)[ :=]*137\b").ok());
+
+/// A line's byte range and its number (0-based).
+struct Line {
+    start: usize,
+    end: usize,
+    number: usize,
+}
+
+/// Generic pieces for the vocabulary lines of `text` that no piece in `specific` explains.
+pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
+    let Some(re) = VOCABULARY.as_ref() else {
+        return;
+    };
+    // Line numbers of every specific message's first and last line, ascending by start.
+    let mut spans: Vec<(usize, usize)> = Vec::with_capacity(specific.len());
+    let mut hits: Vec<Line> = Vec::new();
+    let mut counted = 0usize;
+    let mut line = 0usize;
+    let mut number_at = |at: usize| {
+        line += text.as_bytes()[counted..at]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        counted = at;
+        line
+    };
+    // Both lists ascend, so one walk through the text numbers every offset.
+    let mut starts: Vec<(usize, usize, bool)> = specific
+        .iter()
+        .filter(|p| p.evidence || p.kind != Kind::GenericOom)
+        .map(|p| (p.start, p.end, true))
+        .collect();
+    for m in re.find_iter(text) {
+        starts.push((m.start(), m.end(), false));
+    }
+    starts.sort_by_key(|&(s, _, _)| s);
+    let mut last_hit_line = usize::MAX;
+    for (s, e, is_specific) in starts {
+        let first = number_at(s);
+        if is_specific {
+            let e = e.max(s).min(text.len());
+            let extra = text.as_bytes()[s..e]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count();
+            spans.push((first, first + extra));
+            continue;
+        }
+        if first == last_hit_line {
+            continue;
+        }
+        last_hit_line = first;
+        let start = text[..s].rfind('\n').map_or(0, |i| i + 1);
+        let end = super::scan::line_end(text, s);
+        let lower = text[start..end].to_ascii_lowercase();
+        if ADVICE.iter().any(|a| lower.contains(a)) {
+            continue;
+        }
+        hits.push(Line {
+            start,
+            end,
+            number: first,
+        });
+    }
+    spans.sort_unstable();
+    // Drop hits near a specific message (two pointers over ascending lists).
+    let mut j = 0;
+    for h in hits {
+        while j < spans.len() && spans[j].1 + NEAR < h.number {
+            j += 1;
+        }
+        let near = spans[j..]
+            .iter()
+            .take_while(|s| s.0 <= h.number + NEAR)
+            .any(|s| s.1 + NEAR >= h.number);
+        if near {
+            continue;
+        }
+        let l = &text[h.start..h.end];
+        let (kind, facts) = attribute(l);
+        let mut p = Piece::part(h.start, h.end, kind, facts, true);
+        let lower = l.to_ascii_lowercase();
+        p.notes.device = DEVICE_WORDS.iter().any(|w| lower.contains(w));
+        out.push(p);
+    }
+}
+
+/// What a vocabulary line states: sizes, shape, error code, device, process, exit code.
+fn attribute(line: &str) -> (Kind, Facts) {
+    let mut f = Facts::default();
+    let cap = |re: &Pattern| re.as_ref().and_then(|re| re.captures(line));
+    if let Some(c) = cap(&EXIT_137) {
+        f.int("exit_code", 137);
+        let _ = c;
+        return (Kind::OomKillReport, f);
+    }
+    if let Some(c) = cap(&SIZE_AFTER) {
+        let int: String = c
+            .get(1)
+            .map_or("", |m| m.as_str())
+            .chars()
+            .filter(|c| *c != ',')
+            .collect();
+        let frac = c.get(2).map_or("", |m| m.as_str());
+        let number = format!("{int}{}", if frac == "." { "" } else { frac });
+        let unit = c.get(3).map_or("", |m| m.as_str());
+        if let Some(b) = exact_bytes(&number, unit).and_then(|b| i128::try_from(b).ok()) {
+            f.int("requested_bytes", b);
+        }
+    }
+    if let Some(c) = cap(&SHAPE) {
+        let dims: Vec<i128> = c
+            .get(1)
+            .map_or("", |m| m.as_str())
+            .split(',')
+            .filter_map(|d| d.trim().parse().ok())
+            .collect();
+        f.set("shape", Fact::Ints(dims));
+        f.opt_text("dtype", c.get(2).map(|m| m.as_str()));
+    }
+    if let Some(c) = cap(&ERRNO) {
+        let code = (1..=3)
+            .find_map(|i| c.get(i))
+            .and_then(|m| m.as_str().parse::<i128>().ok());
+        f.opt_int("error_code", code);
+    }
+    if let Some(c) = cap(&DEVICE) {
+        f.opt_int(
+            "device_index",
+            c.get(1).and_then(|m| m.as_str().parse().ok()),
+        );
+    }
+    if let Some(c) = cap(&PID) {
+        f.opt_int("pid", c.get(1).and_then(|m| m.as_str().parse().ok()));
+    }
+    (Kind::GenericOom, f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{attribute, find, VOCABULARY};
+    use crate::diagnose::facts::Fact;
+
+    fn hits(text: &str) -> usize {
+        let mut out = Vec::new();
+        find(text, &[], &mut out);
+        out.len()
+    }
+
+    #[test]
+    fn the_vocabulary_compiles_and_finds_every_wording() {
+        assert!(VOCABULARY.is_some());
+        for line in [
+            "OSError: [Errno 12] Cannot allocate memory",
+            "MemoryError: Unable to allocate 201. GiB for an array with shape (2999, 2999) and data type int64",
+            "java.lang.OutOfMemoryError: Java heap space",
+            "terminate called after throwing an instance of 'std::bad_alloc'",
+            "the node ran out of memory",
+            "Exit code 137 - Out of memory",
+            "clCreateBuffer: CL_MEM_OBJECT_ALLOCATION_FAILURE",
+            "vkAllocateMemory failed: VK_ERROR_OUT_OF_DEVICE_MEMORY",
+            "pod was OOMKilled",
+        ] {
+            assert_eq!(hits(line), 1, "{line}");
+        }
+    }
+
+    #[test]
+    fn advice_and_ordinary_words_are_not_failures() {
+        for line in [
+            "If you encounter CUDA out of memory, try to set --tile with a smaller number.",
+            "pin_memory=True, memory_efficient_attention enabled, max_memory_allocated=1.2GB",
+            "Set PYTORCH_CUDA_ALLOC_CONF to avoid OOM",
+            "zoom room bloom",
+            "allocated 2.00 GiB on device 0",
+        ] {
+            assert_eq!(hits(line), 0, "{line}");
+        }
+    }
+
+    #[test]
+    fn attributes_sizes_shapes_codes() {
+        let (_, f) = attribute(
+            "MemoryError: Unable to allocate 1,234 bytes for an array with shape (2, 3) and data type uint8 [Errno 12]",
+        );
+        assert_eq!(f.bytes("requested_bytes"), Some(1234));
+        assert_eq!(f.get("shape"), Some(&Fact::Ints(vec![2, 3])));
+        assert_eq!(f.str("dtype"), Some("uint8"));
+        assert_eq!(f.bytes("error_code"), Some(12));
+    }
+}
