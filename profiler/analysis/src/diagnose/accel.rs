@@ -49,7 +49,7 @@ static NCCL: Pattern = LazyLock::new(|| {
 });
 static NCCL_BARE: Pattern = LazyLock::new(|| {
     compile(
-        r"NCCL (?:WARN|warning\(error\) log entry[^'\n]*')\s?Cuda failure (?:([0-9]+) )?'(out of memory)'",
+        r"(?:NCCL (?:WARN|warning\(error\) log entry[^'\n]*')|ncclUnhandledCudaError: Call to CUDA function failed\.(?:\s*\[rank[0-9]+\]:)? Last error:(?:\s*\[rank[0-9]+\]:)?)\s?Cuda failure (?:([0-9]+) )?'(out of memory)'",
     )
 });
 static TRITON: Pattern = LazyLock::new(|| {

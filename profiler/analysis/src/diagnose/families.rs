@@ -53,6 +53,41 @@ pub(crate) fn held_elsewhere(
     ))
 }
 
+/// A PyTorch CUDA message on a GPU time-sliced between pods: memory beyond this process's
+/// reservation and a context is other pods', not a guess, so it is contention when it covers the
+/// shortfall (and is at least 5% of the device).
+pub(crate) fn time_sliced(kind: Kind, f: &Facts, notes: Notes) -> Option<(Verdict, Vec<Remedy>)> {
+    if !notes.time_sliced || !matches!(kind, Kind::TorchCudaOomNew | Kind::TorchCudaOomOld) {
+        return None;
+    }
+    let (r, t, free) = (
+        f.bytes("requested_bytes")?,
+        f.bytes("total_bytes")?,
+        f.bytes("free_bytes")?,
+    );
+    let own = f
+        .bytes("this_process_bytes")
+        .or_else(|| f.bytes("reserved_total_bytes"))
+        .or_else(|| {
+            Some(f.bytes("allocated_by_torch_bytes")? + f.bytes("reserved_unallocated_bytes")?)
+        })?;
+    let others = t.saturating_sub(free + own + CONTEXT);
+    let shortfall = r.saturating_sub(free);
+    if others < t / 20 || others < shortfall {
+        return None;
+    }
+    Some((
+        v(
+            VerdictKind::Contention,
+            format!("the GPU is time-sliced between pods: {} of its {} is held outside this process ({} reserved here, {} free), more than the {} missing", b(others), b(t), b(own), b(free), b(shortfall)),
+        ),
+        vec![
+            gpu_sharing(),
+            remedy::concurrency_plan(others, f.bytes("device_index").and_then(|d| i128::try_from(d).ok())),
+        ],
+    ))
+}
+
 /// Remedies to put first on a time-sliced (shared) GPU.
 pub(crate) fn gpu_sharing() -> Remedy {
     remedy::framework(
@@ -67,15 +102,37 @@ fn killed(f: &Facts) -> (Verdict, Vec<Remedy>) {
     let used = f.bytes("memory_used_bytes");
     let (evidence, first) = match f.str("reporter") {
         Some("slurm") => (
-            format!(
-                "Slurm's cgroup for step {} recorded {} OOM kill(s): the job's processes exceeded the memory the job requested (the node itself may have had memory free)",
-                f.str("step_id").unwrap_or("?"),
-                f.bytes("oom_kill_events").map_or("?".into(), |n| n.to_string())
-            ),
+            match f.bytes("oom_kill_events") {
+                Some(n) => format!(
+                    "Slurm's cgroup for step {} recorded {n} OOM kill(s): the job's processes exceeded the memory the job requested (the node itself may have had memory free)",
+                    f.str("step_id").unwrap_or("?"),
+                ),
+                None => format!(
+                    "Slurm killed the job for exceeding the memory it requested{}; the node itself may have had memory free",
+                    match (used, limit) {
+                        (Some(u), Some(l)) => format!(" ({} used, {} requested)", b(u), b(l)),
+                        _ => String::new(),
+                    }
+                ),
+            },
             remedy::framework(
                 "slurm_mem",
                 "request more memory for the job (#SBATCH --mem=… or --mem-per-cpu=…) or run fewer tasks per node; `sacct -j JOB -o MaxRSS,ReqMem` shows what it used",
                 "Slurm's cgroup limit is the job's memory request, not the node's memory",
+            ),
+        ),
+        Some("kubernetes") if f.str("reason") == Some("Evicted") => (
+            format!(
+                "the kubelet evicted the pod because the node ran low on memory{}: pods that use more than they request are evicted first",
+                match (used, f.bytes("memory_request_bytes")) {
+                    (Some(u), Some(r)) => format!(" (the container used {}, above its request of {})", b(u), b(r)),
+                    _ => String::new(),
+                }
+            ),
+            remedy::framework(
+                "k8s_memory_limit",
+                "set the container's resources.requests.memory to what it really uses (and limits.memory to the same value), so the scheduler reserves that memory on the node",
+                "a pod using more than its request is the first evicted when the node runs short",
             ),
         ),
         Some("kubernetes") => {

@@ -15,6 +15,19 @@ static SLURM: Pattern = LazyLock::new(|| {
         r"(?i)Detected ([0-9]+) oom[-_]kill events?(?:\(s\))? in (?:job )?(?:step |StepId=)([A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?)",
     )
 });
+/// Older slurmstepd wordings: `Exceeded job memory limit`, `Job N exceeded memory limit (used >
+/// limit), being killed` (kilobytes).
+static SLURM_LIMIT: Pattern = LazyLock::new(|| {
+    compile(
+        r"(?i)slurmstepd: (?:error: )?(?:Exceeded (?:job|step) memory limit|(?:Job|Step) ([0-9][0-9.]*) exceeded memory limit \(([0-9]+) > ([0-9]+)\), being killed)",
+    )
+});
+/// Kubernetes' eviction of a pod from a node short of memory.
+static K8S_EVICTED: Pattern = LazyLock::new(|| {
+    compile(
+        r"The node was low on resource: memory\.(?:[^\n]*? Container (\S+) was using ([0-9.]+[A-Za-z]*), (?:which exceeds its request of|request is) ([0-9.]+[A-Za-z]*))?",
+    )
+});
 static SRUN: Pattern =
     LazyLock::new(|| compile(r"srun: error: \S+: tasks? [0-9][0-9,-]*: Out Of Memory"));
 static K8S_ROW: Pattern = LazyLock::new(|| {
@@ -57,6 +70,7 @@ static YARN_BEYOND: Pattern = LazyLock::new(|| {
 pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     slurm(text, out);
     kubernetes(text, out);
+    evicted(text, out);
     each(&DATALOADER, text, |c, s, e| {
         let mut f = reporter("dataloader");
         f.opt_int("pid", int_at(c, 1));
@@ -78,6 +92,13 @@ fn slurm(text: &str, out: &mut Vec<Piece>) {
         let mut f = reporter("slurm");
         f.opt_int("oom_kill_events", int_at(c, 1));
         f.opt_text("step_id", str_at(c, 2));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+    each(&SLURM_LIMIT, text, |c, s, e| {
+        let mut f = reporter("slurm");
+        f.opt_text("step_id", str_at(c, 1));
+        f.opt_int("memory_used_bytes", int_at(c, 2).map(|k| k * 1024));
+        f.opt_int("memory_limit_bytes", int_at(c, 3).map(|k| k * 1024));
         out.push(Piece::message(s, e, Kind::OomKillReport, f));
     });
     // `srun: error: node: task 0: Out Of Memory` continues the step's report, or stands alone.
@@ -188,6 +209,17 @@ fn kubernetes(text: &str, out: &mut Vec<Piece>) {
         f.opt_int("memory_limit_bytes", block_memory(block, "Limits:"));
         f.opt_int("memory_request_bytes", block_memory(block, "Requests:"));
         out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
+    });
+}
+
+fn evicted(text: &str, out: &mut Vec<Piece>) {
+    each(&K8S_EVICTED, text, |c, s, e| {
+        let mut f = reporter("kubernetes");
+        f.text("reason", "Evicted");
+        f.opt_text("container", str_at(c, 1));
+        f.opt_int("memory_used_bytes", str_at(c, 2).and_then(quantity));
+        f.opt_int("memory_request_bytes", str_at(c, 3).and_then(quantity));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
     });
 }
 

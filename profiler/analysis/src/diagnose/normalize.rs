@@ -85,6 +85,7 @@ const WORDS: &[&str] = &[
     "hip",
     "hip_error_outofmemory",
     "hiperroroutofmemory",
+    "in",
     "inactive",
     "including",
     "is",
@@ -228,21 +229,35 @@ fn starts_like_log_line(line: &str) -> bool {
             || dotted())
 }
 
-/// Byte length of a terminal colour sequence (`ESC [ … m`) or markdown bold marker (`**`) at the
-/// start of `s`, or 0.
-fn markup_len(s: &str) -> usize {
+/// HTML entities a web page leaves in a pasted message, and their characters.
+const ENTITIES: [(&str, &str); 6] = [
+    ("&#39;", "'"),
+    ("&quot;", "\""),
+    ("&gt;", ">"),
+    ("&lt;", "<"),
+    ("&amp;", "&"),
+    ("&nbsp;", " "),
+];
+
+/// Markup at the start of `s`: its byte length and what replaces it — a terminal colour sequence
+/// (`ESC [ … m`) or markdown bold marker (`**`) by nothing, an HTML entity by its character.
+fn markup(s: &str) -> Option<(usize, &'static str)> {
     let b = s.as_bytes();
     if b.starts_with(b"**") {
-        return 2;
+        return Some((2, ""));
     }
     if b.starts_with(b"\x1b[") || b.starts_with(b"\x1b(") {
         let body = b[2..]
             .iter()
             .take_while(|c| c.is_ascii_digit() || **c == b';' || **c == b'?')
             .count();
-        return 2 + body + usize::from(b.get(2 + body).is_some_and(u8::is_ascii_alphabetic));
+        let end = 2 + body + usize::from(b.get(2 + body).is_some_and(u8::is_ascii_alphabetic));
+        return Some((end, ""));
     }
-    0
+    ENTITIES
+        .iter()
+        .find(|(e, _)| s.starts_with(e))
+        .map(|(e, c)| (e.len(), *c))
 }
 
 /// Length of a blockquote marker (`> `, `>> `, `> > `) at the start of `line`, after indentation.
@@ -301,21 +316,23 @@ pub(crate) fn clean(text: &str) -> Clean {
 }
 
 impl Clean {
-    /// Appends `s`, which starts at original offset `at`, without terminal colours and markdown
-    /// bold markers, un-escaping `\"` when `json`.
+    /// Appends `s`, which starts at original offset `at`, without terminal colours, markdown bold
+    /// markers and HTML entities (see [`markup`]), un-escaping `\"` when `json`.
     fn push(&mut self, at: usize, s: &str, json: bool) {
-        if !s.contains("**") && !s.contains('\x1b') {
+        if !s.contains("**") && !s.contains('\x1b') && !s.contains('&') {
             return self.push_text(at, s, json);
         }
         let mut from = 0;
         let mut i = 0;
         while i < s.len() {
-            let n = markup_len(&s[i..]);
-            if n == 0 {
+            let Some((n, replacement)) = markup(&s[i..]) else {
                 i += s[i..].chars().next().map_or(1, char::len_utf8);
                 continue;
-            }
+            };
             self.push_text(at + from, &s[from..i], json);
+            if !replacement.is_empty() {
+                self.push_at(at + i, replacement);
+            }
             i += n;
             from = i;
         }
@@ -390,6 +407,18 @@ mod tests {
         // A short line, or a next line that starts with a blank, ends its token.
         assert!(!may_continue("on GPU:0\nk", 8));
         assert!(!may_continue(&t.replace("\nk", "\n k"), cut));
+    }
+
+    #[test]
+    fn drops_bold_markers_colours_and_entities() {
+        assert_eq!(
+            cleaned("**RuntimeError: CUDA error: out of memory**"),
+            "RuntimeError: CUDA error: out of memory"
+        );
+        assert_eq!(
+            cleaned("\x1b[31mNCCL WARN Cuda failure &#39;out of memory&#39;\x1b[0m"),
+            "NCCL WARN Cuda failure 'out of memory'"
+        );
     }
 
     #[test]

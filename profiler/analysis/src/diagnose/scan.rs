@@ -220,17 +220,18 @@ const HELD_ELSEWHERE: [&str; 8] = [
     "wake_up",
     "cudaSetDevice",
 ];
-/// Words of a GPU time-sliced between pods (NVIDIA's device plugin).
-const TIME_SLICED: [&str; 4] = ["timeSlicing", "time-slicing", "time-sliced", "time slicing"];
+/// Words of a GPU time-sliced between pods (NVIDIA's device plugin), lower case.
+const TIME_SLICED: [&str; 4] = ["timeslicing", "time-slicing", "time-sliced", "time slicing"];
 
 /// Notes from the text around a message (at most [`AROUND`] bytes each way).
 fn context_notes(text: &str, start: usize, end: usize) -> Notes {
     let from = floor(text, start.saturating_sub(AROUND));
     let to = floor(text, end.saturating_add(AROUND).min(text.len()));
     let near = &text[from..to];
+    let lower = near.to_ascii_lowercase();
     Notes {
         held_elsewhere: HELD_ELSEWHERE.iter().any(|w| near.contains(w)),
-        time_sliced: TIME_SLICED.iter().any(|w| near.contains(w)),
+        time_sliced: TIME_SLICED.iter().any(|w| lower.contains(w)),
         ..Notes::default()
     }
 }

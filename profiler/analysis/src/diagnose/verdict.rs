@@ -113,8 +113,9 @@ pub(crate) fn judge(kind: Kind, f: &Facts, ctx: &Context, notes: Notes) -> (Verd
             ),
         );
     }
-    let family =
-        families::held_elsewhere(kind, f, notes).or_else(|| families::judge(kind, f, notes));
+    let family = families::held_elsewhere(kind, f, notes)
+        .or_else(|| families::time_sliced(kind, f, notes))
+        .or_else(|| families::judge(kind, f, notes));
     let (verdict, mut remedies) = match family {
         Some(judged) => judged,
         None => match kind {
@@ -125,7 +126,10 @@ pub(crate) fn judge(kind: Kind, f: &Facts, ctx: &Context, notes: Notes) -> (Verd
             _ => other(kind, f, ctx),
         },
     };
-    if notes.time_sliced && verdict.verdict != VerdictKind::HostOom {
+    if notes.time_sliced
+        && verdict.verdict != VerdictKind::HostOom
+        && remedies.first().is_none_or(|r| r.id != "gpu_sharing")
+    {
         remedies.insert(0, families::gpu_sharing());
     }
     let (verdict, remedies) = workload::rank(workload, (verdict, remedies));

@@ -16,23 +16,26 @@ use std::sync::LazyLock;
 /// Words and phrases with which runtimes, drivers, libraries, schedulers and kernels say memory
 /// ran out. Matched per line; case-sensitive where the lower-case word means something else.
 static VOCABULARY: Pattern = LazyLock::new(|| {
-    Regex::new(concat!(
-        r"(?i:(?:\b|_)out[ _-]of[ _-](?:\w+[ _-])?memory)",
-        r"|\bOOM(?:[ _-]?[Kk]illed|[ _-]?[Kk]ill(?:er|ing)?)?\b",
-        r"|(?i:\boom[-_ ]kill)",
-        r"|\b[A-Z0-9_]*_(?:STATUS_)?ALLOC(?:ATION)?_FAIL(?:ED|URE)\b",
-        r"|(?i:\bresource[ _]?exhausted)",
+    // A space in a phrase matches any blank or an underscore (`NOT_ENOUGH_MEMORY`, a
+    // non-breaking space from a web page).
+    Regex::new(&concat!(
+        r"(?i:(?:\b|_)out[ -]of[ -](?:(?:device|gpu|host|shared|cpu|video|graphics|system|physical|virtual|swap|local|global|pinned|managed|unified|heap|java heap|the|available|usable|free|vram|ram|npu|xpu|mlu|musa|tpu) )?(?:memory|ram|vram)\b)",
+        r"|\bOOM(?:[ -]?[Kk]illed|[ -]?[Kk]ill(?:er|ing)?)?\b",
+        r"|(?i:\boom[- ]kill)",
+        r"|\b[A-Z0-9_]*_(?:STATUS_)?ALLOC(?:ATION)?_FAIL(?:ED|URE)\b|\bE_OUTOFMEMORY\b|OutOfMemory(?:Error|Exception)?\b",
+        r"|(?i:\bresource ?exhausted)",
         r"|\bENOMEM\b|(?i:\[errno 12\]|errno[= ]12\b|error code 12\b)",
         r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to|fails? to) (?:allocate|alloc|map|commit|reserve)\b[^\n]{0,80}?(?:memory|bytes?\b|\d\s?[KMGTP]i?B\b|array|buffer|tensor|block))",
         r"|(?i:\bwould exceed (?:the )?allowed memory)",
-        r"|(?i:\bexceed(?:s|ed|ing)? (?:the |its |their )?(?:\w+ )?memory (?:limit|budget|threshold|usage threshold))",
+        r"|(?i:\b(?:exceed(?:s|ed|ing)?|reach(?:ed|ing)?|over) (?:the |its |their )?(?:\w+ ){0,2}memory (?:usage )?(?:limit|budget|threshold))",
         r"|(?i:\bbeyond (?:the )?(?:physical|virtual) memory limit)",
-        r"|(?i:\bmemory (?:limit )?(?:exceeded|exhausted))",
-        r"|\b(?:Array)?MemoryError\b|\bOutOfMemory(?:Error|Exception)?\b|\bbad_alloc\b",
-        r"|(?i:\b(?:insufficient|not enough|no available|no free|low on|ran out of|running out of|run out of|runs out of|out of) (?:\w+ ){0,2}memory\b)",
+        r"|(?i:\bmem(?:ory)? (?:limit )?(?:exceeded|exhausted)|\bmem(?:ory)? \S+ exceeded (?:the )?limit|\bTERM_MEMLIMIT\b|\bGC overhead limit exceeded|\bpaging file is too small)",
+        r"|\bMemoryError\b|\bbad_alloc\b",
+        r"|(?i:\b(?:insufficient|not enough|no available|no free|low on|ran out of|running out of|run out of|runs out of) (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
+        r"|(?i:\b(?:used|using|use) all (?:the )?available (?:memory|ram|vram)\b)",
         r"|(?i:\bmemory allocation\b[^\n]{0,40}?\bfailed)",
-        r"|(?i:\ballocation\b[^\n]{0,40}?\bfailed\b[^\n]{0,40}?\bout of memory)",
-    ))
+    )
+    .replace(' ', r"[\s_]"))
     .ok()
 });
 
@@ -82,9 +85,13 @@ static ERRNO: Pattern = LazyLock::new(|| {
     Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b").ok()
 });
 static DEVICE: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:on device|gpu|cuda:|device=|device_id=|on xpu:?)\s?([0-9]+)\b").ok()
+    Regex::new(r"(?i)\b(?:on device|gpu|npu|xpu|cuda:|device=|device_id=|device )\s?([0-9]+)\b")
+        .ok()
 });
 static PID: Pattern = LazyLock::new(|| Regex::new(r"(?i)\bpid[ =:(]\s?([0-9]+)\b").ok());
+/// A process killed for memory (`OOMKilled`, `OOM killer`, `oom-kill`), whoever reports it.
+static KILLED: Pattern =
+    LazyLock::new(|| Regex::new(r"(?i)\boom[-_ ]?kill|\bkilled by (?:the )?oom").ok());
 static EXIT_137: Pattern =
     LazyLock::new(|| Regex::new(r"(?i)\bexit(?:ed)?(?: with)? (?:code|status)[ :=]*137\b").ok());
 
@@ -114,9 +121,10 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
         line
     };
     // Both lists ascend, so one walk through the text numbers every offset.
+    // A message's evidence, or the first line of a kernel report (its lines follow).
     let mut starts: Vec<(usize, usize, bool)> = specific
         .iter()
-        .filter(|p| p.evidence || p.kind != Kind::GenericOom)
+        .filter(|p| p.evidence || (p.opens && p.kind == Kind::LinuxOomKiller))
         .map(|p| (p.start, p.end, true))
         .collect();
     for m in re.find_iter(text) {
@@ -178,9 +186,15 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
 fn attribute(line: &str) -> (Kind, Facts) {
     let mut f = Facts::default();
     let cap = |re: &Pattern| re.as_ref().and_then(|re| re.captures(line));
-    if let Some(c) = cap(&EXIT_137) {
+    if cap(&EXIT_137).is_some() {
         f.int("exit_code", 137);
-        let _ = c;
+        return (Kind::OomKillReport, f);
+    }
+    if cap(&KILLED).is_some() {
+        f.opt_int(
+            "pid",
+            cap(&PID).and_then(|c| c.get(1)?.as_str().parse().ok()),
+        );
         return (Kind::OomKillReport, f);
     }
     if let Some(c) = cap(&SIZE_AFTER) {
