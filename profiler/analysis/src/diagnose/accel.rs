@@ -21,6 +21,11 @@ static XLA_REQUEST: Pattern = LazyLock::new(|| {
 });
 static XLA_REQUEST_EXACT: Pattern =
     LazyLock::new(|| compile(r"Failed to allocate request for {SIZE} \(([0-9]+)B\)"));
+/// XLA's `cudaMallocAsync` allocator: the failed request, then the device's free and total memory.
+static XLA_ASYNC: Pattern =
+    LazyLock::new(|| compile(r"cuMemAllocAsync failed to allocate ([0-9]+) bytes[^\n]*"));
+static XLA_ASYNC_FREE: Pattern =
+    LazyLock::new(|| compile(r"Reported by CUDA: Free memory/Total memory: ([0-9]+)/([0-9]+)"));
 static XLA_STAT: Pattern = LazyLock::new(|| {
     compile(
         r"(parameter|constant|maybe_live_out|preallocated temp|total) (allocation|fragmentation): {SIZE}(?: \(([0-9.]+)%\))?",
@@ -44,7 +49,7 @@ static TF_EIGEN: Pattern =
 // NCCL, Triton, ONNX Runtime.
 static NCCL: Pattern = LazyLock::new(|| {
     compile(
-        r"([A-Za-z0-9][A-Za-z0-9._-]*):([0-9]+):([0-9]+) \[([0-9]+)\][^\n]*?NCCL WARN (?:Cuda failure (?:([0-9]+) )?'([^'\n]*)'|Failed to CUDA (?:calloc|malloc|host alloc) ([0-9]+) bytes)",
+        r"([A-Za-z0-9][A-Za-z0-9._-]*):([0-9]+):([0-9]+) \[([0-9]+)\][^\n]*?(?:NCCL )?WARN (?:Cuda failure (?:([0-9]+) )?'([^'\n]*)'|Failed to CUDA (?:calloc|malloc|host alloc) ([0-9]+) bytes)",
     )
 });
 static NCCL_BARE: Pattern = LazyLock::new(|| {
@@ -89,6 +94,17 @@ fn xla(text: &str, out: &mut Vec<Piece>) {
         let mut f = Facts::default();
         f.opt_int("requested_bytes", int_at(c, 1).or_else(|| size_at(c, 2)));
         out.push(Piece::message(s, e, kind, f));
+    });
+    each(&XLA_ASYNC, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_int("requested_bytes", int_at(c, 1));
+        out.push(Piece::message(s, e, kind, f));
+    });
+    each(&XLA_ASYNC_FREE, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_int("free_bytes", int_at(c, 1));
+        f.opt_int("total_bytes", int_at(c, 2));
+        out.push(Piece::part(s, e, kind, f, false));
     });
     each(&XLA_REQUEST_EXACT, text, |c, s, e| {
         let mut f = Facts::default();

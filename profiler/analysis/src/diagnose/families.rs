@@ -88,6 +88,28 @@ pub(crate) fn time_sliced(kind: Kind, f: &Facts, notes: Notes) -> Option<(Verdic
     ))
 }
 
+/// A request above a per-allocation cap the runtime states: no amount of free memory helps.
+pub(crate) fn size_cap(f: &Facts, notes: Notes) -> Option<(Verdict, Vec<Remedy>)> {
+    if !notes.size_cap {
+        return None;
+    }
+    let r = f.bytes("requested_bytes")?;
+    Some((
+        v(
+            VerdictKind::AllocatorLimit,
+            format!("the runtime caps a single allocation below the {} requested: the device's free memory does not matter", b(r)),
+        ),
+        vec![
+            remedy::shrink_request(r, None, false),
+            remedy::framework(
+                "allocation_cap",
+                "split the tensor below the cap, or lift the cap where the runtime allows it (Intel GPUs: UR_L0_USE_RELAXED_ALLOCATION_LIMITS=1 / IPEX_XPU_ALLOC_LIMIT)",
+                "the runtime refuses any single allocation above its maximum size",
+            ),
+        ],
+    ))
+}
+
 /// Remedies to put first on a time-sliced (shared) GPU.
 pub(crate) fn gpu_sharing() -> Remedy {
     remedy::framework(

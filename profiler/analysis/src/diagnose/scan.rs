@@ -195,6 +195,9 @@ pub(crate) struct Notes {
     pub held_elsewhere: bool,
     /// The log shows a time-sliced GPU shared between pods.
     pub time_sliced: bool,
+    /// The runtime says a single allocation may not pass a size cap (Intel GPUs' 4 GB blocks,
+    /// OpenCL's and Vulkan's maximum allocation size).
+    pub size_cap: bool,
 }
 
 impl Notes {
@@ -204,6 +207,7 @@ impl Notes {
         self.device |= other.device;
         self.held_elsewhere |= other.held_elsewhere;
         self.time_sliced |= other.time_sliced;
+        self.size_cap |= other.size_cap;
     }
 }
 
@@ -220,18 +224,47 @@ const HELD_ELSEWHERE: [&str; 8] = [
     "wake_up",
     "cudaSetDevice",
 ];
+/// Phrases with which a runtime states a per-allocation size cap.
+const SIZE_CAP: [&str; 5] = [
+    "allocate memory block with size larger than",
+    "maximum allocation size",
+    "max allocation size",
+    "maxMemoryAllocationSize",
+    "MAX_MEM_ALLOC_SIZE",
+];
 /// Words of a GPU time-sliced between pods (NVIDIA's device plugin), lower case.
 const TIME_SLICED: [&str; 4] = ["timeslicing", "time-slicing", "time-sliced", "time slicing"];
 
-/// Notes from the text around a message (at most [`AROUND`] bytes each way).
-fn context_notes(text: &str, start: usize, end: usize) -> Notes {
+/// Notes from the text around a device message (at most [`AROUND`] bytes each way): whether it
+/// came where only memory held elsewhere explains it (only asked when it states no sizes) and
+/// whether the GPU is time-sliced. Host messages need neither.
+fn context_notes(text: &str, start: usize, end: usize, f: &Finding) -> Notes {
+    let device = !matches!(
+        f.kind,
+        Kind::LinuxOomKiller | Kind::OomKillReport | Kind::RustAllocFailure | Kind::TorchCpuOom
+    );
+    if !device {
+        return Notes::default();
+    }
     let from = floor(text, start.saturating_sub(AROUND));
     let to = floor(text, end.saturating_add(AROUND).min(text.len()));
     let near = &text[from..to];
-    let lower = near.to_ascii_lowercase();
+    let sized = f.facts.get("requested_bytes").is_some() || f.facts.get("free_bytes").is_some();
+    // Cheap, case-sensitive tests first: most logs have no slicing words at all.
+    let sliced = (near.contains("licing") || near.contains("liced") || near.contains("LICING"))
+        && {
+            let lower = near.to_ascii_lowercase();
+            TIME_SLICED.iter().any(|w| lower.contains(w))
+        };
     Notes {
-        held_elsewhere: HELD_ELSEWHERE.iter().any(|w| near.contains(w)),
-        time_sliced: TIME_SLICED.iter().any(|w| lower.contains(w)),
+        held_elsewhere: !sized && HELD_ELSEWHERE.iter().any(|w| near.contains(w)),
+        time_sliced: sliced,
+        size_cap: near.contains("llocat") && {
+            let lower = near.to_ascii_lowercase();
+            SIZE_CAP
+                .iter()
+                .any(|w| lower.contains(&w.to_ascii_lowercase()))
+        },
         ..Notes::default()
     }
 }
@@ -331,9 +364,8 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
         {
             continue;
         }
-        o.found
-            .notes
-            .join(context_notes(text, o.start, o.end.max(o.start)));
+        let notes = context_notes(text, o.start, o.end.max(o.start), &o.found.finding);
+        o.found.notes.join(notes);
         let to = clean.original(o.start).clamp(at, original.len());
         line += original.as_bytes()[at..to]
             .iter()

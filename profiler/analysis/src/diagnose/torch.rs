@@ -10,18 +10,19 @@ use std::sync::LazyLock;
 
 static NEW: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(
-        r"(CUDA|HIP|XPU) out of memory\. Tried to allocate {SIZE}\. GPU:?\s?([0-9]+) has a total capac(?:i)?ty of {SIZE} of which {SIZE} is free\.",
+        r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. Tried to allocate {SIZE}\. GPU:?\s?([0-9]+) has a total capac(?:i)?ty of {SIZE}(?: of which {SIZE} is free)?\.",
     )
 });
 static OLD: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(
-        r"(CUDA|HIP|XPU) out of memory\. Tried to allocate {SIZE} \(GPU:?\s?([0-9]+);([^)]*)\)?",
+        r"(?:(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. )?Tried to allocate {SIZE} \((?:GPU|NPU|MLU|XPU):?\s*([0-9]+);([^)]*total capac[^)]*)\)?",
     )
 });
 /// A message cut right after its request: the wording (≥ 2.1 or older) cannot be told, so it is
 /// taken as the current one, with the two facts it states.
-static CUT: LazyLock<Option<Regex>> =
-    LazyLock::new(|| compile(r"(CUDA|HIP|XPU) out of memory\. Tried to allocate {SIZE}"));
+static CUT: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    compile(r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. Tried to allocate {SIZE}")
+});
 /// PyTorch's wording for a request too large to print.
 static EXABYTE: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(r"(CUDA|HIP|XPU) out of memory\. Tried to allocate more than 1EB memory")

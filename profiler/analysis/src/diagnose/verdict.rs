@@ -114,6 +114,7 @@ pub(crate) fn judge(kind: Kind, f: &Facts, ctx: &Context, notes: Notes) -> (Verd
         );
     }
     let family = families::held_elsewhere(kind, f, notes)
+        .or_else(|| families::size_cap(f, notes))
         .or_else(|| families::time_sliced(kind, f, notes))
         .or_else(|| families::judge(kind, f, notes));
     let (verdict, mut remedies) = match family {
