@@ -21,6 +21,9 @@ static XLA_REQUEST: Pattern = LazyLock::new(|| {
 });
 static XLA_REQUEST_EXACT: Pattern =
     LazyLock::new(|| compile(r"Failed to allocate request for {SIZE} \(([0-9]+)B\)"));
+/// XLA's status alone (`RESOURCE_EXHAUSTED: Out of memory`), when no request follows it.
+static XLA_BARE: Pattern =
+    LazyLock::new(|| compile(r"(?i:RESOURCE_EXHAUSTED|Resource exhausted): Out of memory"));
 /// XLA's `cudaMallocAsync` allocator: the failed request, then the device's free and total memory.
 static XLA_ASYNC: Pattern =
     LazyLock::new(|| compile(r"cuMemAllocAsync failed to allocate ([0-9]+) bytes[^\n]*"));
@@ -94,6 +97,12 @@ fn xla(text: &str, out: &mut Vec<Piece>) {
         let mut f = Facts::default();
         f.opt_int("requested_bytes", int_at(c, 1).or_else(|| size_at(c, 2)));
         out.push(Piece::message(s, e, kind, f));
+    });
+    each(&XLA_BARE, text, |_, s, e| {
+        let next = text[e..].trim_start_matches([' ', '\t']);
+        if !(next.starts_with("while") || next.starts_with("allocating")) {
+            out.push(Piece::message(s, e, kind, Facts::default()));
+        }
     });
     each(&XLA_ASYNC, text, |c, s, e| {
         let mut f = Facts::default();

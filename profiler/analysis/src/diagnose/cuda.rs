@@ -54,7 +54,7 @@ static ERROR_TOKEN: Pattern = LazyLock::new(|| {
 });
 static STREAM_EXECUTOR: Pattern = LazyLock::new(|| {
     compile(
-        r"failed to allocate {SIZE} \(([0-9]+) bytes\) from device: (CUDA_ERROR_[A-Z_]+|HIP_ERROR_\w+|hipError_t\([0-9]+\)|hipError\w+)(?:: (out of memory))?",
+        r"failed to alloc(?:ate)? (?:{SIZE}(?: \(([0-9]+) bytes\))?|([0-9]+) bytes) (?:from|on) (device|host): (CUDA_ERROR_[A-Z_]+|HIP_ERROR_\w+|hipError_t\([0-9]+\)|hipError\w+)(?:: (out of memory))?",
     )
 });
 static GGML_ALLOC: Pattern = LazyLock::new(|| {
@@ -150,10 +150,16 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     });
     each(&STREAM_EXECUTOR, text, |c, s, e| {
         let mut f = Facts::default();
-        f.opt_int("requested_bytes", int_at(c, 3));
-        f.opt_text("cuda_error", str_at(c, 4));
-        f.opt_text("error_string", words_at(c, 5).as_deref());
-        out.push(Piece::message(s, e, kind, f));
+        let bytes = int_at(c, 3)
+            .or_else(|| int_at(c, 4))
+            .or_else(|| size_at(c, 1));
+        f.opt_int("requested_bytes", bytes);
+        f.opt_text("cuda_error", str_at(c, 6));
+        f.opt_text("error_string", words_at(c, 7).as_deref());
+        let mut p = Piece::message(s, e, kind, f);
+        // Pinned host memory the driver could not allocate: the host ran out, not the device.
+        p.notes.host = str_at(c, 5) == Some("host");
+        out.push(p);
     });
     each(&GGML_ALLOC, text, |c, s, e| {
         let mut f = Facts::default();

@@ -110,6 +110,29 @@ pub(crate) fn size_cap(f: &Facts, notes: Notes) -> Option<(Verdict, Vec<Remedy>)
     ))
 }
 
+/// The driver could not allocate pinned (page-locked) host memory: the host ran out.
+pub(crate) fn pinned_host(f: &Facts, notes: Notes) -> Option<(Verdict, Vec<Remedy>)> {
+    if !notes.host {
+        return None;
+    }
+    let what = f
+        .bytes("requested_bytes")
+        .map_or("pinned host memory".into(), |r| {
+            format!("{} of pinned host memory", b(r))
+        });
+    Some((
+        v(
+            VerdictKind::HostOom,
+            format!("the driver could not allocate {what}: page-locked memory comes from the host's RAM (or its container's limit), not the device"),
+        ),
+        vec![
+            remedy::data_loader(),
+            remedy::memory_limit(None, None),
+            remedy::profile_host(),
+        ],
+    ))
+}
+
 /// Remedies to put first on a time-sliced (shared) GPU.
 pub(crate) fn gpu_sharing() -> Remedy {
     remedy::framework(
@@ -345,14 +368,20 @@ fn generic(f: &Facts, notes: Notes) -> (Verdict, Vec<Remedy>) {
     let r = f.bytes("requested_bytes");
     if notes.device {
         let what = r.map_or("an allocation".into(), |r| format!("a {} allocation", b(r)));
+        // A runtime that names its own settings to lower says its own use filled the device.
+        let own = notes.own_settings;
         return (
             v(
-                if r.is_some() {
+                if r.is_some() || own {
                     VerdictKind::Capacity
                 } else {
                     VerdictKind::Undetermined
                 },
-                format!("the device could not serve {what}; {untold}"),
+                if own {
+                    format!("the device could not serve {what} and the runtime asks to lower its own settings: its own use filled the device; {untold}")
+                } else {
+                    format!("the device could not serve {what}; {untold}")
+                },
             ),
             vec![remedy::profile_host(), remedy::concurrency_plan(0, None)],
         );

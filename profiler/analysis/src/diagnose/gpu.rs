@@ -183,7 +183,10 @@ pub(crate) fn judge(f: &Facts, ctx: &Context) -> Decision {
         return d;
     }
     // The job holds nothing and the message does not say what was free: not its own allocations.
-    if n.free.is_none() && n.allocated == Some(0) && n.unallocated.is_none_or(|u| u == 0) {
+    if n.free.is_none()
+        && n.allocated.is_none_or(|a| a == 0)
+        && n.unallocated.is_none_or(|u| u == 0)
+    {
         return (
             v(
                 VerdictKind::Undetermined,

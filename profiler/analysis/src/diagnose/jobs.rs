@@ -29,7 +29,7 @@ static K8S_EVICTED: Pattern = LazyLock::new(|| {
     )
 });
 static SRUN: Pattern =
-    LazyLock::new(|| compile(r"srun: error: \S+: tasks? [0-9][0-9,-]*: Out Of Memory"));
+    LazyLock::new(|| compile(r"srun: error: (?:\S+: tasks? [0-9][0-9,-]*: )?Out Of Memory"));
 static K8S_ROW: Pattern = LazyLock::new(|| {
     compile(
         r"(?m)^[\t\x20]*(?:[a-z0-9][a-z0-9-]*[\t\x20]+)?([A-Za-z0-9][\w./-]*)[\t\x20]+[0-9]+/[0-9]+[\t\x20]+OOMKilled[\t\x20]+([0-9]+)",
@@ -43,7 +43,7 @@ static K8S_RESTARTS: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"(?m)^[\t ]*(?:Restart Count|restartCount):[\t ]*([0-9]+)").ok());
 static DATALOADER: Pattern = LazyLock::new(|| {
     compile(
-        r"DataLoader (?:worker|process)(?: \(pid(?:\(s\))? ([0-9]+)\))?(?: exited)? is killed by signal: Killed",
+        r"DataLoader (?:worker|process)(?: \(pid(?:\(s\))? (?:([0-9]+)|[^)\n]{0,20})\))?(?: exited)? is killed by signal: Killed",
     )
 });
 static RAY_TASK: Pattern =

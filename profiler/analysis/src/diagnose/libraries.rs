@@ -9,7 +9,7 @@ use super::Kind;
 use std::sync::LazyLock;
 
 static STATUS: Pattern = LazyLock::new(|| {
-    compile(r"(?i)\b(?:([A-Za-z]+) failure ([0-9]+): )?\b([a-z]+)_STATUS_ALLOC_FAILED\b")
+    compile(r"(?i)\b(?:([A-Za-z]+) failure ([0-9]+): )?\b([a-z]+)_(STATUS_)?ALLOC_FAILED\b")
 });
 /// What follows a status: the call that failed and the device.
 static STATUS_TAIL: Pattern = LazyLock::new(|| {
@@ -24,7 +24,7 @@ static ASYNC: Pattern = LazyLock::new(|| {
 });
 static ASYNC_FIELD: Pattern = LazyLock::new(|| {
     compile(
-        r"(Currently allocated|Requested|Device limit|Free \(according to CUDA\)|PyTorch limit \(set by user-supplied memory fraction\))\s*:\s*{SIZE}",
+        r"(Currently allocated|Requested|Device limit|Free \(according to CUDA\)|PyTorch limit \(set by user-supplied memory fraction\))(?:\s|\\n)*:(?:\s|\\n)*{SIZE}",
     )
 });
 static VLLM_BLOCKS: Pattern =
@@ -54,9 +54,10 @@ fn statuses(text: &str, out: &mut Vec<Piece>) {
         let mut f = Facts::default();
         let lib = str_at(c, 3).unwrap_or("").to_ascii_lowercase();
         f.text("library", lib.clone());
+        let infix = if c.get(4).is_some() { "_STATUS" } else { "" };
         f.text(
             "status",
-            format!("{}_STATUS_ALLOC_FAILED", lib.to_ascii_uppercase()),
+            format!("{}{infix}_ALLOC_FAILED", lib.to_ascii_uppercase()),
         );
         f.opt_int("status_code", int_at(c, 2));
         let mut end = e;

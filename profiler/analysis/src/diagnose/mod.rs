@@ -100,6 +100,7 @@ impl Kind {
         matches!(
             self,
             Kind::OomKillReport
+                | Kind::JaxXlaOom
                 | Kind::LibraryAllocFailed
                 | Kind::TorchCudaOomAsync
                 | Kind::VllmKvCache

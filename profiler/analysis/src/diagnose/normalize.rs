@@ -97,6 +97,7 @@ const WORDS: &[&str] = &[
     "malloc",
     "management",
     "memory",
+    "mems_allowed",
     "mib",
     "nccl",
     "non-pytorch",
@@ -148,6 +149,15 @@ const WORDS: &[&str] = &[
     "you",
 ];
 
+/// Size units a wrap may separate from their number.
+const UNITS: &[&str] = &[
+    "kB", "KB", "KiB", "MB", "MiB", "GB", "GiB", "TB", "TiB", "B", "bytes",
+];
+
+/// Shortest run of blanks inside a line that is a terminal's padding to its right edge (the copy
+/// kept the padding where the line wrapped): it is judged like a line break (see [`is_wrap`]).
+const PADDING: usize = 16;
+
 /// The run of word characters at the end (`tail`) or start of `s`.
 fn word_at(s: &str, tail: bool) -> &str {
     let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
@@ -172,6 +182,10 @@ fn is_wrap(prev_line: &str, next_line: &str) -> bool {
         return false;
     }
     if (a.is_ascii_digit() || a == '.') && (b.is_ascii_digit() || b == '.') {
+        return true;
+    }
+    // A number and its unit (`53312244⏎kB`): the unit cannot start a line of its own.
+    if a.is_ascii_digit() && UNITS.contains(&word_at(next_line, false)) {
         return true;
     }
     let (w1, w2) = (word_at(prev_line, true), word_at(next_line, false));
@@ -303,7 +317,7 @@ pub(crate) fn clean(text: &str) -> Clean {
     }
     let n = lines.len();
     for (i, &(at, body)) in lines.iter().enumerate() {
-        out.push(at, body, json);
+        out.push_line(at, body, json);
         if i + 1 < n {
             let next = lines[i + 1].1;
             if !is_wrap(body, next) {
@@ -316,6 +330,22 @@ pub(crate) fn clean(text: &str) -> Clean {
 }
 
 impl Clean {
+    /// Appends the line `body`, which starts at original offset `at`, with a terminal's padding
+    /// removed where it stands for a wrap inside a word or number (see [`PADDING`]).
+    fn push_line(&mut self, at: usize, body: &str, json: bool) {
+        let pad = " ".repeat(PADDING);
+        let (mut from, mut search) = (0, 0);
+        while let Some(i) = body[search..].find(pad.as_str()).map(|i| search + i) {
+            let end = body.len() - body[i..].trim_start_matches(' ').len();
+            if i > 0 && end < body.len() && is_wrap(&body[..i], &body[end..]) {
+                self.push(at + from, &body[from..i], json);
+                from = end;
+            }
+            search = end;
+        }
+        self.push(at + from, &body[from..], json);
+    }
+
     /// Appends `s`, which starts at original offset `at`, without terminal colours, markdown bold
     /// markers and HTML entities (see [`markup`]), un-escaping `\"` when `json`.
     fn push(&mut self, at: usize, s: &str, json: bool) {
@@ -407,6 +437,18 @@ mod tests {
         // A short line, or a next line that starts with a blank, ends its token.
         assert!(!may_continue("on GPU:0\nk", 8));
         assert!(!may_continue(&t.replace("\nk", "\n k"), cut));
+    }
+
+    #[test]
+    fn a_terminals_padding_inside_a_word_or_number_is_a_wrap() {
+        let pad = " ".repeat(40);
+        let s = format!("[2059991.491436] oom-kill:constraint=CONSTRAINT_NONE,cpuset=/,me{pad}ms_allowed=0\n[2059991.491542] Out of memory: Killed process 25315 (python3) total-vm:53312244{pad}kB, anon-rss:0kB");
+        let c = cleaned(&s);
+        assert!(c.contains("cpuset=/,mems_allowed=0"), "{c}");
+        assert!(c.contains("total-vm:53312244kB,"), "{c}");
+        // Padding between two whole words stays.
+        let t = format!("{}{pad}Epoch 3", "x".repeat(50));
+        assert_eq!(cleaned(&t), t);
     }
 
     #[test]

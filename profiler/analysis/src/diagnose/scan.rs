@@ -195,6 +195,11 @@ pub(crate) struct Notes {
     pub held_elsewhere: bool,
     /// The log shows a time-sliced GPU shared between pods.
     pub time_sliced: bool,
+    /// A generic finding's runtime asks to lower its own settings (`Please try lowering
+    /// max_num_seqs`): its own use filled the device.
+    pub own_settings: bool,
+    /// The driver could not allocate pinned host memory: the host ran out, not the device.
+    pub host: bool,
     /// The runtime says a single allocation may not pass a size cap (Intel GPUs' 4 GB blocks,
     /// OpenCL's and Vulkan's maximum allocation size).
     pub size_cap: bool,
@@ -208,6 +213,8 @@ impl Notes {
         self.held_elsewhere |= other.held_elsewhere;
         self.time_sliced |= other.time_sliced;
         self.size_cap |= other.size_cap;
+        self.host |= other.host;
+        self.own_settings |= other.own_settings;
     }
 }
 

@@ -42,7 +42,7 @@ static CLAUSE: LazyLock<Option<Regex>> =
     LazyLock::new(|| compile(r"^\s*{SIZE}\s+([A-Za-z][A-Za-z\s]*?)\s*$"));
 static MPS: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(
-        r"MPS backend out of memory \(MPS allocated: {SIZE}, other allocations: {SIZE}, max allowed: {SIZE}\)\. Tried to allocate {SIZE} on ([a-z]+) pool",
+        r"MPS backend out of memory \(MPS allocated: {SIZE}, other allocations: {SIZE}, max allowed: {SIZE}\)(?:\. Tried to allocate {SIZE} on ([a-z]+) pool)?",
     )
 });
 static CPU: LazyLock<Option<Regex>> = LazyLock::new(|| {
@@ -115,10 +115,12 @@ fn cuda_new(text: &str, out: &mut Vec<Piece>) {
             })
             .unwrap_or_default();
         // A list crossing a kept line break that may be a wrap may have lost a broken clause:
-        // all of it or nothing.
+        // all of it or nothing — unless every word between the clauses is explained (the list
+        // and the own-process clause cover the whole stretch, so nothing was lost).
         let maybe_cut = tail[..procs_end]
             .match_indices('\n')
-            .any(|(i, _)| may_continue(text, e + i));
+            .any(|(i, _)| may_continue(text, e + i))
+            && !clauses_cover(&tail[..procs_end]);
         if !procs.is_empty() && !maybe_cut {
             f.set("processes", Fact::Processes(procs));
         }
@@ -174,6 +176,18 @@ fn cuda_old(text: &str, out: &mut Vec<Piece>) {
         }
         out.push(Piece::message(m.start(), m.end(), Kind::TorchCudaOomOld, f));
     }
+}
+
+/// Whether the `Process P has …` and own-process clauses account for every word of `list`.
+fn clauses_cover(list: &str) -> bool {
+    let mut rest = list.to_string();
+    for re in [&PROCESS, &THIS_PROCESS] {
+        if let Some(re) = re.as_ref() {
+            rest = re.replace_all(&rest, " ").into_owned();
+        }
+    }
+    let rest = rest.replace("Including non-PyTorch memory,", " ");
+    rest.chars().all(|c| !c.is_alphanumeric())
 }
 
 fn mps(text: &str, out: &mut Vec<Piece>) {

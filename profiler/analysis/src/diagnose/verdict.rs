@@ -113,7 +113,8 @@ pub(crate) fn judge(kind: Kind, f: &Facts, ctx: &Context, notes: Notes) -> (Verd
             ),
         );
     }
-    let family = families::held_elsewhere(kind, f, notes)
+    let family = families::pinned_host(f, notes)
+        .or_else(|| families::held_elsewhere(kind, f, notes))
         .or_else(|| families::size_cap(f, notes))
         .or_else(|| families::time_sliced(kind, f, notes))
         .or_else(|| families::judge(kind, f, notes));
@@ -405,6 +406,10 @@ fn other(kind: Kind, f: &Facts, ctx: &Context) -> (Verdict, Vec<Remedy>) {
         _ => "an allocation".to_string(),
     };
     let (verdict, evidence) = match kind {
+        Kind::JaxXlaOom if r.is_none() => (
+            VerdictKind::Undetermined,
+            "XLA says the device ran out but states no sizes".to_string(),
+        ),
         Kind::JaxXlaOom => match (f.bytes("total_fragmentation_bytes"), r) {
             (Some(fr), Some(r)) if fr >= r => (
                 VerdictKind::Fragmentation,

@@ -25,7 +25,7 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|\b[A-Z0-9_]*_(?:STATUS_)?ALLOC(?:ATION)?_FAIL(?:ED|URE)\b|\bE_OUTOFMEMORY\b|OutOfMemory(?:Error|Exception)?\b",
         r"|(?i:\bresource ?exhausted)",
         r"|\bENOMEM\b|(?i:\[errno 12\]|errno[= ]12\b|error code 12\b)",
-        r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to|fails? to) (?:allocate|alloc|map|commit|reserve)\b[^\n]{0,80}?(?:memory|bytes?\b|\d\s?[KMGTP]i?B\b|array|buffer|tensor|block))",
+        r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to|fails? to) (?:allocate|alloc|map|commit|reserve)\b[^\n]{0,80}?(?:memory|bytes?\b|\d\s?[KMGTP](?:i?B)?\b|array|buffer|tensor|block))",
         r"|(?i:\bwould exceed (?:the )?allowed memory)",
         r"|(?i:\b(?:exceed(?:s|ed|ing)?|reach(?:ed|ing)?|over) (?:the |its |their )?(?:\w+ ){0,2}memory (?:usage )?(?:limit|budget|threshold))",
         r"|(?i:\bbeyond (?:the )?(?:physical|virtual) memory limit)",
@@ -69,7 +69,40 @@ const ADVICE: &[&str] = &[
 
 /// Words that put a generic finding on a device rather than in host memory.
 const DEVICE_WORDS: &[&str] = &[
-    "cuda", "gpu", "vram", "hip", "xpu", "device", "cudnn", "cublas",
+    "cuda",
+    "gpu",
+    "vram",
+    "hip",
+    "xpu",
+    "npu",
+    "mlu",
+    "musa",
+    "tpu",
+    "device",
+    "cudnn",
+    "cublas",
+    "metal",
+    "mps",
+    "vulkan",
+    "opencl",
+    "rocm",
+    "prefill",
+    "kv cache",
+    "kv_cache",
+    "mem-fraction",
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "resource_exhausted",
+    "xla",
+];
+
+/// A runtime asking to lower its own settings (vLLM's `Please try lowering max_num_seqs`).
+const OWN_SETTINGS: &[&str] = &[
+    "try lowering",
+    "try reducing",
+    "try decreasing",
+    "please lower",
+    "please reduce",
 ];
 
 /// A line within this many lines of a specific reader's message belongs to that message.
@@ -178,13 +211,43 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
         let mut p = Piece::part(h.start, h.end, kind, facts, true);
         let lower = l.to_ascii_lowercase();
         p.notes.device = DEVICE_WORDS.iter().any(|w| lower.contains(w));
+        // The advice may be wrapped onto the next lines.
+        let mut after = h.end;
+        for _ in 0..2 {
+            if after < text.len() {
+                after = super::scan::line_end(text, after + 1);
+            }
+        }
+        let following = text[h.end..after].to_ascii_lowercase();
+        p.notes.own_settings = OWN_SETTINGS
+            .iter()
+            .any(|w| lower.contains(w) || following.contains(w));
         out.push(p);
+    }
+}
+
+/// `line` without the logger's prefixes: parenthesized or bracketed groups before the text.
+fn strip_log_prefix(line: &str) -> &str {
+    let mut rest = line.trim_start();
+    loop {
+        let close = match rest.as_bytes().first() {
+            Some(b'(') => ')',
+            Some(b'[') => ']',
+            _ => return rest,
+        };
+        match rest.find(close) {
+            Some(i) if i < 80 => rest = rest[i + 1..].trim_start_matches([':', ' ']),
+            _ => return rest,
+        }
     }
 }
 
 /// What a vocabulary line states: sizes, shape, error code, device, process, exit code.
 fn attribute(line: &str) -> (Kind, Facts) {
     let mut f = Facts::default();
+    // A leading `(Worker rank=1 pid=2978)` or `[rank0]:` names the process that logged the line,
+    // not one the message reports on.
+    let line = strip_log_prefix(line);
     let cap = |re: &Pattern| re.as_ref().and_then(|re| re.captures(line));
     if cap(&EXIT_137).is_some() {
         f.int("exit_code", 137);
