@@ -88,7 +88,18 @@ fn the_tuning_half_gets_every_fact_and_verdict() {
 
 #[test]
 fn the_held_out_half_meets_the_issue_thresholds() {
-    let cases = cases("heldout");
+    meets_thresholds("heldout");
+}
+
+/// The blind set (49 messages written after the first held-out measurement, measured once
+/// before the reader saw them) meets the same thresholds.
+#[test]
+fn the_blind_set_meets_the_issue_thresholds() {
+    meets_thresholds("blind");
+}
+
+fn meets_thresholds(file: &str) {
+    let cases = cases(file);
     let outcomes: Vec<Outcome> = cases.iter().map(outcome).collect();
     let n = outcomes.len() as f64;
     let found = outcomes.iter().filter(|o| o.found).count() as f64;
@@ -104,7 +115,7 @@ fn the_held_out_half_meets_the_issue_thresholds() {
         "found {found}/{n}, facts {facts}/{n}, verdicts {verdicts}/{judged}; misses:\n{}",
         misses.join("\n")
     );
-    assert!(cases.len() >= 60, "only {} held-out cases", cases.len());
+    assert!(cases.len() >= 45, "only {} {file} cases", cases.len());
     assert!(found / n >= 0.97, "{summary}");
     assert!(facts / n >= 0.95, "{summary}");
     assert!(verdicts / judged >= 0.90, "{summary}");
@@ -264,7 +275,7 @@ fn a_wrapped_per_process_list_keeps_its_processes() {
 /// loss lines, tqdm bars, NCCL INFO lines, DeepSpeed and vLLM memory reports, and warnings that
 /// mention memory harmlessly.
 fn ordinary_log(lines: usize) -> String {
-    let templates: [&dyn Fn(u64) -> String; 24] = [
+    let templates: [&dyn Fn(u64) -> String; 26] = [
         &|i| {
             format!(
                 "{{'loss': {:.4}, 'grad_norm': {:.3}, 'learning_rate': 4.{}e-05, 'epoch': {:.2}}}",
@@ -357,6 +368,12 @@ fn ordinary_log(lines: usize) -> String {
         },
         &|_| {
             "[W reducer.cpp:1346] Warning: find_unused_parameters=True was specified in DDP constructor, but did not find any unused parameters in the forward pass.".to_string()
+        },
+        &|_| {
+            "INFO 11-27 10:00:03 [model_runner.py:1523] Capturing cudagraphs for decoding. This may lead to unexpected consequences if the model is not static. CUDA graphs can take additional 1~3 GiB memory per GPU. If you are running out of memory, consider decreasing `gpu_memory_utilization` or switching to eager mode.".to_string()
+        },
+        &|i| {
+            format!("[WARNING] [stage3.py:2069:step] {} pytorch allocator cache flushes since last step. this happens when there is high memory pressure and is detrimental to performance.", i % 5 + 1)
         },
     ];
     let mut state: u64 = 0x2545_f491_4f6c_dd1d;

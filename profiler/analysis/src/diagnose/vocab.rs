@@ -42,6 +42,9 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
 /// Phrases that make a line advice or documentation about memory rather than a report of it.
 const ADVICE: &[&str] = &[
     "if you encounter",
+    "if you are",
+    "if you're",
+    "if it runs out",
     "if you run out",
     "if you get",
     "if you see",
