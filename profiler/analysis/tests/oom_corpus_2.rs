@@ -91,11 +91,12 @@ fn the_held_out_half_meets_the_issue_thresholds() {
     meets_thresholds("heldout");
 }
 
-/// The blind set (49 messages written after the first held-out measurement, measured once
-/// before the reader saw them) meets the same thresholds.
+/// The blind sets (49 and 22 messages written after the first held-out measurement, each
+/// measured once before the reader saw them) meet the same thresholds.
 #[test]
-fn the_blind_set_meets_the_issue_thresholds() {
+fn the_blind_sets_meet_the_issue_thresholds() {
     meets_thresholds("blind");
+    meets_thresholds("blind-2");
 }
 
 fn meets_thresholds(file: &str) {
@@ -115,7 +116,7 @@ fn meets_thresholds(file: &str) {
         "found {found}/{n}, facts {facts}/{n}, verdicts {verdicts}/{judged}; misses:\n{}",
         misses.join("\n")
     );
-    assert!(cases.len() >= 45, "only {} {file} cases", cases.len());
+    assert!(cases.len() >= 20, "only {} {file} cases", cases.len());
     assert!(found / n >= 0.97, "{summary}");
     assert!(facts / n >= 0.95, "{summary}");
     assert!(verdicts / judged >= 0.90, "{summary}");
@@ -396,4 +397,37 @@ fn a_thousand_lines_of_ordinary_training_logs_hold_no_memory_failure() {
     assert_eq!(log.lines().count(), 1000);
     let found = diagnose(&log, &Context::default());
     assert!(found.is_empty(), "{found:#?}");
+}
+
+/// Real errors from the same public threads that are not memory failures give no finding: CUDA's
+/// other errors, DataLoader workers killed by other signals, NCCL's other CUDA failures, a bare
+/// SIGKILL exit with no memory cause, and warnings about leaks.
+#[test]
+fn real_errors_that_are_not_memory_failures_give_no_finding() {
+    for text in [
+        // github.com/Bing-su/adetailer/issues/391
+        "RuntimeError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1.\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+        // github.com/oobabooga/textgen/issues/4170
+        "    torch._C._cuda_emptyCache()\nRuntimeError: CUDA error: device-side assert triggered",
+        // github.com/hustvl/Vim/issues/74
+        "CUDA error: no kernel image is available for execution on the device\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+        // github.com/kvcache-ai/ktransformers/issues/816
+        "RuntimeError: CUDA error: unknown error; Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+        // github.com/MhLiao/DB/issues/94, github.com/pytorch/pytorch/issues/4507
+        "RuntimeError: DataLoader worker (pid 25902) is killed by signal: Segmentation fault",
+        "RuntimeError: DataLoader worker (pid 23616) is killed by signal: Terminated.",
+        // github.com/triton-inference-server/onnxruntime_backend/issues/95
+        "tritonclient.utils.InferenceServerException: [StatusCode.INTERNAL] onnx runtime error 2: not enough space: expected 270080, got 261760",
+        // github.com/pytorch/pytorch/issues/111187
+        "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\nCuda failure 'invalid argument'",
+        // github.com/kimbring2/AlphaStar_Implementation/issues/10 (no memory cause stated)
+        "Process finished with exit code 137 (interrupted by signal 9: SIGKILL)",
+        // github.com/EveryVoiceTTS/EveryVoice/issues/178
+        "srun: error: ib12gpu-002: task 4: Exited with exit code 1",
+        // github.com/studio-dots-ai/dots.ocr/issues/196
+        "[rank0]:[W914 04:53:45.615225908 ProcessGroupNCCL.cpp:1476] Warning: WARNING: destroy_process_group() was not called before program exit, which can leak resources.",
+    ] {
+        let found = diagnose(text, &Context::default());
+        assert!(found.is_empty(), "{text}\n{found:#?}");
+    }
 }

@@ -65,8 +65,9 @@ static TRITON: Pattern = LazyLock::new(|| {
         r"out of resource:\s*([A-Za-z][A-Za-z\s]*?),\s*Required:\s*([0-9]+),\s*Hardware limit:\s*([0-9]+)",
     )
 });
-static ORT_NODE: Pattern =
-    LazyLock::new(|| compile(r"while running ([A-Za-z0-9_]+) node\. Name:'([^'\n]*)'"));
+static ORT_NODE: Pattern = LazyLock::new(|| {
+    compile(r"while running ([A-Za-z0-9_]+) node\.(?: Name:\\?'([^'\n\\]*)\\?')?")
+});
 static ORT_FAIL: Pattern = LazyLock::new(|| {
     compile(
         r"(?:Failed to allocate memory for requested buffer of size|smaller than requested bytes of) ([0-9]+)",
