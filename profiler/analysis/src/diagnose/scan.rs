@@ -266,7 +266,12 @@ fn context_notes(text: &str, start: usize, end: usize, f: &Finding) -> Notes {
     Notes {
         held_elsewhere: !sized && HELD_ELSEWHERE.iter().any(|w| near.contains(w)),
         time_sliced: sliced,
-        size_cap: near.contains("llocat") && {
+        // Cheap anchors first: the phrases are rare, lower-casing the stretch is not free.
+        size_cap: (near.contains("larger than")
+            || near.contains("llocation size")
+            || near.contains("AllocationSize")
+            || near.contains("MAX_MEM_ALLOC"))
+            && {
             let lower = near.to_ascii_lowercase();
             SIZE_CAP
                 .iter()
