@@ -272,11 +272,11 @@ fn context_notes(text: &str, start: usize, end: usize, f: &Finding) -> Notes {
             || near.contains("AllocationSize")
             || near.contains("MAX_MEM_ALLOC"))
             && {
-            let lower = near.to_ascii_lowercase();
-            SIZE_CAP
-                .iter()
-                .any(|w| lower.contains(&w.to_ascii_lowercase()))
-        },
+                let lower = near.to_ascii_lowercase();
+                SIZE_CAP
+                    .iter()
+                    .any(|w| lower.contains(&w.to_ascii_lowercase()))
+            },
         ..Notes::default()
     }
 }

@@ -108,6 +108,28 @@ const OWN_SETTINGS: &[&str] = &[
     "please reduce",
 ];
 
+/// Settings that name the OOM killer without reporting a kill (`--oom-kill-disable`).
+const SETTINGS: &[&str] = &[
+    "oom-kill-disable",
+    "oom_kill_disable",
+    "oom_kill_allocating_task",
+    "panic_on_oom",
+    "oom_group",
+];
+
+/// Whether a (lower-cased) line is source code or a setting rather than a report: an `except`
+/// or `catch` clause, an import or a definition (not a comment: the JVM's `# Native memory
+/// allocation … failed` is a report), or an OOM-killer setting.
+fn is_code_or_setting(lower: &str) -> bool {
+    let t = lower.trim_start();
+    [
+        "except ", "except(", "catch", "import ", "from ", "def ", "class ",
+    ]
+    .iter()
+    .any(|p| t.starts_with(p))
+        || SETTINGS.iter().any(|s| lower.contains(s))
+}
+
 /// A line within this many lines of a specific reader's message belongs to that message.
 const NEAR: usize = 6;
 
@@ -186,7 +208,7 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
         let start = text[..s].rfind('\n').map_or(0, |i| i + 1);
         let end = super::scan::line_end(text, s);
         let lower = text[start..end].to_ascii_lowercase();
-        if ADVICE.iter().any(|a| lower.contains(a)) {
+        if ADVICE.iter().any(|a| lower.contains(a)) || is_code_or_setting(&lower) {
             continue;
         }
         hits.push(Line {
@@ -339,6 +361,8 @@ mod tests {
         for line in [
             "If you encounter CUDA out of memory, try to set --tile with a smaller number.",
             "pin_memory=True, memory_efficient_attention enabled, max_memory_allocated=1.2GB",
+            "    except torch.cuda.OutOfMemoryError:",
+            "docker run --oom-kill-disable --memory 8g trainer",
             "Set PYTORCH_CUDA_ALLOC_CONF to avoid OOM",
             "zoom room bloom",
             "allocated 2.00 GiB on device 0",
