@@ -431,3 +431,32 @@ fn real_errors_that_are_not_memory_failures_give_no_finding() {
         assert!(found.is_empty(), "{text}\n{found:#?}");
     }
 }
+
+/// Wordings written to the formats their tools print (no public thread in the corpus had them):
+/// Slurm's `OUT_OF_MEMORY` state with `seff`'s figures, a TPU's HBM, MLX's buffer cap, TensorRT's
+/// request, and `docker inspect`'s `"OOMKilled": true` (while `false` is no finding).
+#[test]
+fn more_wordings_are_found_with_their_facts() {
+    let (k, f, v, _) = one("Job ID: 4185932\nState: OUT_OF_MEMORY (exit code 0)\nMemory Utilized: 7.95 GB\nMemory Efficiency: 99.38% of 8.00 GB");
+    assert_eq!((k.as_str(), v.as_str()), ("oom_kill_report", "host_oom"));
+    assert_eq!(f["memory_limit_bytes"], 8u64 << 30);
+    let (_, _, v, _) = one("4185932.batch      batch            OUT_OF_ME+      0:125");
+    assert_eq!(v, "host_oom");
+    let (k, f, v, _) = one("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 17.37G of 15.48G hbm. Exceeded hbm capacity by 1.89G.");
+    assert_eq!((k.as_str(), v.as_str()), ("jax_xla_oom", "capacity"));
+    assert_eq!(f["memory_space"], "hbm");
+    let (_, f, v, _) = one("[metal::malloc] Attempting to allocate 40000000000 bytes which is greater than the maximum allowed buffer size of 28991029248 bytes.");
+    assert_eq!(
+        (f["requested_bytes"].as_i64(), v.as_str()),
+        (Some(40_000_000_000), "allocator_limit")
+    );
+    let (_, f, _, _) = one("[TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::144] Error Code 2: OutOfMemory (Requested size was 1073741824 bytes.)\n[TRT] Requested amount of GPU memory (1073741824 bytes) could not be allocated. There may not be enough free memory for allocation to succeed.");
+    assert_eq!(f["requested_bytes"], 1_073_741_824);
+    let (k, _, v, _) = one("        \"State\": {\n            \"Status\": \"exited\",\n            \"OOMKilled\": true,\n            \"ExitCode\": 137,");
+    assert_eq!((k.as_str(), v.as_str()), ("oom_kill_report", "host_oom"));
+    assert!(diagnose(
+        "            \"OOMKilled\": false,\n            \"Dead\": false,",
+        &Context::default()
+    )
+    .is_empty());
+}

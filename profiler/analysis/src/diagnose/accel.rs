@@ -21,6 +21,12 @@ static XLA_REQUEST: Pattern = LazyLock::new(|| {
 });
 static XLA_REQUEST_EXACT: Pattern =
     LazyLock::new(|| compile(r"Failed to allocate request for {SIZE} \(([0-9]+)B\)"));
+/// XLA on TPU: `Ran out of memory in memory space hbm. Used 17.37G of 15.48G hbm.`
+static XLA_SPACE: Pattern = LazyLock::new(|| {
+    compile(
+        r"Ran out of memory in memory space ([A-Za-z0-9_]+)\.(?: Used {SIZE} of {SIZE} [A-Za-z0-9_]+)?",
+    )
+});
 /// XLA's status alone (`RESOURCE_EXHAUSTED: Out of memory`), when no request follows it.
 static XLA_BARE: Pattern =
     LazyLock::new(|| compile(r"(?i:RESOURCE_EXHAUSTED|Resource exhausted): Out of memory"));
@@ -97,6 +103,13 @@ fn xla(text: &str, out: &mut Vec<Piece>) {
     each(&XLA_REQUEST, text, |c, s, e| {
         let mut f = Facts::default();
         f.opt_int("requested_bytes", int_at(c, 1).or_else(|| size_at(c, 2)));
+        out.push(Piece::message(s, e, kind, f));
+    });
+    each(&XLA_SPACE, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_text("memory_space", str_at(c, 1));
+        f.opt_int("used_bytes", size_at(c, 2));
+        f.opt_int("total_bytes", size_at(c, 4));
         out.push(Piece::message(s, e, kind, f));
     });
     each(&XLA_BARE, text, |_, s, e| {

@@ -22,6 +22,11 @@ static SLURM_LIMIT: Pattern = LazyLock::new(|| {
         r"(?i)slurmstepd: (?:error: )?(?:Exceeded (?:job|step) memory limit|(?:Job|Step) ([0-9][0-9.]*) exceeded memory limit \(([0-9]+) > ([0-9]+)\), being killed)",
     )
 });
+/// Slurm's job state `OUT_OF_MEMORY` (`sacct` truncates it to `OUT_OF_ME+`), and `seff`'s
+/// `Memory Utilized: X` / `Memory Efficiency: P% of Y` that follow it.
+static SLURM_STATE: Pattern = LazyLock::new(|| compile(r"\bOUT_OF_ME(?:MORY\b|\+)"));
+static SEFF: Pattern =
+    LazyLock::new(|| compile(r"Memory Utilized: {SIZE}\s+Memory Efficiency: [0-9.]+% of {SIZE}"));
 /// Kubernetes' eviction of a pod from a node short of memory.
 static K8S_EVICTED: Pattern = LazyLock::new(|| {
     compile(
@@ -100,6 +105,15 @@ fn slurm(text: &str, out: &mut Vec<Piece>) {
         f.opt_int("memory_used_bytes", int_at(c, 2).map(|k| k * 1024));
         f.opt_int("memory_limit_bytes", int_at(c, 3).map(|k| k * 1024));
         out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+    each(&SLURM_STATE, text, |_, s, e| {
+        out.push(Piece::message(s, e, Kind::OomKillReport, reporter("slurm")));
+    });
+    each(&SEFF, text, |c, s, e| {
+        let mut f = reporter("slurm");
+        f.opt_int("memory_used_bytes", size_at(c, 1));
+        f.opt_int("memory_limit_bytes", size_at(c, 3));
+        out.push(Piece::part(s, e, Kind::OomKillReport, f, false));
     });
     // `srun: error: node: task 0: Out Of Memory` continues the step's report, or stands alone.
     each(&SRUN, text, |_, s, e| {

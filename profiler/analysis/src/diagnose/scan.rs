@@ -232,8 +232,10 @@ const HELD_ELSEWHERE: [&str; 8] = [
     "cudaSetDevice",
 ];
 /// Phrases with which a runtime states a per-allocation size cap.
-const SIZE_CAP: [&str; 5] = [
+const SIZE_CAP: [&str; 7] = [
     "allocate memory block with size larger than",
+    "than the maximum allowed buffer size",
+    "than the maximum buffer size",
     "maximum allocation size",
     "max allocation size",
     "maxMemoryAllocationSize",
@@ -269,6 +271,7 @@ fn context_notes(text: &str, start: usize, end: usize, f: &Finding) -> Notes {
         // Cheap anchors first: the phrases are rare, lower-casing the stretch is not free.
         size_cap: (near.contains("larger than")
             || near.contains("llocation size")
+            || near.contains("buffer size")
             || near.contains("AllocationSize")
             || near.contains("MAX_MEM_ALLOC"))
             && {

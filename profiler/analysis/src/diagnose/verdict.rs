@@ -406,6 +406,15 @@ fn other(kind: Kind, f: &Facts, ctx: &Context) -> (Verdict, Vec<Remedy>) {
         _ => "an allocation".to_string(),
     };
     let (verdict, evidence) = match kind {
+        Kind::JaxXlaOom if r.is_none() && f.bytes("used_bytes").is_some() => (
+            VerdictKind::Capacity,
+            format!(
+                "the compiled program needs {} of {} {} memory: it does not fit the device",
+                b(f.bytes("used_bytes").unwrap_or(0)),
+                f.bytes("total_bytes").map_or("the".into(), b),
+                f.str("memory_space").unwrap_or("device")
+            ),
+        ),
         Kind::JaxXlaOom if r.is_none() => (
             VerdictKind::Undetermined,
             "XLA says the device ran out but states no sizes".to_string(),

@@ -34,6 +34,7 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|(?i:\b(?:insufficient|not enough|no available|no free|low on|ran out of|running out of|run out of|runs out of) (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
         r"|(?i:\b(?:used|using|use) all (?:the )?available (?:memory|ram|vram)\b)",
         r"|(?i:\bmemory allocation\b[^\n]{0,40}?\bfailed)",
+        r"|(?i:\b(?:greater|larger) than the maximum (?:allowed )?(?:buffer|allocation) size|\bcould not be allocated\b)",
     )
     .replace(' ', r"[\s_]"))
     .ok()
@@ -115,6 +116,8 @@ const SETTINGS: &[&str] = &[
     "oom_kill_allocating_task",
     "panic_on_oom",
     "oom_group",
+    "\"oomkilled\": false",
+    "oomkilled: false",
 ];
 
 /// Whether a (lower-cased) line is source code or a setting rather than a report: an `except`
@@ -134,7 +137,7 @@ fn is_code_or_setting(lower: &str) -> bool {
 const NEAR: usize = 6;
 
 static SIZE_AFTER: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)(?:allocate|allocating|allocation of|failed to map|requested|request(?:ing)? of|tried to allocate)\s+([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?\s?(bytes|byte|[KMGTP]i?B|B)\b").ok()
+    Regex::new(r"(?i)(?:allocate|allocating|allocation of|failed to map|requested|request(?:ing)? of|tried to allocate|amount of (?:gpu |device |host )?memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?\s?(bytes|byte|[KMGTP]i?B|B)\b").ok()
 });
 static SHAPE: Pattern = LazyLock::new(|| {
     Regex::new(r"with shape \(([0-9,\s]+)\)(?: and data type ([A-Za-z0-9_]+))?").ok()
