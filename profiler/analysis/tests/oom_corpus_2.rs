@@ -276,7 +276,7 @@ fn a_wrapped_per_process_list_keeps_its_processes() {
 /// loss lines, tqdm bars, NCCL INFO lines, DeepSpeed and vLLM memory reports, and warnings that
 /// mention memory harmlessly.
 fn ordinary_log(lines: usize) -> String {
-    let templates: [&dyn Fn(u64) -> String; 26] = [
+    let templates: [&dyn Fn(u64) -> String; 27] = [
         &|i| {
             format!(
                 "{{'loss': {:.4}, 'grad_norm': {:.3}, 'learning_rate': 4.{}e-05, 'epoch': {:.2}}}",
@@ -369,6 +369,9 @@ fn ordinary_log(lines: usize) -> String {
         },
         &|_| {
             "[W reducer.cpp:1346] Warning: find_unused_parameters=True was specified in DDP constructor, but did not find any unused parameters in the forward pass.".to_string()
+        },
+        &|_| {
+            "WARNING: Swap is not enabled on this node; out of memory errors may kill the training process without a traceback.".to_string()
         },
         &|_| {
             "INFO 11-27 10:00:03 [model_runner.py:1523] Capturing cudagraphs for decoding. This may lead to unexpected consequences if the model is not static. CUDA graphs can take additional 1~3 GiB memory per GPU. If you are running out of memory, consider decreasing `gpu_memory_utilization` or switching to eager mode.".to_string()
