@@ -348,9 +348,32 @@ fn kv_cache(f: &Facts) -> (Verdict, Vec<Remedy>) {
         (_, _, Some(t), Some(len)) => format!("the KV cache holds {t} tokens, fewer than one sequence of max_model_len ({len})"),
         _ => "no device memory was left for the KV cache after the weights and activations (within gpu_memory_utilization)".into(),
     };
+    let len = match f
+        .bytes("estimated_max_model_len")
+        .or(f.bytes("kv_cache_tokens"))
+    {
+        Some(n) => format!(" (at most {n} tokens fit now)"),
+        None => String::new(),
+    };
     (
         v(VerdictKind::Capacity, evidence),
-        vec![remedy::quantized_weights(), remedy::efficient_attention()],
+        vec![
+            remedy::framework(
+                "vllm_gpu_memory_utilization",
+                "raise --gpu-memory-utilization (e.g. 0.90 → 0.95) when nothing else needs this GPU, or free the memory other processes hold on it",
+                "the KV cache gets what the utilization fraction leaves after weights and activations",
+            ),
+            remedy::framework(
+                "vllm_max_model_len",
+                &format!("lower --max-model-len to the context you need{len}"),
+                "one sequence of max_model_len tokens must fit in the KV cache",
+            ),
+            remedy::framework(
+                "serving_quantization",
+                "use --kv-cache-dtype fp8, a quantized checkpoint (AWQ, GPTQ, FP8), or shard with --tensor-parallel-size",
+                "smaller weights leave more for the KV cache, and fp8 halves each token's cache",
+            ),
+        ],
     )
 }
 
@@ -404,8 +427,12 @@ fn generic(f: &Facts, notes: Notes) -> (Verdict, Vec<Remedy>) {
             format!("{what} failed in host memory: the machine's (or its container's) memory was the limit; {untold}"),
         ),
         vec![
+            remedy::framework(
+                "host_memory",
+                "process the data in chunks (memory-mapped arrays, streaming), use a smaller dtype, or give the job more RAM (a larger machine or container limit)",
+                "the allocation needed more host memory than the machine or its container had free",
+            ),
             remedy::data_loader(),
-            remedy::memory_limit(None, None),
             remedy::profile_host(),
         ],
     )

@@ -134,7 +134,13 @@ pub(crate) fn judge(kind: Kind, f: &Facts, ctx: &Context, notes: Notes) -> (Verd
     {
         remedies.insert(0, families::gpu_sharing());
     }
-    let (verdict, remedies) = workload::rank(workload, (verdict, remedies));
+    // vLLM's KV-cache errors carry their own engine settings (raise the utilization, shorten the
+    // context): the vLLM ranking for CUDA out-of-memory errors would lower it.
+    let (verdict, remedies) = if kind == Kind::VllmKvCache {
+        (verdict, remedies)
+    } else {
+        workload::rank(workload, (verdict, remedies))
+    };
     match ctx.leaking() {
         Some(slope)
             if matches!(
