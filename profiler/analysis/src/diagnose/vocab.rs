@@ -132,7 +132,7 @@ const SETTINGS: &[&str] = &[
 fn is_code_or_setting(lower: &str) -> bool {
     let t = lower.trim_start();
     [
-        "except ", "except(", "catch", "import ", "from ", "def ", "class ",
+        "except ", "except(", "catch (", "catch(", "import ", "def ", "class ",
     ]
     .iter()
     .any(|p| t.starts_with(p))
