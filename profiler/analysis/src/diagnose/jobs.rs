@@ -73,17 +73,36 @@ static YARN_BEYOND: Pattern = LazyLock::new(|| {
 });
 
 pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
-    slurm(text, out);
-    kubernetes(text, out);
-    evicted(text, out);
+    // Each family only where its words occur: a plain substring search is far cheaper than a
+    // regex over the whole log.
+    let has = |w: &str| text.contains(w);
+    if has("oom") || has("OOM") || has("Out Of Memory") || has("memory limit") || has("OUT_OF_ME") {
+        slurm(text, out);
+    }
+    if has("OOMKilled") {
+        kubernetes(text, out);
+    }
+    if has("low on resource") {
+        evicted(text, out);
+    }
+    if has("killed by signal") {
+        dataloader(text, out);
+    }
+    if has("Memory on the node") || has("running low on memory") || has("memory pressure") {
+        ray(text, out);
+    }
+    if has("memory limits") {
+        yarn(text, out);
+    }
+}
+
+fn dataloader(text: &str, out: &mut Vec<Piece>) {
     each(&DATALOADER, text, |c, s, e| {
         let mut f = reporter("dataloader");
         f.opt_int("pid", int_at(c, 1));
         f.text("signal", "Killed");
         out.push(Piece::message(s, e, Kind::OomKillReport, f));
     });
-    ray(text, out);
-    yarn(text, out);
 }
 
 fn reporter(who: &str) -> Facts {
