@@ -25,7 +25,7 @@ static CUT: LazyLock<Option<Regex>> = LazyLock::new(|| {
 });
 /// PyTorch's wording for a request too large to print.
 static EXABYTE: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    compile(r"(CUDA|HIP|XPU) out of memory\. Tried to allocate more than 1EB memory")
+    compile(r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. Tried to allocate more than 1EB memory")
 });
 static PROCESS: LazyLock<Option<Regex>> =
     LazyLock::new(|| compile(r"Process ([0-9]+) has {SIZE} memory in use"));

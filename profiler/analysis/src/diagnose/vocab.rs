@@ -35,6 +35,10 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|(?i:\b(?:used|using|use) all (?:the )?available (?:memory|ram|vram)\b)",
         r"|(?i:\bmemory allocation\b[^\n]{0,40}?\bfailed)",
         r"|(?i:\b(?:greater|larger) than the maximum (?:allowed )?(?:buffer|allocation) size|\bcould not be allocated\b)",
+        r"|(?i:\b(?:requires?|required|needs?|needed) more (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
+        r"|(?i:\bexceeds? (?:the )?(?:available|free|total) (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
+        r"|(?i:\b(?:does not|doesn't|won't|will not|cannot|can't|could not|couldn't) fit (?:in|into|on) (?:the )?(?:\w+ ){0,2}(?:memory|ram|vram)\b)",
+        r"|(?i:\bexhausted (?:all )?(?:the )?(?:available )?(?:\w+ )?(?:memory|ram|vram)\b|\bmemory (?:is|was|has been) exhausted)",
     )
     .replace(' ', r"[\s_]"))
     .ok()
@@ -143,7 +147,7 @@ fn is_code_or_setting(lower: &str) -> bool {
 const NEAR: usize = 6;
 
 static SIZE_AFTER: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)(?:allocate|allocating|allocation of|failed to map|requested|request(?:ing)? of|tried to allocate|amount of (?:gpu |device |host )?memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?\s?(bytes|byte|[KMGTP]i?B|B)\b").ok()
+    Regex::new(r"(?i)(?:allocate|allocating|allocation of|failed to map|requested|request(?:ing)? of|tried to allocate|amount of (?:gpu |device |host )?memory \(|requires? more (?:\w+ ){0,2}memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?\s?(bytes|byte|[KMGTP]i?B|B)\b").ok()
 });
 static SHAPE: Pattern = LazyLock::new(|| {
     Regex::new(r"with shape \(([0-9,\s]+)\)(?: and data type ([A-Za-z0-9_]+))?").ok()
@@ -360,6 +364,8 @@ mod tests {
             "clCreateBuffer: CL_MEM_OBJECT_ALLOCATION_FAILURE",
             "vkAllocateMemory failed: VK_ERROR_OUT_OF_DEVICE_MEMORY",
             "pod was OOMKilled",
+            "Error: model requires more system memory (164.8 GiB) than is available (13.4 GiB)",
+            "the model does not fit into GPU memory",
         ] {
             assert_eq!(hits(line), 1, "{line}");
         }
