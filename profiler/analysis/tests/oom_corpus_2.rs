@@ -88,19 +88,22 @@ fn the_tuning_half_gets_every_fact_and_verdict() {
 
 #[test]
 fn the_held_out_half_meets_the_issue_thresholds() {
-    meets_thresholds("heldout");
+    meets_thresholds(&["heldout"]);
 }
 
-/// The blind sets (49 and 22 messages written after the first held-out measurement, each
-/// measured once before the reader saw them) meet the same thresholds.
+/// The blind sets (49 and 22 messages written after the first held-out measurement, then 8, 9
+/// and 13, each measured once before the reader saw them) meet the same thresholds; the three
+/// small ones together.
 #[test]
 fn the_blind_sets_meet_the_issue_thresholds() {
-    meets_thresholds("blind");
-    meets_thresholds("blind-2");
+    meets_thresholds(&["blind"]);
+    meets_thresholds(&["blind-2"]);
+    meets_thresholds(&["blind-3", "blind-4", "blind-5"]);
 }
 
-fn meets_thresholds(file: &str) {
-    let cases = cases(file);
+fn meets_thresholds(files: &[&str]) {
+    let file = files.join("+");
+    let cases: Vec<Value> = files.iter().flat_map(|f| cases(f)).collect();
     let outcomes: Vec<Outcome> = cases.iter().map(outcome).collect();
     let n = outcomes.len() as f64;
     let found = outcomes.iter().filter(|o| o.found).count() as f64;
@@ -429,6 +432,12 @@ fn real_errors_that_are_not_memory_failures_give_no_finding() {
         "srun: error: ib12gpu-002: task 4: Exited with exit code 1",
         // github.com/studio-dots-ai/dots.ocr/issues/196
         "[rank0]:[W914 04:53:45.615225908 ProcessGroupNCCL.cpp:1476] Warning: WARNING: destroy_process_group() was not called before program exit, which can leak resources.",
+        // github.com/PSLmodels/OG-Core/pull/496, github.com/PSLmodels/OG-USA/pull/108: Dask's
+        // warnings before its nanny restarts a worker (a restart is a finding; these are not)
+        "distributed.worker - WARNING - Memory use is high but worker has no data to store to disk.  Perhaps some other process is leaking memory?  Process memory: 3.35 GB -- Worker memory limit: 4.29 GB\ndistributed.worker - WARNING - Worker is at 85% memory usage. Pausing worker.  Process memory: 3.69 GB -- Worker memory limit: 4.29 GB",
+        "2024-05-08 16:43:33,866 - distributed.worker.memory - WARNING - Unmanaged memory use is high. This may indicate a memory leak or the memory may not be released to the OS; see https://distributed.dask.org/en/latest/worker-memory.html#memory-not-released-back-to-the-os for more information. -- Unmanaged memory: 1.49 GiB -- Worker memory limit: 2.33 GiB",
+        // github.com/systemd/systemd/issues/32304: systemd-oomd's candidates before it kills
+        "avril 16 21:08:50 systemd-oomd[93234]: Considered 97 cgroups for killing, top candidates were:\navril 16 21:08:50 systemd-oomd[93234]:                 Memory Pressure Limit: 0.00%",
     ] {
         let found = diagnose(text, &Context::default());
         assert!(found.is_empty(), "{text}\n{found:#?}");

@@ -383,13 +383,15 @@ fn generic(f: &Facts, notes: Notes) -> (Verdict, Vec<Remedy>) {
     if f.get("requested_bytes").is_none() {
         unknown.push("how much was requested");
     }
-    if notes.device && f.get("device_index").is_none() {
+    // Host words win: the device words of a later line (a KV cache) do not move it.
+    let device = notes.device && !notes.host_words;
+    if device && f.get("device_index").is_none() {
         unknown.push("which device");
     }
     unknown.push("what limit was reached");
     let untold = format!("the text does not say {}", unknown.join(", nor "));
     let r = f.bytes("requested_bytes");
-    if notes.device {
+    if device {
         let what = r.map_or("an allocation".into(), |r| format!("a {} allocation", b(r)));
         // A runtime that names its own settings to lower says its own use filled the device.
         let own = notes.own_settings;

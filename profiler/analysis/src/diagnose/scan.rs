@@ -200,6 +200,9 @@ pub(crate) struct Notes {
     pub own_settings: bool,
     /// The driver could not allocate pinned host memory: the host ran out, not the device.
     pub host: bool,
+    /// A generic finding's lines name host memory (`CPU buffer`, `system memory`): host words
+    /// outweigh device words.
+    pub host_words: bool,
     /// The runtime says a single allocation may not pass a size cap (Intel GPUs' 4 GB blocks,
     /// OpenCL's and Vulkan's maximum allocation size).
     pub size_cap: bool,
@@ -214,6 +217,7 @@ impl Notes {
         self.time_sliced |= other.time_sliced;
         self.size_cap |= other.size_cap;
         self.host |= other.host;
+        self.host_words |= other.host_words;
         self.own_settings |= other.own_settings;
     }
 }
@@ -339,7 +343,9 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
                 && (gap <= JOIN_LINES || last.report)
                 && in_order
                 && f.kind == p.kind
-                && f.facts.agrees_with(&p.facts)
+                // Adjacent generic lines are one failure told twice (llama.cpp's allocator, then
+                // its caller, each with its own rounding of the size): the first line's facts stay.
+                && (f.facts.agrees_with(&p.facts) || (f.kind == Kind::GenericOom && gap <= 2))
             {
                 last.found.finding.facts.absorb(p.facts);
                 last.end = last.end.max(p.end);

@@ -27,7 +27,9 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|\bENOMEM\b|(?i:\[errno 12\]|errno[= ]12\b|error code 12\b)",
         r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to|fails? to) (?:allocate|alloc|map|commit|reserve)\b[^\n]{0,80}?(?:memory|bytes?\b|\d\s?[KMGTP](?:i?B)?\b|array|buffer|tensor|block))",
         r"|(?i:\bwould exceed (?:the )?allowed memory)",
-        r"|(?i:\b(?:exceed(?:s|ed|ing)?|reach(?:ed|ing)?|over) (?:the |its |their )?(?:\w+ ){0,2}memory (?:usage )?(?:limit|budget|threshold))",
+        r"|(?i:\b(?:exceed(?:s|ed|ing)?|reach(?:ed|ing)?|over) (?:the |its |their )?(?:[\w%.]+ ){0,2}memory (?:usage )?(?:limit|budget|threshold))",
+        r"|(?i:\bmemory (?:usage )?(?:limit|budget) of [^\n]{0,40}?\b(?:exceeded|reached))",
+        r"|(?i:\bsystemd-oomd killed\b|\bkilled\b[^\n]{0,300}?\bdue to memory pressure\b)",
         r"|(?i:\bbeyond (?:the )?(?:physical|virtual) memory limit)",
         r"|(?i:\bmem(?:ory)? (?:limit )?(?:exceeded|exhausted)|\bmem(?:ory)? \S+ exceeded (?:the )?limit|\bTERM_MEMLIMIT\b|\bGC overhead limit exceeded|\bpaging file is too small)",
         r"|\bMemoryError\b|\bbad_alloc\b",
@@ -110,6 +112,19 @@ const DEVICE_WORDS: &[&str] = &[
     "xla",
 ];
 
+/// Words that put a generic finding in host memory even where its lines also name a device
+/// (llama.cpp's `ggml_backend_cpu_buffer_type_alloc_buffer` before `failed to allocate buffer for
+/// kv cache`).
+const HOST_WORDS: &[&str] = &[
+    "cpu buffer",
+    "cpu_buffer",
+    "cpu memory",
+    "host memory",
+    "system memory",
+    "system ram",
+    "on host",
+];
+
 /// A runtime asking to lower its own settings (vLLM's `Please try lowering max_num_seqs`).
 const OWN_SETTINGS: &[&str] = &[
     "try lowering",
@@ -149,6 +164,15 @@ const NEAR: usize = 6;
 static SIZE_AFTER: Pattern = LazyLock::new(|| {
     Regex::new(r"(?i)(?:allocate|allocating|allocation of|failed to map|requested|request(?:ing)? of|tried to allocate|amount of (?:gpu |device |host )?memory \(|requires? more (?:\w+ ){0,2}memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?\s?(bytes|byte|[KMGTP]i?B|B)\b").ok()
 });
+/// A size after `buffer of size` (llama.cpp's `failed to allocate CPU buffer of size 84940800`):
+/// bytes when no unit follows.
+static SIZE_OF: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:buffer|block|array|tensor|chunk|region) of size\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|B)?\b").ok()
+});
+/// The limit a process passed (`memory limit of 134217728 bytes`, `Worker memory limit: 4.29 GB`).
+static LIMIT: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\bmemory (?:usage )?limit(?: of|:|=| is)?\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B)\b").ok()
+});
 static SHAPE: Pattern = LazyLock::new(|| {
     Regex::new(r"with shape \(([0-9,\s]+)\)(?: and data type ([A-Za-z0-9_]+))?").ok()
 });
@@ -161,8 +185,15 @@ static DEVICE: Pattern = LazyLock::new(|| {
 });
 static PID: Pattern = LazyLock::new(|| Regex::new(r"(?i)\bpid[ =:(]\s?([0-9]+)\b").ok());
 /// A process killed for memory (`OOMKilled`, `OOM killer`, `oom-kill`), whoever reports it.
-static KILLED: Pattern =
-    LazyLock::new(|| Regex::new(r"(?i)\boom[-_ ]?kill|\bkilled by (?:the )?oom").ok());
+/// Also a memory monitor's kill: systemd-oomd's, or a worker restarted because it passed its
+/// memory limit or budget (Dask's nanny: `exceeded 95% memory budget. Restarting`).
+static KILLED: Pattern = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"(?i)\boom[-_ ]?kill|\bkilled by (?:the )?oom|\bsystemd-oomd killed|\bdue to memory pressure\b",
+        r"|\bmemory (?:usage )?(?:limit|budget|threshold)\W[^\n]{0,40}?\b(?:restarting|killing|terminating)\b",
+    ))
+    .ok()
+});
 static EXIT_137: Pattern =
     LazyLock::new(|| Regex::new(r"(?i)\bexit(?:ed)?(?: with)? (?:code|status)[ :=]*137\b").ok());
 
@@ -249,6 +280,7 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
         let mut p = Piece::part(h.start, h.end, kind, facts, true);
         let lower = l.to_ascii_lowercase();
         p.notes.device = DEVICE_WORDS.iter().any(|w| lower.contains(w));
+        p.notes.host_words = HOST_WORDS.iter().any(|w| lower.contains(w));
         // The advice may be wrapped onto the next lines.
         let mut after = h.end;
         for _ in 0..2 {
@@ -298,20 +330,13 @@ fn attribute(line: &str) -> (Kind, Facts) {
         );
         return (Kind::OomKillReport, f);
     }
-    if let Some(c) = cap(&SIZE_AFTER) {
-        let int: String = c
-            .get(1)
-            .map_or("", |m| m.as_str())
-            .chars()
-            .filter(|c| *c != ',')
-            .collect();
-        let frac = c.get(2).map_or("", |m| m.as_str());
-        let number = format!("{int}{}", if frac == "." { "" } else { frac });
-        let unit = c.get(3).map_or("", |m| m.as_str());
-        if let Some(b) = exact_bytes(&number, unit).and_then(|b| i128::try_from(b).ok()) {
-            f.int("requested_bytes", b);
-        }
+    if let Some(b) = cap(&SIZE_AFTER)
+        .or_else(|| cap(&SIZE_OF))
+        .and_then(|c| size_of(&c))
+    {
+        f.int("requested_bytes", b);
     }
+    f.opt_int("memory_limit_bytes", cap(&LIMIT).and_then(|c| size_of(&c)));
     if let Some(c) = cap(&SHAPE) {
         let dims: Vec<i128> = c
             .get(1)
@@ -340,10 +365,26 @@ fn attribute(line: &str) -> (Kind, Facts) {
     (Kind::GenericOom, f)
 }
 
+/// Bytes of a size captured as number (group 1, thousands separated or not), fraction (group 2)
+/// and unit (group 3; bytes when absent).
+fn size_of(c: &regex::Captures) -> Option<i128> {
+    let int: String = c
+        .get(1)
+        .map_or("", |m| m.as_str())
+        .chars()
+        .filter(|c| *c != ',')
+        .collect();
+    let frac = c.get(2).map_or("", |m| m.as_str());
+    let number = format!("{int}{}", if frac == "." { "" } else { frac });
+    let unit = c.get(3).map_or("B", |m| m.as_str());
+    exact_bytes(&number, unit).and_then(|b| i128::try_from(b).ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::{attribute, find, VOCABULARY};
     use crate::diagnose::facts::Fact;
+    use crate::diagnose::Kind;
 
     fn hits(text: &str) -> usize {
         let mut out = Vec::new();
@@ -395,5 +436,26 @@ mod tests {
         assert_eq!(f.get("shape"), Some(&Fact::Ints(vec![2, 3])));
         assert_eq!(f.str("dtype"), Some("uint8"));
         assert_eq!(f.bytes("error_code"), Some(12));
+        // A buffer's size without a unit is in bytes.
+        let (_, f) =
+            attribute("ggml_gallocr_reserve_n: failed to allocate CPU buffer of size 84940800");
+        assert_eq!(f.bytes("requested_bytes"), Some(84_940_800));
+        let (k, f) = attribute("Worker stopped due to memory limit of 134217728 bytes exceeded");
+        assert_eq!(k, Kind::GenericOom);
+        assert_eq!(f.bytes("memory_limit_bytes"), Some(134_217_728));
+    }
+
+    #[test]
+    fn a_memory_monitor_that_kills_or_restarts_is_a_kill_report() {
+        for line in [
+            "distributed.nanny.memory - WARNING - Worker tls://10.0.0.1:34937 (pid=129) exceeded 95% memory budget. Restarting...",
+            "systemd-oomd[840]: Killed /user.slice/app.scope due to memory pressure for /user.slice being 51.07% > 50.00% for > 20s with reclaim activity",
+            "vte-spawn.scope: systemd-oomd killed 12 process(es) in this unit.",
+        ] {
+            assert_eq!(hits(line), 1, "{line}");
+            assert_eq!(attribute(line).0, Kind::OomKillReport, "{line}");
+        }
+        // A warning before the limit is no failure.
+        assert_eq!(hits("Worker is at 85% memory usage. Pausing worker.  Process memory: 3.69 GB -- Worker memory limit: 4.29 GB"), 0);
     }
 }
