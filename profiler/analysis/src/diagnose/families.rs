@@ -198,6 +198,17 @@ fn killed(f: &Facts) -> (Verdict, Vec<Remedy>) {
                 ),
             )
         }
+        Some("dataloader") if f.str("signal") == Some("Bus error") => (
+            format!(
+                "a DataLoader worker{} died of SIGBUS: the shared memory (/dev/shm) through which workers hand batches to the main process ran out",
+                f.bytes("pid").map_or(String::new(), |p| format!(" (pid {p})"))
+            ),
+            remedy::framework(
+                "shared_memory",
+                "give the job more shared memory: docker run --shm-size=16g (or --ipc=host), a Kubernetes emptyDir with medium: Memory mounted at /dev/shm; or fewer DataLoader workers and a smaller prefetch_factor",
+                "Docker gives a container 64 MiB of /dev/shm unless told otherwise",
+            ),
+        ),
         Some("dataloader") => (
             format!(
                 "a DataLoader worker{} was killed with SIGKILL: the kernel's or the container's OOM killer ran out of host memory",
@@ -235,7 +246,7 @@ fn killed(f: &Facts) -> (Verdict, Vec<Remedy>) {
         ),
     };
     let mut rs = vec![first];
-    if f.str("reporter") != Some("dataloader") {
+    if f.str("reporter") != Some("dataloader") || f.str("signal") == Some("Bus error") {
         rs.push(remedy::data_loader());
     }
     rs.push(remedy::profile_host());

@@ -48,7 +48,13 @@ static K8S_RESTARTS: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"(?m)^[\t ]*(?:Restart Count|restartCount):[\t ]*([0-9]+)").ok());
 static DATALOADER: Pattern = LazyLock::new(|| {
     compile(
-        r"DataLoader (?:worker|process)(?: \(pid(?:\(s\))? (?:([0-9]+)|[^)\n]{0,20})\))?(?: exited)? is killed by signal: Killed",
+        r"DataLoader (?:worker|process)(?: \(pid(?:\(s\))? (?:([0-9]+)|[^)\n]{0,20})\))?(?: exited)? is killed by signal: (?:Killed|(Bus error)\.?(?: It is possible that dataloader's workers are out of shared memory))",
+    )
+});
+/// The worker's own report of a SIGBUS while its shared memory (`/dev/shm`) ran out.
+static SHM_BUS: Pattern = LazyLock::new(|| {
+    compile(
+        r"Unexpected bus error encountered in worker\. This might be caused by insufficient shared memory",
     )
 });
 static RAY_TASK: Pattern =
@@ -85,7 +91,7 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     if has("low on resource") {
         evicted(text, out);
     }
-    if has("killed by signal") {
+    if has("killed by signal") || has("Unexpected bus error") {
         dataloader(text, out);
     }
     if has("Memory on the node") || has("running low on memory") || has("memory pressure") {
@@ -97,11 +103,23 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
 }
 
 fn dataloader(text: &str, out: &mut Vec<Piece>) {
+    // A worker killed by SIGBUS because shared memory ran out prints its own line, then the main
+    // process its `killed by signal: Bus error` line: parts, so the two join as one failure.
     each(&DATALOADER, text, |c, s, e| {
         let mut f = reporter("dataloader");
         f.opt_int("pid", int_at(c, 1));
-        f.text("signal", "Killed");
-        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+        if c.get(2).is_some() {
+            f.text("signal", "Bus error");
+            out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
+        } else {
+            f.text("signal", "Killed");
+            out.push(Piece::message(s, e, Kind::OomKillReport, f));
+        }
+    });
+    each(&SHM_BUS, text, |_, s, e| {
+        let mut f = reporter("dataloader");
+        f.text("signal", "Bus error");
+        out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
     });
 }
 

@@ -22,7 +22,7 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"(?i:(?:\b|_)out[ -]of[ -](?:(?:device|gpu|host|shared|cpu|video|graphics|system|physical|virtual|swap|local|global|pinned|managed|unified|heap|java heap|the|available|usable|free|vram|ram|npu|xpu|mlu|musa|tpu) )?(?:memory|ram|vram)\b)",
         r"|\bOOM(?:[ -]?[Kk]illed|[ -]?[Kk]ill(?:er|ing)?)?\b",
         r"|(?i:\boom[- ]kill)",
-        r"|\b[A-Z0-9_]*_(?:STATUS_)?ALLOC(?:ATION)?_FAIL(?:ED|URE)\b|\bE_OUTOFMEMORY\b|(?i:OutOfMemory(?:Error|Exception)?)\b",
+        r"|\b[A-Z0-9_]*_(?:STATUS_)?ALLOC(?:ATION)?_FAIL(?:ED|URE)\b|\bE_OUTOFMEMORY\b|(?i:OutOfMemory(?:Error|Exception)?)\b|OutOf(?:Device|Host|Pool|Gpu|Video)Memory\b",
         r"|(?i:\bresource ?exhausted)",
         r"|\bENOMEM\b|(?i:\[errno 12\]|errno[= ]12\b|error code 12\b)",
         r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to|fails? to) (?:allocate|alloc|map|commit|reserve)\b[^\n]{0,80}?(?:memory|bytes?\b|\d\s?[KMGTP](?:i?B)?\b|array|buffer|tensor|block))",
@@ -167,7 +167,7 @@ static SIZE_AFTER: Pattern = LazyLock::new(|| {
 /// A size after `buffer of size` (llama.cpp's `failed to allocate CPU buffer of size 84940800`):
 /// bytes when no unit follows.
 static SIZE_OF: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:buffer|block|array|tensor|chunk|region) of size\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|B)?\b").ok()
+    Regex::new(r"(?i)\b(?:buffer|block|array|tensor|chunk|region|allocation) of size\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|B)?\b").ok()
 });
 /// The limit a process passed (`memory limit of 134217728 bytes`, `Worker memory limit: 4.29 GB`).
 static LIMIT: Pattern = LazyLock::new(|| {
