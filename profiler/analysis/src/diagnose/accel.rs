@@ -19,8 +19,9 @@ static DRIVER_ERROR: Pattern = LazyLock::new(|| {
 static XLA_REQUEST: Pattern = LazyLock::new(|| {
     compile(r"Out of memory (?:while trying to allocate|allocating) (?:([0-9]+) bytes|{SIZE})")
 });
-static XLA_REQUEST_EXACT: Pattern =
-    LazyLock::new(|| compile(r"Failed to allocate request for {SIZE} \(([0-9]+)B\)"));
+static XLA_REQUEST_EXACT: Pattern = LazyLock::new(|| {
+    compile(r"Failed to allocate request for {SIZE} \(([0-9]+)B\)(?: on device ordinal ([0-9]+))?")
+});
 /// XLA on TPU: `Ran out of memory in memory space hbm. Used 17.37G of 15.48G hbm.`
 static XLA_SPACE: Pattern = LazyLock::new(|| {
     compile(
@@ -132,6 +133,7 @@ fn xla(text: &str, out: &mut Vec<Piece>) {
     each(&XLA_REQUEST_EXACT, text, |c, s, e| {
         let mut f = Facts::default();
         f.opt_int("requested_bytes", int_at(c, 3));
+        f.opt_int("device_index", int_at(c, 4));
         out.push(Piece::message(s, e, kind, f));
     });
     each(&XLA_STAT, text, |c, s, e| {

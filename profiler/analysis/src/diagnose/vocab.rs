@@ -180,7 +180,7 @@ static ERRNO: Pattern = LazyLock::new(|| {
     Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b").ok()
 });
 static DEVICE: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:on device|gpu|npu|xpu|cuda:|device=|device_id=|device )\s?([0-9]+)\b")
+    Regex::new(r"(?i)\b(?:on device(?: ordinal)?|device ordinal|gpu|npu|xpu|cuda:|device=|device_id=|device )\s?([0-9]+)\b")
         .ok()
 });
 static PID: Pattern = LazyLock::new(|| Regex::new(r"(?i)\bpid[ =:(]\s?([0-9]+)\b").ok());
