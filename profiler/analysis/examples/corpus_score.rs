@@ -1,5 +1,5 @@
 //! Scores `memsight_analysis::diagnose` on OOM corpus files (the shared corpus's JSONL format): how many
-//! messages are found (a finding of the expected kind), how many get exactly their facts (one
+//! messages get any finding at all, how many are found (a finding of the expected kind), how many get exactly their facts (one
 //! finding, all facts equal), and — for cases that name them — how many get the expected
 //! `verdict`, `workload` and first remedy (`first_remedy`). Prints a summary per file and the
 //! misses with `-v`.
@@ -12,6 +12,7 @@ use serde_json::Value;
 #[derive(Default)]
 struct Score {
     cases: usize,
+    any: usize,
     found: usize,
     facts: usize,
     judged: usize,
@@ -47,18 +48,19 @@ fn main() {
             score(&case, &mut s, verbose);
         }
         println!(
-            "{file}: {} cases, found {}, facts right {}, verdicts right {} of {}",
-            s.cases, s.found, s.facts, s.verdicts, s.judged
+            "{file}: {} cases, any finding {}, found {}, facts right {}, verdicts right {} of {}",
+            s.cases, s.any, s.found, s.facts, s.verdicts, s.judged
         );
         total.cases += s.cases;
+        total.any += s.any;
         total.found += s.found;
         total.facts += s.facts;
         total.judged += s.judged;
         total.verdicts += s.verdicts;
     }
     println!(
-        "total: {} cases, found {}, facts right {}, verdicts right {} of {}",
-        total.cases, total.found, total.facts, total.verdicts, total.judged
+        "total: {} cases, any finding {}, found {}, facts right {}, verdicts right {} of {}",
+        total.cases, total.any, total.found, total.facts, total.verdicts, total.judged
     );
 }
 
@@ -76,6 +78,9 @@ fn score(case: &Value, s: &mut Score, verbose: bool) {
             println!("  {id}: {what}");
         }
     };
+    if !found.is_empty() {
+        s.any += 1;
+    }
     if found.iter().any(|d| d["kind"] == case["kind"]) {
         s.found += 1;
     } else {

@@ -19,8 +19,23 @@ static DRIVER_ERROR: Pattern = LazyLock::new(|| {
 static XLA_REQUEST: Pattern = LazyLock::new(|| {
     compile(r"Out of memory (?:while trying to allocate|allocating) (?:([0-9]+) bytes|{SIZE})")
 });
-static XLA_REQUEST_EXACT: Pattern =
-    LazyLock::new(|| compile(r"Failed to allocate request for {SIZE} \(([0-9]+)B\)"));
+static XLA_REQUEST_EXACT: Pattern = LazyLock::new(|| {
+    compile(r"Failed to allocate request for {SIZE} \(([0-9]+)B\)(?: on device ordinal ([0-9]+))?")
+});
+/// XLA on TPU: `Ran out of memory in memory space hbm. Used 17.37G of 15.48G hbm.`
+static XLA_SPACE: Pattern = LazyLock::new(|| {
+    compile(
+        r"Ran out of memory in memory space ([A-Za-z0-9_]+)\.(?: Used {SIZE} of {SIZE} [A-Za-z0-9_]+)?",
+    )
+});
+/// XLA's status alone (`RESOURCE_EXHAUSTED: Out of memory`), when no request follows it.
+static XLA_BARE: Pattern =
+    LazyLock::new(|| compile(r"(?i:RESOURCE_EXHAUSTED|Resource exhausted): Out of memory"));
+/// XLA's `cudaMallocAsync` allocator: the failed request, then the device's free and total memory.
+static XLA_ASYNC: Pattern =
+    LazyLock::new(|| compile(r"cuMemAllocAsync failed to allocate ([0-9]+) bytes[^\n]*"));
+static XLA_ASYNC_FREE: Pattern =
+    LazyLock::new(|| compile(r"Reported by CUDA: Free memory/Total memory: ([0-9]+)/([0-9]+)"));
 static XLA_STAT: Pattern = LazyLock::new(|| {
     compile(
         r"(parameter|constant|maybe_live_out|preallocated temp|total) (allocation|fragmentation): {SIZE}(?: \(([0-9.]+)%\))?",
@@ -44,12 +59,12 @@ static TF_EIGEN: Pattern =
 // NCCL, Triton, ONNX Runtime.
 static NCCL: Pattern = LazyLock::new(|| {
     compile(
-        r"([A-Za-z0-9][A-Za-z0-9._-]*):([0-9]+):([0-9]+) \[([0-9]+)\][^\n]*?NCCL WARN (?:Cuda failure (?:([0-9]+) )?'([^'\n]*)'|Failed to CUDA (?:calloc|malloc|host alloc) ([0-9]+) bytes)",
+        r"([A-Za-z0-9][A-Za-z0-9._-]*):([0-9]+):([0-9]+) \[([0-9]+)\][^\n]*?(?:NCCL )?WARN (?:Cuda failure (?:([0-9]+) )?'([^'\n]*)'|Failed to CUDA (?:calloc|malloc|host alloc) ([0-9]+) bytes)",
     )
 });
 static NCCL_BARE: Pattern = LazyLock::new(|| {
     compile(
-        r"NCCL (?:WARN|warning\(error\) log entry[^'\n]*')\s?Cuda failure (?:([0-9]+) )?'(out of memory)'",
+        r"(?:NCCL (?:WARN|warning\(error\) log entry[^'\n]*')|ncclUnhandledCudaError: Call to CUDA function failed\.(?:\s*\[rank[0-9]+\]:)? Last error:(?:\s*\[rank[0-9]+\]:)?)\s?Cuda failure (?:([0-9]+) )?'(out of memory)'",
     )
 });
 static TRITON: Pattern = LazyLock::new(|| {
@@ -57,8 +72,9 @@ static TRITON: Pattern = LazyLock::new(|| {
         r"out of resource:\s*([A-Za-z][A-Za-z\s]*?),\s*Required:\s*([0-9]+),\s*Hardware limit:\s*([0-9]+)",
     )
 });
-static ORT_NODE: Pattern =
-    LazyLock::new(|| compile(r"while running ([A-Za-z0-9_]+) node\. Name:'([^'\n]*)'"));
+static ORT_NODE: Pattern = LazyLock::new(|| {
+    compile(r"while running ([A-Za-z0-9_]+) node\.(?: Name:\\?'([^'\n\\]*)\\?')?")
+});
 static ORT_FAIL: Pattern = LazyLock::new(|| {
     compile(
         r"(?:Failed to allocate memory for requested buffer of size|smaller than requested bytes of) ([0-9]+)",
@@ -90,9 +106,34 @@ fn xla(text: &str, out: &mut Vec<Piece>) {
         f.opt_int("requested_bytes", int_at(c, 1).or_else(|| size_at(c, 2)));
         out.push(Piece::message(s, e, kind, f));
     });
+    each(&XLA_SPACE, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_text("memory_space", str_at(c, 1));
+        f.opt_int("used_bytes", size_at(c, 2));
+        f.opt_int("total_bytes", size_at(c, 4));
+        out.push(Piece::message(s, e, kind, f));
+    });
+    each(&XLA_BARE, text, |_, s, e| {
+        let next = text[e..].trim_start_matches([' ', '\t']);
+        if !(next.starts_with("while") || next.starts_with("allocating")) {
+            out.push(Piece::message(s, e, kind, Facts::default()));
+        }
+    });
+    each(&XLA_ASYNC, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_int("requested_bytes", int_at(c, 1));
+        out.push(Piece::message(s, e, kind, f));
+    });
+    each(&XLA_ASYNC_FREE, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_int("free_bytes", int_at(c, 1));
+        f.opt_int("total_bytes", int_at(c, 2));
+        out.push(Piece::part(s, e, kind, f, false));
+    });
     each(&XLA_REQUEST_EXACT, text, |c, s, e| {
         let mut f = Facts::default();
         f.opt_int("requested_bytes", int_at(c, 3));
+        f.opt_int("device_index", int_at(c, 4));
         out.push(Piece::message(s, e, kind, f));
     });
     each(&XLA_STAT, text, |c, s, e| {

@@ -15,7 +15,7 @@ const EXC: &str = r"(?:([A-Za-z_][A-Za-z0-9_.]*(?:Error|Exception)): )?";
 
 static CUDA_ERROR_OOM: Pattern = LazyLock::new(|| {
     compile(&format!(
-        r"{EXC}CUDA (?:driver |runtime )?error: out of memory(?:[\s\S]{{0,8}}?Search for `(cudaErrorMemoryAllocation)')?"
+        r"{EXC}CUDA (?:driver |runtime )?(?i:error): out of memory(?: at ([^\s:]+:[0-9]+))?(?:[\s\S]{{0,8}}?Search for `(cudaErrorMemoryAllocation)')?"
     ))
 });
 static CUDA_ERROR_CODE: Pattern = LazyLock::new(|| {
@@ -54,7 +54,7 @@ static ERROR_TOKEN: Pattern = LazyLock::new(|| {
 });
 static STREAM_EXECUTOR: Pattern = LazyLock::new(|| {
     compile(
-        r"failed to allocate {SIZE} \(([0-9]+) bytes\) from device: (CUDA_ERROR_[A-Z_]+|HIP_ERROR_\w+|hipError_t\([0-9]+\)|hipError\w+)(?:: (out of memory))?",
+        r"failed to alloc(?:ate)? (?:{SIZE}(?: \(([0-9]+) bytes\))?|([0-9]+) bytes) (?:from|on) (device|host): (CUDA_ERROR_[A-Z_]+|HIP_ERROR_\w+|hipError_t\([0-9]+\)|hipError\w+)(?:: (out of memory))?",
     )
 });
 static GGML_ALLOC: Pattern = LazyLock::new(|| {
@@ -74,7 +74,8 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
         let mut f = Facts::default();
         f.opt_text("exception_type", str_at(c, 1));
         f.text("error_string", "out of memory");
-        f.opt_text("cuda_error", str_at(c, 2));
+        f.opt_text("location", str_at(c, 2));
+        f.opt_text("cuda_error", str_at(c, 3));
         out.push(Piece::message(s, e, kind, f));
     });
     each(&CUDA_ERROR_CODE, text, |c, s, e| {
@@ -149,10 +150,16 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     });
     each(&STREAM_EXECUTOR, text, |c, s, e| {
         let mut f = Facts::default();
-        f.opt_int("requested_bytes", int_at(c, 3));
-        f.opt_text("cuda_error", str_at(c, 4));
-        f.opt_text("error_string", words_at(c, 5).as_deref());
-        out.push(Piece::message(s, e, kind, f));
+        let bytes = int_at(c, 3)
+            .or_else(|| int_at(c, 4))
+            .or_else(|| size_at(c, 1));
+        f.opt_int("requested_bytes", bytes);
+        f.opt_text("cuda_error", str_at(c, 6));
+        f.opt_text("error_string", words_at(c, 7).as_deref());
+        let mut p = Piece::message(s, e, kind, f);
+        // Pinned host memory the driver could not allocate: the host ran out, not the device.
+        p.notes.host = str_at(c, 5) == Some("host");
+        out.push(p);
     });
     each(&GGML_ALLOC, text, |c, s, e| {
         let mut f = Facts::default();

@@ -182,6 +182,23 @@ pub(crate) fn judge(f: &Facts, ctx: &Context) -> Decision {
     if let Some(d) = fragmentation_or_contention(&n, others, &need, ctx) {
         return d;
     }
+    // The job holds nothing and the message does not say what was free: not its own allocations.
+    if n.free.is_none()
+        && n.allocated.is_none_or(|a| a == 0)
+        && n.unallocated.is_none_or(|u| u == 0)
+    {
+        return (
+            v(
+                VerdictKind::Undetermined,
+                format!("PyTorch held no device memory, yet the {} request was refused; the message does not say what was free, so another process and a cap on this one are both possible", b(r)),
+            ),
+            vec![
+                remedy::profile_host(),
+                remedy::concurrency_plan(0, n.device),
+                remedy::memory_fraction(),
+            ],
+        );
+    }
     if n.unallocated.is_none() {
         if let Some(d) = without_reserved(&n, r, free, shortfall, ctx) {
             return d;

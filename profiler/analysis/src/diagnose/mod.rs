@@ -8,8 +8,11 @@ mod cuda;
 mod device;
 pub mod device_oom;
 mod facts;
+mod families;
 mod gpu;
 mod host;
+mod jobs;
+mod libraries;
 mod normalize;
 mod remedy;
 mod render;
@@ -17,6 +20,7 @@ mod scan;
 mod size;
 mod torch;
 mod verdict;
+mod vocab;
 mod workload;
 
 pub use device::total_from_log;
@@ -54,6 +58,17 @@ pub enum Kind {
     TensorflowOom,
     /// NCCL, Triton, ONNX Runtime and other runtimes.
     NcclOrOther,
+    /// A process killed for memory as its scheduler, orchestrator or parent reports it (Slurm,
+    /// Kubernetes, PyTorch's DataLoader, Ray, YARN, exit code 137 with its memory cause).
+    OomKillReport,
+    /// A GPU library's allocation-failure status (`CUBLAS_STATUS_ALLOC_FAILED`, …).
+    LibraryAllocFailed,
+    /// PyTorch's `cudaMallocAsync` backend (`Allocation on device N would exceed allowed memory`).
+    TorchCudaOomAsync,
+    /// vLLM's KV cache does not fit (`No available memory for the cache blocks`, `max seq len`).
+    VllmKvCache,
+    /// Any other text that reports running out of memory (the vocabulary reader's finding).
+    GenericOom,
 }
 
 impl Kind {
@@ -71,7 +86,26 @@ impl Kind {
             Kind::JaxXlaOom => "jax_xla_oom",
             Kind::TensorflowOom => "tensorflow_oom",
             Kind::NcclOrOther => "nccl_or_other",
+            Kind::OomKillReport => "oom_kill_report",
+            Kind::LibraryAllocFailed => "library_alloc_failed",
+            Kind::TorchCudaOomAsync => "torch_cuda_oom_async",
+            Kind::VllmKvCache => "vllm_kv_cache",
+            Kind::GenericOom => "generic_oom",
         }
+    }
+
+    /// Whether a finding of this kind stands on its evidence alone: its message may state no fact
+    /// (`No available memory for the cache blocks`, a bare `CUBLAS_STATUS_ALLOC_FAILED`).
+    pub(crate) fn evidence_suffices(self) -> bool {
+        matches!(
+            self,
+            Kind::OomKillReport
+                | Kind::JaxXlaOom
+                | Kind::LibraryAllocFailed
+                | Kind::TorchCudaOomAsync
+                | Kind::VllmKvCache
+                | Kind::GenericOom
+        )
     }
 }
 

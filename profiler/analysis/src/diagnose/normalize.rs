@@ -45,6 +45,7 @@ const WORDS: &[&str] = &[
     "but",
     "by",
     "bytes",
+    "cache",
     "cached",
     "calloc",
     "capacity",
@@ -84,6 +85,7 @@ const WORDS: &[&str] = &[
     "hip",
     "hip_error_outofmemory",
     "hiperroroutofmemory",
+    "in",
     "inactive",
     "including",
     "is",
@@ -95,6 +97,7 @@ const WORDS: &[&str] = &[
     "malloc",
     "management",
     "memory",
+    "mems_allowed",
     "mib",
     "nccl",
     "non-pytorch",
@@ -146,6 +149,15 @@ const WORDS: &[&str] = &[
     "you",
 ];
 
+/// Size units a wrap may separate from their number.
+const UNITS: &[&str] = &[
+    "kB", "KB", "KiB", "MB", "MiB", "GB", "GiB", "TB", "TiB", "B", "bytes",
+];
+
+/// Shortest run of blanks inside a line that is a terminal's padding to its right edge (the copy
+/// kept the padding where the line wrapped): it is judged like a line break (see [`is_wrap`]).
+const PADDING: usize = 16;
+
 /// The run of word characters at the end (`tail`) or start of `s`.
 fn word_at(s: &str, tail: bool) -> &str {
     let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
@@ -170,6 +182,10 @@ fn is_wrap(prev_line: &str, next_line: &str) -> bool {
         return false;
     }
     if (a.is_ascii_digit() || a == '.') && (b.is_ascii_digit() || b == '.') {
+        return true;
+    }
+    // A number and its unit (`53312244⏎kB`): the unit cannot start a line of its own.
+    if a.is_ascii_digit() && UNITS.contains(&word_at(next_line, false)) {
         return true;
     }
     let (w1, w2) = (word_at(prev_line, true), word_at(next_line, false));
@@ -211,9 +227,51 @@ fn starts_like_log_line(line: &str) -> bool {
     let b = line.as_bytes();
     let digits = b.iter().take_while(|c| c.is_ascii_digit()).count();
     let sep = b.get(digits).copied();
+    let dotted = || {
+        // An uptime or time of day written with dots (`1.06.520.077 E …`): three dotted groups.
+        line.split(|c: char| c.is_ascii_whitespace())
+            .next()
+            .is_some_and(|w| {
+                w.split('.').count() >= 3
+                    && w.split('.')
+                        .all(|g| !g.is_empty() && g.bytes().all(|c| c.is_ascii_digit()))
+            })
+    };
     digits > 0
-        && matches!(sep, Some(b'-' | b'/' | b':'))
-        && b.get(digits + 1).is_some_and(u8::is_ascii_digit)
+        && (matches!(sep, Some(b'-' | b'/' | b':'))
+            && b.get(digits + 1).is_some_and(u8::is_ascii_digit)
+            || dotted())
+}
+
+/// HTML entities a web page leaves in a pasted message, and their characters.
+const ENTITIES: [(&str, &str); 6] = [
+    ("&#39;", "'"),
+    ("&quot;", "\""),
+    ("&gt;", ">"),
+    ("&lt;", "<"),
+    ("&amp;", "&"),
+    ("&nbsp;", " "),
+];
+
+/// Markup at the start of `s`: its byte length and what replaces it — a terminal colour sequence
+/// (`ESC [ … m`) or markdown bold marker (`**`) by nothing, an HTML entity by its character.
+fn markup(s: &str) -> Option<(usize, &'static str)> {
+    let b = s.as_bytes();
+    if b.starts_with(b"**") {
+        return Some((2, ""));
+    }
+    if b.starts_with(b"\x1b[") || b.starts_with(b"\x1b(") {
+        let body = b[2..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit() || **c == b';' || **c == b'?')
+            .count();
+        let end = 2 + body + usize::from(b.get(2 + body).is_some_and(u8::is_ascii_alphabetic));
+        return Some((end, ""));
+    }
+    ENTITIES
+        .iter()
+        .find(|(e, _)| s.starts_with(e))
+        .map(|(e, c)| (e.len(), *c))
 }
 
 /// Length of a blockquote marker (`> `, `>> `, `> > `) at the start of `line`, after indentation.
@@ -259,7 +317,7 @@ pub(crate) fn clean(text: &str) -> Clean {
     }
     let n = lines.len();
     for (i, &(at, body)) in lines.iter().enumerate() {
-        out.push(at, body, json);
+        out.push_line(at, body, json);
         if i + 1 < n {
             let next = lines[i + 1].1;
             if !is_wrap(body, next) {
@@ -272,8 +330,47 @@ pub(crate) fn clean(text: &str) -> Clean {
 }
 
 impl Clean {
-    /// Appends `s`, which starts at original offset `at`, un-escaping `\"` when `json`.
+    /// Appends the line `body`, which starts at original offset `at`, with a terminal's padding
+    /// removed where it stands for a wrap inside a word or number (see [`PADDING`]).
+    fn push_line(&mut self, at: usize, body: &str, json: bool) {
+        let pad = " ".repeat(PADDING);
+        let (mut from, mut search) = (0, 0);
+        while let Some(i) = body[search..].find(pad.as_str()).map(|i| search + i) {
+            let end = body.len() - body[i..].trim_start_matches(' ').len();
+            if i > 0 && end < body.len() && is_wrap(&body[..i], &body[end..]) {
+                self.push(at + from, &body[from..i], json);
+                from = end;
+            }
+            search = end;
+        }
+        self.push(at + from, &body[from..], json);
+    }
+
+    /// Appends `s`, which starts at original offset `at`, without terminal colours, markdown bold
+    /// markers and HTML entities (see [`markup`]), un-escaping `\"` when `json`.
     fn push(&mut self, at: usize, s: &str, json: bool) {
+        if !s.contains("**") && !s.contains('\x1b') && !s.contains('&') {
+            return self.push_text(at, s, json);
+        }
+        let mut from = 0;
+        let mut i = 0;
+        while i < s.len() {
+            let Some((n, replacement)) = markup(&s[i..]) else {
+                i += s[i..].chars().next().map_or(1, char::len_utf8);
+                continue;
+            };
+            self.push_text(at + from, &s[from..i], json);
+            if !replacement.is_empty() {
+                self.push_at(at + i, replacement);
+            }
+            i += n;
+            from = i;
+        }
+        self.push_text(at + from, &s[from..], json);
+    }
+
+    /// Appends `s`, which starts at original offset `at`, un-escaping `\"` when `json`.
+    fn push_text(&mut self, at: usize, s: &str, json: bool) {
         if !json || !s.contains("\\\"") {
             self.push_at(at, s);
             return;
@@ -340,6 +437,30 @@ mod tests {
         // A short line, or a next line that starts with a blank, ends its token.
         assert!(!may_continue("on GPU:0\nk", 8));
         assert!(!may_continue(&t.replace("\nk", "\n k"), cut));
+    }
+
+    #[test]
+    fn a_terminals_padding_inside_a_word_or_number_is_a_wrap() {
+        let pad = " ".repeat(40);
+        let s = format!("[2059991.491436] oom-kill:constraint=CONSTRAINT_NONE,cpuset=/,me{pad}ms_allowed=0\n[2059991.491542] Out of memory: Killed process 25315 (python3) total-vm:53312244{pad}kB, anon-rss:0kB");
+        let c = cleaned(&s);
+        assert!(c.contains("cpuset=/,mems_allowed=0"), "{c}");
+        assert!(c.contains("total-vm:53312244kB,"), "{c}");
+        // Padding between two whole words stays.
+        let t = format!("{}{pad}Epoch 3", "x".repeat(50));
+        assert_eq!(cleaned(&t), t);
+    }
+
+    #[test]
+    fn drops_bold_markers_colours_and_entities() {
+        assert_eq!(
+            cleaned("**RuntimeError: CUDA error: out of memory**"),
+            "RuntimeError: CUDA error: out of memory"
+        );
+        assert_eq!(
+            cleaned("\x1b[31mNCCL WARN Cuda failure &#39;out of memory&#39;\x1b[0m"),
+            "NCCL WARN Cuda failure 'out of memory'"
+        );
     }
 
     #[test]

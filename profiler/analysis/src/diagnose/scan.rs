@@ -5,7 +5,7 @@
 
 use super::facts::Facts;
 use super::size::exact_bytes;
-use super::{accel, cuda, host, normalize, torch, Finding, Kind};
+use super::{accel, cuda, host, jobs, libraries, normalize, torch, vocab, Finding, Kind};
 use regex::{Captures, Regex};
 use std::sync::LazyLock;
 
@@ -188,12 +188,103 @@ pub(crate) struct Notes {
     pub non_fatal: bool,
     /// The request was too large to print (PyTorch's `Tried to allocate more than 1EB`).
     pub exabyte: bool,
+    /// A generic finding's lines speak of a device (GPU, CUDA, VRAM), not host memory.
+    pub device: bool,
+    /// The failure came while the process was creating its CUDA context or re-mapping memory it
+    /// had released (vLLM waking from sleep): it held no device memory of its own.
+    pub held_elsewhere: bool,
+    /// The log shows a time-sliced GPU shared between pods.
+    pub time_sliced: bool,
+    /// A generic finding's runtime asks to lower its own settings (`Please try lowering
+    /// max_num_seqs`): its own use filled the device.
+    pub own_settings: bool,
+    /// The driver could not allocate pinned host memory: the host ran out, not the device.
+    pub host: bool,
+    /// A generic finding's lines name host memory (`CPU buffer`, `system memory`): host words
+    /// outweigh device words.
+    pub host_words: bool,
+    /// The runtime says a single allocation may not pass a size cap (Intel GPUs' 4 GB blocks,
+    /// OpenCL's and Vulkan's maximum allocation size).
+    pub size_cap: bool,
 }
 
 impl Notes {
     fn join(&mut self, other: Notes) {
         self.non_fatal |= other.non_fatal;
         self.exabyte |= other.exabyte;
+        self.device |= other.device;
+        self.held_elsewhere |= other.held_elsewhere;
+        self.time_sliced |= other.time_sliced;
+        self.size_cap |= other.size_cap;
+        self.host |= other.host;
+        self.host_words |= other.host_words;
+        self.own_settings |= other.own_settings;
+    }
+}
+
+/// Where a device failure that states no sizes happened before the process held memory: CUDA
+/// context creation (cutorch's `THCGeneral`, the driver's context calls, PyTorch's lazy init) and
+/// vLLM's sleep-mode wake-up.
+const HELD_ELSEWHERE: [&str; 8] = [
+    "THCGeneral",
+    "cuCtxCreate",
+    "cuDevicePrimaryCtxRetain",
+    "_cuda_init",
+    "_lazy_init",
+    "cumem_allocator",
+    "wake_up",
+    "cudaSetDevice",
+];
+/// Phrases with which a runtime states a per-allocation size cap.
+const SIZE_CAP: [&str; 7] = [
+    "allocate memory block with size larger than",
+    "than the maximum allowed buffer size",
+    "than the maximum buffer size",
+    "maximum allocation size",
+    "max allocation size",
+    "maxMemoryAllocationSize",
+    "MAX_MEM_ALLOC_SIZE",
+];
+/// Words of a GPU time-sliced between pods (NVIDIA's device plugin), lower case.
+const TIME_SLICED: [&str; 4] = ["timeslicing", "time-slicing", "time-sliced", "time slicing"];
+
+/// Notes from the text around a device message (at most [`AROUND`] bytes each way): whether it
+/// came where only memory held elsewhere explains it (only asked when it states no sizes) and
+/// whether the GPU is time-sliced. Host messages need neither.
+fn context_notes(text: &str, start: usize, end: usize, f: &Finding) -> Notes {
+    let device = !matches!(
+        f.kind,
+        Kind::LinuxOomKiller | Kind::OomKillReport | Kind::RustAllocFailure | Kind::TorchCpuOom
+    );
+    if !device {
+        return Notes::default();
+    }
+    let from = floor(text, start.saturating_sub(AROUND));
+    let to = floor(text, end.saturating_add(AROUND).min(text.len()));
+    let near = &text[from..to];
+    let sized = f.facts.get("requested_bytes").is_some() || f.facts.get("free_bytes").is_some();
+    // Cheap, case-sensitive tests first: most logs have no slicing words at all.
+    let sliced = (near.contains("licing") || near.contains("liced") || near.contains("LICING"))
+        && {
+            let lower = near.to_ascii_lowercase();
+            TIME_SLICED.iter().any(|w| lower.contains(w))
+        };
+    Notes {
+        held_elsewhere: !sized && HELD_ELSEWHERE.iter().any(|w| near.contains(w)),
+        time_sliced: sliced,
+        // Cheap anchors first: the phrases are rare, lower-casing the stretch is not free.
+        size_cap: (near.contains("larger than")
+            || near.contains("llocation size")
+            || near.contains("buffer size")
+            || near.contains("AllocationSize")
+            || near.contains("MAX_MEM_ALLOC"))
+            && {
+                let lower = near.to_ascii_lowercase();
+                SIZE_CAP
+                    .iter()
+                    .any(|w| lower.contains(&w.to_ascii_lowercase()))
+            },
+        ..Notes::default()
     }
 }
 
@@ -214,6 +305,13 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
     host::find(text, &mut pieces);
     accel::find(text, &mut pieces);
     cuda::find(text, &mut pieces);
+    jobs::find(text, &mut pieces);
+    libraries::find(text, &mut pieces);
+    // The vocabulary reader: memory failures no specific reader explains.
+    pieces.sort_by_key(|p| p.start);
+    let mut generic = Vec::new();
+    vocab::find(text, &pieces, &mut generic);
+    pieces.extend(generic);
     // Earliest first; at one start the longest (most specific) wins; overlaps are dropped.
     pieces.sort_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
     let mut kept: Vec<Piece> = Vec::new();
@@ -245,7 +343,9 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
                 && (gap <= JOIN_LINES || last.report)
                 && in_order
                 && f.kind == p.kind
-                && f.facts.agrees_with(&p.facts)
+                // Adjacent generic lines are one failure told twice (llama.cpp's allocator, then
+                // its caller, each with its own rounding of the size): the first line's facts stay.
+                && (f.facts.agrees_with(&p.facts) || (f.kind == Kind::GenericOom && gap <= 2))
             {
                 last.found.finding.facts.absorb(p.facts);
                 last.end = last.end.max(p.end);
@@ -280,9 +380,13 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
     let (mut at, mut line) = (0usize, 1usize);
     let mut out = Vec::new();
     for mut o in open {
-        if !o.evidence || o.found.finding.facts.is_empty() {
+        if !o.evidence
+            || (o.found.finding.facts.is_empty() && !o.found.finding.kind.evidence_suffices())
+        {
             continue;
         }
+        let notes = context_notes(text, o.start, o.end.max(o.start), &o.found.finding);
+        o.found.notes.join(notes);
         let to = clean.original(o.start).clamp(at, original.len());
         line += original.as_bytes()[at..to]
             .iter()

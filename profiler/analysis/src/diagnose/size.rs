@@ -7,8 +7,8 @@ fn unit_bytes(unit: &str) -> Option<u128> {
     Some(match unit {
         "bytes" | "byte" | "B" | "" => 1,
         "KiB" | "KB" | "kB" | "K" | "k" => 1 << 10,
-        "MiB" | "MB" | "M" => 1 << 20,
-        "GiB" | "GB" | "G" => 1 << 30,
+        "MiB" | "MB" | "M" | "Mi" => 1 << 20,
+        "GiB" | "GB" | "G" | "Gi" => 1 << 30,
         "TiB" | "TB" | "T" => 1 << 40,
         "PiB" | "PB" | "P" => 1 << 50,
         _ => return None,

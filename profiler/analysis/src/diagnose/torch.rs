@@ -10,21 +10,22 @@ use std::sync::LazyLock;
 
 static NEW: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(
-        r"(CUDA|HIP|XPU) out of memory\. Tried to allocate {SIZE}\. GPU:?\s?([0-9]+) has a total capac(?:i)?ty of {SIZE} of which {SIZE} is free\.",
+        r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. Tried to allocate {SIZE}\. GPU:?\s?([0-9]+) has a total capac(?:i)?ty of {SIZE}(?: of which {SIZE} is free)?\.",
     )
 });
 static OLD: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(
-        r"(CUDA|HIP|XPU) out of memory\. Tried to allocate {SIZE} \(GPU:?\s?([0-9]+);([^)]*)\)?",
+        r"(?:(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. )?Tried to allocate {SIZE} \((?:GPU|NPU|MLU|XPU):?\s*([0-9]+);([^)]*total capac[^)]*)\)?",
     )
 });
 /// A message cut right after its request: the wording (≥ 2.1 or older) cannot be told, so it is
 /// taken as the current one, with the two facts it states.
-static CUT: LazyLock<Option<Regex>> =
-    LazyLock::new(|| compile(r"(CUDA|HIP|XPU) out of memory\. Tried to allocate {SIZE}"));
+static CUT: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    compile(r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. Tried to allocate {SIZE}")
+});
 /// PyTorch's wording for a request too large to print.
 static EXABYTE: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    compile(r"(CUDA|HIP|XPU) out of memory\. Tried to allocate more than 1EB memory")
+    compile(r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. Tried to allocate more than 1EB memory")
 });
 static PROCESS: LazyLock<Option<Regex>> =
     LazyLock::new(|| compile(r"Process ([0-9]+) has {SIZE} memory in use"));
@@ -41,7 +42,7 @@ static CLAUSE: LazyLock<Option<Regex>> =
     LazyLock::new(|| compile(r"^\s*{SIZE}\s+([A-Za-z][A-Za-z\s]*?)\s*$"));
 static MPS: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(
-        r"MPS backend out of memory \(MPS allocated: {SIZE}, other allocations: {SIZE}, max allowed: {SIZE}\)\. Tried to allocate {SIZE} on ([a-z]+) pool",
+        r"MPS backend out of memory \(MPS allocated: {SIZE}, other allocations: {SIZE}, max allowed: {SIZE}\)(?:\. Tried to allocate {SIZE} on ([a-z]+) pool)?",
     )
 });
 static CPU: LazyLock<Option<Regex>> = LazyLock::new(|| {
@@ -114,10 +115,12 @@ fn cuda_new(text: &str, out: &mut Vec<Piece>) {
             })
             .unwrap_or_default();
         // A list crossing a kept line break that may be a wrap may have lost a broken clause:
-        // all of it or nothing.
+        // all of it or nothing — unless every word between the clauses is explained (the list
+        // and the own-process clause cover the whole stretch, so nothing was lost).
         let maybe_cut = tail[..procs_end]
             .match_indices('\n')
-            .any(|(i, _)| may_continue(text, e + i));
+            .any(|(i, _)| may_continue(text, e + i))
+            && !clauses_cover(&tail[..procs_end]);
         if !procs.is_empty() && !maybe_cut {
             f.set("processes", Fact::Processes(procs));
         }
@@ -173,6 +176,18 @@ fn cuda_old(text: &str, out: &mut Vec<Piece>) {
         }
         out.push(Piece::message(m.start(), m.end(), Kind::TorchCudaOomOld, f));
     }
+}
+
+/// Whether the `Process P has …` and own-process clauses account for every word of `list`.
+fn clauses_cover(list: &str) -> bool {
+    let mut rest = list.to_string();
+    for re in [&PROCESS, &THIS_PROCESS] {
+        if let Some(re) = re.as_ref() {
+            rest = re.replace_all(&rest, " ").into_owned();
+        }
+    }
+    let rest = rest.replace("Including non-PyTorch memory,", " ");
+    rest.chars().all(|c| !c.is_alphanumeric())
 }
 
 fn mps(text: &str, out: &mut Vec<Piece>) {

@@ -5,7 +5,7 @@ use super::facts::{Fact, Facts};
 use super::remedy::{self, Remedy};
 use super::scan::Notes;
 use super::workload::{self, Workload};
-use super::{gpu, Kind};
+use super::{families, gpu, Kind};
 use memsight_format::report::leak::LeakEstimate;
 use memsight_format::units::fmt_bytes;
 use serde::Serialize;
@@ -113,14 +113,34 @@ pub(crate) fn judge(kind: Kind, f: &Facts, ctx: &Context, notes: Notes) -> (Verd
             ),
         );
     }
-    let (verdict, remedies) = match kind {
-        Kind::TorchCudaOomNew | Kind::TorchCudaOomOld => gpu::judge(f, ctx),
-        Kind::TorchCpuOom | Kind::RustAllocFailure => host_request(f),
-        Kind::LinuxOomKiller => killed(f),
-        Kind::TorchMpsOom => mps(f),
-        _ => other(kind, f, ctx),
+    let family = families::pinned_host(f, notes)
+        .or_else(|| families::held_elsewhere(kind, f, notes))
+        .or_else(|| families::size_cap(f, notes))
+        .or_else(|| families::time_sliced(kind, f, notes))
+        .or_else(|| families::judge(kind, f, notes));
+    let (verdict, mut remedies) = match family {
+        Some(judged) => judged,
+        None => match kind {
+            Kind::TorchCudaOomNew | Kind::TorchCudaOomOld => gpu::judge(f, ctx),
+            Kind::TorchCpuOom | Kind::RustAllocFailure => host_request(f),
+            Kind::LinuxOomKiller => killed(f),
+            Kind::TorchMpsOom => mps(f),
+            _ => other(kind, f, ctx),
+        },
     };
-    let (verdict, remedies) = workload::rank(workload, (verdict, remedies));
+    if notes.time_sliced
+        && verdict.verdict != VerdictKind::HostOom
+        && remedies.first().is_none_or(|r| r.id != "gpu_sharing")
+    {
+        remedies.insert(0, families::gpu_sharing());
+    }
+    // vLLM's KV-cache errors carry their own engine settings (raise the utilization, shorten the
+    // context): the vLLM ranking for CUDA out-of-memory errors would lower it.
+    let (verdict, remedies) = if kind == Kind::VllmKvCache {
+        (verdict, remedies)
+    } else {
+        workload::rank(workload, (verdict, remedies))
+    };
     match ctx.leaking() {
         Some(slope)
             if matches!(
@@ -392,6 +412,19 @@ fn other(kind: Kind, f: &Facts, ctx: &Context) -> (Verdict, Vec<Remedy>) {
         _ => "an allocation".to_string(),
     };
     let (verdict, evidence) = match kind {
+        Kind::JaxXlaOom if r.is_none() && f.bytes("used_bytes").is_some() => (
+            VerdictKind::Capacity,
+            format!(
+                "the compiled program needs {} of {} {} memory: it does not fit the device",
+                b(f.bytes("used_bytes").unwrap_or(0)),
+                f.bytes("total_bytes").map_or("the".into(), b),
+                f.str("memory_space").unwrap_or("device")
+            ),
+        ),
+        Kind::JaxXlaOom if r.is_none() => (
+            VerdictKind::Undetermined,
+            "XLA says the device ran out but states no sizes".to_string(),
+        ),
         Kind::JaxXlaOom => match (f.bytes("total_fragmentation_bytes"), r) {
             (Some(fr), Some(r)) if fr >= r => (
                 VerdictKind::Fragmentation,

@@ -80,12 +80,24 @@ pub fn infer(text: &str) -> Option<Workload> {
 }
 
 /// The workload a finding is judged for: a Rust allocation failure is a Rust program's whatever
-/// the log says; otherwise the known or inferred one.
+/// the log says, vLLM's KV-cache errors are vLLM's; a PyTorch message is never a Rust program's
+/// (a Rust tokenizer's panic elsewhere in the log does not make it one); otherwise the known or
+/// inferred one.
 pub(crate) fn of(kind: super::Kind, known: Option<Workload>) -> Option<Workload> {
-    if kind == super::Kind::RustAllocFailure {
-        Some(Workload::Rust)
-    } else {
-        known
+    use super::Kind;
+    match kind {
+        Kind::RustAllocFailure => Some(Workload::Rust),
+        Kind::VllmKvCache => Some(Workload::Vllm),
+        Kind::TorchCpuOom
+        | Kind::TorchCudaOomNew
+        | Kind::TorchCudaOomOld
+        | Kind::TorchMpsOom
+        | Kind::TorchCudaOomAsync
+            if known == Some(Workload::Rust) =>
+        {
+            None
+        }
+        _ => known,
     }
 }
 

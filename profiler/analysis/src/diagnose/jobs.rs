@@ -1,0 +1,327 @@
+//! Reports of a process killed for memory by whatever runs it (`oom_kill_report`): Slurm's
+//! `oom-kill event(s)` lines (old and new wording), Kubernetes' `OOMKilled` (`kubectl get pods`
+//! rows, `kubectl describe pod` blocks and pod-status YAML), PyTorch's `DataLoader worker (pid N)
+//! is killed by signal: Killed`, Ray's memory monitor and YARN's container kills.
+
+use super::facts::Facts;
+use super::scan::{compile, each, int_at, line_end, size_at, str_at, Pattern, Piece};
+use super::size::exact_bytes;
+use super::Kind;
+use regex::Regex;
+use std::sync::LazyLock;
+
+static SLURM: Pattern = LazyLock::new(|| {
+    compile(
+        r"(?i)Detected ([0-9]+) oom[-_]kill events?(?:\(s\))? in (?:job )?(?:step |StepId=)([A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?)",
+    )
+});
+/// Older slurmstepd wordings: `Exceeded job memory limit`, `Job N exceeded memory limit (used >
+/// limit), being killed` (kilobytes).
+static SLURM_LIMIT: Pattern = LazyLock::new(|| {
+    compile(
+        r"(?i)slurmstepd: (?:error: )?(?:Exceeded (?:job|step) memory limit|(?:Job|Step) ([0-9][0-9.]*) exceeded memory limit \(([0-9]+) > ([0-9]+)\), being killed)",
+    )
+});
+/// Slurm's job state `OUT_OF_MEMORY` (`sacct` truncates it to `OUT_OF_ME+`), and `seff`'s
+/// `Memory Utilized: X` / `Memory Efficiency: P% of Y` that follow it.
+static SLURM_STATE: Pattern = LazyLock::new(|| compile(r"\bOUT_OF_ME(?:MORY\b|\+)"));
+static SEFF: Pattern =
+    LazyLock::new(|| compile(r"Memory Utilized: {SIZE}\s+Memory Efficiency: [0-9.]+% of {SIZE}"));
+/// Kubernetes' eviction of a pod from a node short of memory.
+static K8S_EVICTED: Pattern = LazyLock::new(|| {
+    compile(
+        r"The node was low on resource: memory\.(?:[^\n]*? Container (\S+) was using ([0-9.]+[A-Za-z]*), (?:which exceeds its request of|request is) ([0-9.]+[A-Za-z]*))?",
+    )
+});
+static SRUN: Pattern =
+    LazyLock::new(|| compile(r"srun: error: (?:\S+: tasks? [0-9][0-9,-]*: )?Out Of Memory"));
+static K8S_ROW: Pattern = LazyLock::new(|| {
+    compile(
+        r"(?m)^[\t\x20]*(?:[a-z0-9][a-z0-9-]*[\t\x20]+)?([A-Za-z0-9][\w./-]*)[\t\x20]+[0-9]+/[0-9]+[\t\x20]+OOMKilled[\t\x20]+([0-9]+)",
+    )
+});
+static K8S_REASON: Pattern =
+    LazyLock::new(|| compile(r"(?m)^[\t\x20]*[Rr]eason:[\t\x20]*OOMKilled\b"));
+static K8S_EXIT: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"(?m)^[\t ]*(?:Exit Code|exitCode):[\t ]*(-?[0-9]+)").ok());
+static K8S_RESTARTS: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"(?m)^[\t ]*(?:Restart Count|restartCount):[\t ]*([0-9]+)").ok());
+static DATALOADER: Pattern = LazyLock::new(|| {
+    compile(
+        r"DataLoader (?:worker|process)(?: \(pid(?:\(s\))? (?:([0-9]+)|[^)\n]{0,20})\))?(?: exited)? is killed by signal: (?:Killed|(Bus error)\.?(?: It is possible that dataloader's workers are out of shared memory))",
+    )
+});
+/// The worker's own report of a SIGBUS while its shared memory (`/dev/shm`) ran out.
+static SHM_BUS: Pattern = LazyLock::new(|| {
+    compile(
+        r"Unexpected bus error encountered in worker\. This might be caused by insufficient shared memory",
+    )
+});
+static RAY_TASK: Pattern =
+    LazyLock::new(|| compile(r"Task was killed due to the node running low on memory"));
+static RAY_NODE: Pattern = LazyLock::new(|| {
+    compile(
+        r"Memory on the node \(IP: [^\n]*?where the task(?: \([^\n]*?pid=([0-9]+), memory used=([0-9.]+)\s?([KMGT]?B)\))? was running was ([0-9.]+)\s?([KMGT]?B) / ([0-9.]+)\s?([KMGT]?B)",
+    )
+});
+static RAY_RAYLET: Pattern = LazyLock::new(|| {
+    compile(r"([0-9]+) Workers \(tasks / actors\) killed due to memory pressure \(OOM\)")
+});
+static YARN_LIMITS: Pattern = LazyLock::new(|| {
+    compile(
+        r"Container killed by YARN for exceeding memory limits\.? ([0-9.]+) ?([KMGTP]?B) of ([0-9.]+) ?([KMGTP]?B) (virtual|physical) memory used",
+    )
+});
+static YARN_BEYOND: Pattern = LazyLock::new(|| {
+    compile(
+        r"(?:Container \[pid=([0-9]+),[^\]\n]*\] )?is running beyond (physical|virtual) memory limits\. Current usage: ([0-9.]+) ?([KMGTP]?B) of ([0-9.]+) ?([KMGTP]?B) (?:physical|virtual) memory used",
+    )
+});
+
+pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
+    // Each family only where its words occur: a plain substring search is far cheaper than a
+    // regex over the whole log.
+    let has = |w: &str| text.contains(w);
+    if has("oom") || has("OOM") || has("Out Of Memory") || has("memory limit") || has("OUT_OF_ME") {
+        slurm(text, out);
+    }
+    if has("OOMKilled") {
+        kubernetes(text, out);
+    }
+    if has("low on resource") {
+        evicted(text, out);
+    }
+    if has("killed by signal") || has("Unexpected bus error") {
+        dataloader(text, out);
+    }
+    if has("Memory on the node") || has("running low on memory") || has("memory pressure") {
+        ray(text, out);
+    }
+    if has("memory limits") {
+        yarn(text, out);
+    }
+}
+
+fn dataloader(text: &str, out: &mut Vec<Piece>) {
+    // A worker killed by SIGBUS because shared memory ran out prints its own line, then the main
+    // process its `killed by signal: Bus error` line: parts, so the two join as one failure.
+    each(&DATALOADER, text, |c, s, e| {
+        let mut f = reporter("dataloader");
+        f.opt_int("pid", int_at(c, 1));
+        if c.get(2).is_some() {
+            f.text("signal", "Bus error");
+            out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
+        } else {
+            f.text("signal", "Killed");
+            out.push(Piece::message(s, e, Kind::OomKillReport, f));
+        }
+    });
+    each(&SHM_BUS, text, |_, s, e| {
+        let mut f = reporter("dataloader");
+        f.text("signal", "Bus error");
+        out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
+    });
+}
+
+fn reporter(who: &str) -> Facts {
+    let mut f = Facts::default();
+    f.text("reporter", who);
+    f
+}
+
+fn slurm(text: &str, out: &mut Vec<Piece>) {
+    each(&SLURM, text, |c, s, e| {
+        let mut f = reporter("slurm");
+        f.opt_int("oom_kill_events", int_at(c, 1));
+        f.opt_text("step_id", str_at(c, 2));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+    each(&SLURM_LIMIT, text, |c, s, e| {
+        let mut f = reporter("slurm");
+        f.opt_text("step_id", str_at(c, 1));
+        f.opt_int("memory_used_bytes", int_at(c, 2).map(|k| k * 1024));
+        f.opt_int("memory_limit_bytes", int_at(c, 3).map(|k| k * 1024));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+    each(&SLURM_STATE, text, |_, s, e| {
+        out.push(Piece::message(s, e, Kind::OomKillReport, reporter("slurm")));
+    });
+    each(&SEFF, text, |c, s, e| {
+        let mut f = reporter("slurm");
+        f.opt_int("memory_used_bytes", size_at(c, 1));
+        f.opt_int("memory_limit_bytes", size_at(c, 3));
+        out.push(Piece::part(s, e, Kind::OomKillReport, f, false));
+    });
+    // `srun: error: node: task 0: Out Of Memory` continues the step's report, or stands alone.
+    each(&SRUN, text, |_, s, e| {
+        out.push(Piece::part(
+            s,
+            e,
+            Kind::OomKillReport,
+            reporter("slurm"),
+            true,
+        ));
+    });
+}
+
+/// Lines of `text` around byte `at`: `before` lines up and `after` lines down (a pod's block).
+fn around(text: &str, at: usize, before: usize, after: usize) -> (usize, usize) {
+    let mut from = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    for _ in 0..before {
+        match text[..from.saturating_sub(1)].rfind('\n') {
+            Some(i) if from > 0 => from = i + 1,
+            _ => {
+                from = 0;
+                break;
+            }
+        }
+    }
+    let mut to = line_end(text, at);
+    for _ in 0..after {
+        if to >= text.len() {
+            break;
+        }
+        to = line_end(text, to + 1);
+    }
+    (from, to)
+}
+
+/// Indentation of the line starting at `at`.
+fn indent(line: &str) -> usize {
+    line.len() - line.trim_start().len()
+}
+
+/// A Kubernetes quantity (`300Mi`, `2Gi`, `512M`, `1.5G`, `1000000`) in bytes.
+fn quantity(q: &str) -> Option<i128> {
+    let split = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(q.len());
+    let (n, unit) = q.split_at(split);
+    let dec = |mul: u128| -> Option<u128> {
+        let (i, f) = n.split_once('.').unwrap_or((n, ""));
+        let scale = 10u128.pow(u32::try_from(f.len()).ok()?);
+        let v: u128 = format!("{i}{f}").parse().ok()?;
+        Some((v.checked_mul(mul)? + scale / 2) / scale)
+    };
+    let bytes = match unit {
+        "Ki" | "Mi" | "Gi" | "Ti" => exact_bytes(n, &format!("{unit}B"))?,
+        "k" | "K" => dec(1_000)?,
+        "M" => dec(1_000_000)?,
+        "G" => dec(1_000_000_000)?,
+        "T" => dec(1_000_000_000_000)?,
+        "" => dec(1)?,
+        _ => return None,
+    };
+    i128::try_from(bytes).ok()
+}
+
+/// The `memory:` quantity of the `Limits:` or `Requests:` block in `block`.
+fn block_memory(block: &str, heading: &str) -> Option<i128> {
+    let mut lines = block.lines();
+    while let Some(l) = lines.next() {
+        if l.trim() != heading {
+            continue;
+        }
+        let depth = indent(l);
+        for item in lines.by_ref() {
+            if indent(item) <= depth || item.trim().is_empty() {
+                break;
+            }
+            if let Some(q) = item.trim().strip_prefix("memory:") {
+                return quantity(q.trim());
+            }
+        }
+        return None;
+    }
+    None
+}
+
+fn kubernetes(text: &str, out: &mut Vec<Piece>) {
+    each(&K8S_ROW, text, |c, s, e| {
+        let mut f = reporter("kubernetes");
+        f.text("reason", "OOMKilled");
+        f.opt_text("pod", str_at(c, 1));
+        f.opt_int("restarts", int_at(c, 2));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+    // A `Reason: OOMKilled` line and its container's block (describe output or status YAML).
+    each(&K8S_REASON, text, |_, s, e| {
+        let mut f = reporter("kubernetes");
+        f.text("reason", "OOMKilled");
+        let (from, to) = around(text, s, 3, 14);
+        let block = &text[from..to];
+        let first = |re: &LazyLock<Option<Regex>>| {
+            re.as_ref()
+                .and_then(|re| re.captures(block))
+                .and_then(|c| int_at(&c, 1))
+        };
+        f.opt_int("exit_code", first(&K8S_EXIT));
+        f.opt_int("restarts", first(&K8S_RESTARTS));
+        f.opt_int("memory_limit_bytes", block_memory(block, "Limits:"));
+        f.opt_int("memory_request_bytes", block_memory(block, "Requests:"));
+        out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
+    });
+}
+
+fn evicted(text: &str, out: &mut Vec<Piece>) {
+    each(&K8S_EVICTED, text, |c, s, e| {
+        let mut f = reporter("kubernetes");
+        f.text("reason", "Evicted");
+        f.opt_text("container", str_at(c, 1));
+        f.opt_int("memory_used_bytes", str_at(c, 2).and_then(quantity));
+        f.opt_int("memory_request_bytes", str_at(c, 3).and_then(quantity));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+}
+
+fn ray(text: &str, out: &mut Vec<Piece>) {
+    each(&RAY_TASK, text, |_, s, e| {
+        out.push(Piece::message(s, e, Kind::OomKillReport, reporter("ray")));
+    });
+    each(&RAY_NODE, text, |c, s, e| {
+        let mut f = reporter("ray");
+        f.opt_int("pid", int_at(c, 1));
+        f.opt_int("process_memory_bytes", size_at(c, 2));
+        f.opt_int("node_memory_used_bytes", size_at(c, 4));
+        f.opt_int("node_memory_total_bytes", size_at(c, 6));
+        out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
+    });
+    each(&RAY_RAYLET, text, |c, s, e| {
+        let mut f = reporter("ray");
+        f.opt_int("oom_kill_events", int_at(c, 1));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+}
+
+fn yarn(text: &str, out: &mut Vec<Piece>) {
+    each(&YARN_LIMITS, text, |c, s, e| {
+        let mut f = reporter("yarn");
+        f.opt_int("memory_used_bytes", size_at(c, 1));
+        f.opt_int("memory_limit_bytes", size_at(c, 3));
+        f.opt_text("memory_kind", str_at(c, 5));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+    each(&YARN_BEYOND, text, |c, s, e| {
+        let mut f = reporter("yarn");
+        f.opt_int("pid", int_at(c, 1));
+        f.opt_int("memory_used_bytes", size_at(c, 3));
+        f.opt_int("memory_limit_bytes", size_at(c, 5));
+        f.opt_text("memory_kind", str_at(c, 2));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quantity;
+
+    #[test]
+    fn kubernetes_quantities() {
+        assert_eq!(quantity("300Mi"), Some(300 << 20));
+        assert_eq!(quantity("2Gi"), Some(2 << 30));
+        assert_eq!(quantity("512M"), Some(512_000_000));
+        assert_eq!(quantity("1.5G"), Some(1_500_000_000));
+        assert_eq!(quantity("1000"), Some(1000));
+        assert_eq!(quantity("12parsecs"), None);
+    }
+}

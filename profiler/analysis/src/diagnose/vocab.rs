@@ -1,0 +1,461 @@
+//! The reader that cannot miss a memory failure: any line in the vocabulary of running out of
+//! memory (out of memory, OOM, OOMKilled, oom-kill, ALLOC_FAILED, RESOURCE_EXHAUSTED, cannot
+//! allocate, ENOMEM, `MemoryError`, would exceed allowed memory, insufficient / not enough / low on
+//! memory, …) that no specific reader explains becomes a `generic_oom` finding with every size,
+//! device, process and error code it can attribute. A line that gives advice about memory (`if you
+//! encounter out of memory …`, `to avoid OOM …`) reports nothing. Specific readers refine: a line
+//! within [`NEAR`] lines of a specific message belongs to it.
+
+use super::facts::{Fact, Facts};
+use super::scan::{Pattern, Piece};
+use super::size::exact_bytes;
+use super::Kind;
+use regex::Regex;
+use std::sync::LazyLock;
+
+/// Words and phrases with which runtimes, drivers, libraries, schedulers and kernels say memory
+/// ran out. Matched per line; case-sensitive where the lower-case word means something else.
+static VOCABULARY: Pattern = LazyLock::new(|| {
+    // A space in a phrase matches any blank or an underscore (`NOT_ENOUGH_MEMORY`, a
+    // non-breaking space from a web page).
+    Regex::new(&concat!(
+        r"(?i:(?:\b|_)out[ -]of[ -](?:(?:device|gpu|host|shared|cpu|video|graphics|system|physical|virtual|swap|local|global|pinned|managed|unified|heap|java heap|the|available|usable|free|vram|ram|npu|xpu|mlu|musa|tpu) )?(?:memory|ram|vram)\b)",
+        r"|\bOOM(?:[ -]?[Kk]illed|[ -]?[Kk]ill(?:er|ing)?)?\b",
+        r"|(?i:\boom[- ]kill)",
+        r"|\b[A-Z0-9_]*_(?:STATUS_)?ALLOC(?:ATION)?_FAIL(?:ED|URE)\b|\bE_OUTOFMEMORY\b|(?i:OutOfMemory(?:Error|Exception)?)\b|OutOf(?:Device|Host|Pool|Gpu|Video)Memory\b",
+        r"|(?i:\bresource ?exhausted)",
+        r"|\bENOMEM\b|(?i:\[errno 12\]|errno[= ]12\b|error code 12\b)",
+        r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to|fails? to) (?:allocate|alloc|map|commit|reserve)\b[^\n]{0,80}?(?:memory|bytes?\b|\d\s?[KMGTP](?:i?B)?\b|array|buffer|tensor|block))",
+        r"|(?i:\bwould exceed (?:the )?allowed memory)",
+        r"|(?i:\b(?:exceed(?:s|ed|ing)?|reach(?:ed|ing)?|over) (?:the |its |their )?(?:[\w%.]+ ){0,2}memory (?:usage )?(?:limit|budget|threshold))",
+        r"|(?i:\bmemory (?:usage )?(?:limit|budget) of [^\n]{0,40}?\b(?:exceeded|reached))",
+        r"|(?i:\bsystemd-oomd killed\b|\bkilled\b[^\n]{0,300}?\bdue to memory pressure\b)",
+        r"|(?i:\bbeyond (?:the )?(?:physical|virtual) memory limit)",
+        r"|(?i:\bmem(?:ory)? (?:limit )?(?:exceeded|exhausted)|\bmem(?:ory)? \S+ exceeded (?:the )?limit|\bTERM_MEMLIMIT\b|\bGC overhead limit exceeded|\bpaging file is too small)",
+        r"|\bMemoryError\b|\bbad_alloc\b",
+        r"|(?i:\b(?:insufficient|not enough|no available|no free|low on|ran out of|running out of|run out of|runs out of) (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
+        r"|(?i:\b(?:used|using|use) all (?:the )?available (?:memory|ram|vram)\b)",
+        r"|(?i:\bmemory allocation\b[^\n]{0,40}?\bfailed)",
+        r"|(?i:\b(?:greater|larger) than the maximum (?:allowed )?(?:buffer|allocation) size|\bcould not be allocated\b)",
+        r"|(?i:\b(?:requires?|required|needs?|needed) more (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
+        r"|(?i:\bexceeds? (?:the )?(?:available|free|total) (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
+        r"|(?i:\b(?:does not|doesn't|won't|will not|cannot|can't|could not|couldn't) fit (?:in|into|on) (?:the )?(?:\w+ ){0,2}(?:memory|ram|vram)\b)",
+        r"|(?i:\bexhausted (?:all )?(?:the )?(?:available )?(?:\w+ )?(?:memory|ram|vram)\b|\bmemory (?:is|was|has been) exhausted)",
+    )
+    .replace(' ', r"[\s_]"))
+    .ok()
+});
+
+/// Phrases that make a line advice or documentation about memory rather than a report of it.
+const ADVICE: &[&str] = &[
+    "if you encounter",
+    "if you are",
+    "if you're",
+    "if it runs out",
+    "if you run out",
+    "if you get",
+    "if you see",
+    "to avoid",
+    "avoid oom",
+    "prevent",
+    "in case of",
+    "may cause",
+    "might cause",
+    "could cause",
+    "can cause",
+    "may run out",
+    "might run out",
+    "may lead to",
+    "errors may",
+    "error may",
+    "may kill",
+    "might kill",
+    "can kill",
+    "may be killed",
+    "could lead to",
+    "helps reduce",
+    "to reduce",
+    "in order to",
+    "e.g.",
+    "for example",
+    "is enabled",
+    "enable_",
+    "oom_score",
+];
+
+/// Words that put a generic finding on a device rather than in host memory.
+const DEVICE_WORDS: &[&str] = &[
+    "cuda",
+    "gpu",
+    "vram",
+    "hip",
+    "xpu",
+    "npu",
+    "mlu",
+    "musa",
+    "tpu",
+    "device",
+    "cudnn",
+    "cublas",
+    "metal",
+    "mps",
+    "vulkan",
+    "opencl",
+    "rocm",
+    "prefill",
+    "kv cache",
+    "kv_cache",
+    "mem-fraction",
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "resource_exhausted",
+    "xla",
+];
+
+/// Words that put a generic finding in host memory even where its lines also name a device
+/// (llama.cpp's `ggml_backend_cpu_buffer_type_alloc_buffer` before `failed to allocate buffer for
+/// kv cache`).
+const HOST_WORDS: &[&str] = &[
+    "cpu buffer",
+    "cpu_buffer",
+    "cpu memory",
+    "host memory",
+    "system memory",
+    "system ram",
+    "on host",
+];
+
+/// A runtime asking to lower its own settings (vLLM's `Please try lowering max_num_seqs`).
+const OWN_SETTINGS: &[&str] = &[
+    "try lowering",
+    "try reducing",
+    "try decreasing",
+    "please lower",
+    "please reduce",
+];
+
+/// Settings that name the OOM killer without reporting a kill (`--oom-kill-disable`).
+const SETTINGS: &[&str] = &[
+    "oom-kill-disable",
+    "oom_kill_disable",
+    "oom_kill_allocating_task",
+    "panic_on_oom",
+    "oom_group",
+    "\"oomkilled\": false",
+    "oomkilled: false",
+];
+
+/// Whether a (lower-cased) line is source code or a setting rather than a report: an `except`
+/// or `catch` clause, an import or a definition (not a comment: the JVM's `# Native memory
+/// allocation … failed` is a report), or an OOM-killer setting.
+fn is_code_or_setting(lower: &str) -> bool {
+    let t = lower.trim_start();
+    [
+        "except ", "except(", "catch (", "catch(", "import ", "def ", "class ",
+    ]
+    .iter()
+    .any(|p| t.starts_with(p))
+        || SETTINGS.iter().any(|s| lower.contains(s))
+}
+
+/// A line within this many lines of a specific reader's message belongs to that message.
+const NEAR: usize = 6;
+
+static SIZE_AFTER: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)(?:allocate|allocating|allocation of|failed to map|requested|request(?:ing)? of|tried to allocate|amount of (?:gpu |device |host )?memory \(|requires? more (?:\w+ ){0,2}memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?\s?(bytes|byte|[KMGTP]i?B|B)\b").ok()
+});
+/// A size after `buffer of size` (llama.cpp's `failed to allocate CPU buffer of size 84940800`):
+/// bytes when no unit follows.
+static SIZE_OF: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:buffer|block|array|tensor|chunk|region|allocation) of size\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|B)?\b").ok()
+});
+/// The limit a process passed (`memory limit of 134217728 bytes`, `Worker memory limit: 4.29 GB`).
+static LIMIT: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\bmemory (?:usage )?limit(?: of|:|=| is)?\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B)\b").ok()
+});
+static SHAPE: Pattern = LazyLock::new(|| {
+    Regex::new(r"with shape \(([0-9,\s]+)\)(?: and data type ([A-Za-z0-9_]+))?").ok()
+});
+static ERRNO: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b").ok()
+});
+static DEVICE: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:on device(?: ordinal)?|device ordinal|gpu|npu|xpu|cuda:|device=|device_id=|device )\s?([0-9]+)\b")
+        .ok()
+});
+static PID: Pattern = LazyLock::new(|| Regex::new(r"(?i)\bpid[ =:(]\s?([0-9]+)\b").ok());
+/// A process killed for memory (`OOMKilled`, `OOM killer`, `oom-kill`), whoever reports it.
+/// Also a memory monitor's kill: systemd-oomd's, or a worker restarted because it passed its
+/// memory limit or budget (Dask's nanny: `exceeded 95% memory budget. Restarting`).
+static KILLED: Pattern = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"(?i)\boom[-_ ]?kill|\bkilled by (?:the )?oom|\bsystemd-oomd killed|\bdue to memory pressure\b",
+        r"|\bmemory (?:usage )?(?:limit|budget|threshold)\W[^\n]{0,40}?\b(?:restarting|killing|terminating)\b",
+    ))
+    .ok()
+});
+static EXIT_137: Pattern =
+    LazyLock::new(|| Regex::new(r"(?i)\bexit(?:ed)?(?: with)? (?:code|status)[ :=]*137\b").ok());
+
+/// A line's byte range and its number (0-based).
+struct Line {
+    start: usize,
+    end: usize,
+    number: usize,
+}
+
+/// Generic pieces for the vocabulary lines of `text` that no piece in `specific` explains.
+pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
+    let Some(re) = VOCABULARY.as_ref() else {
+        return;
+    };
+    // Line numbers of every specific message's first and last line, ascending by start.
+    let mut spans: Vec<(usize, usize)> = Vec::with_capacity(specific.len());
+    let mut hits: Vec<Line> = Vec::new();
+    let mut counted = 0usize;
+    let mut line = 0usize;
+    let mut number_at = |at: usize| {
+        line += text.as_bytes()[counted..at]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        counted = at;
+        line
+    };
+    // Both lists ascend, so one walk through the text numbers every offset.
+    // A message's evidence, or the first line of a kernel report (its lines follow).
+    let mut starts: Vec<(usize, usize, bool)> = specific
+        .iter()
+        .filter(|p| p.evidence || (p.opens && p.kind == Kind::LinuxOomKiller))
+        .map(|p| (p.start, p.end, true))
+        .collect();
+    for m in re.find_iter(text) {
+        starts.push((m.start(), m.end(), false));
+    }
+    starts.sort_by_key(|&(s, _, _)| s);
+    let mut last_hit_line = usize::MAX;
+    for (s, e, is_specific) in starts {
+        let first = number_at(s);
+        if is_specific {
+            let e = e.max(s).min(text.len());
+            let extra = text.as_bytes()[s..e]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count();
+            spans.push((first, first + extra));
+            continue;
+        }
+        if first == last_hit_line {
+            continue;
+        }
+        last_hit_line = first;
+        let start = text[..s].rfind('\n').map_or(0, |i| i + 1);
+        let end = super::scan::line_end(text, s);
+        let lower = text[start..end].to_ascii_lowercase();
+        if ADVICE.iter().any(|a| lower.contains(a)) || is_code_or_setting(&lower) {
+            continue;
+        }
+        hits.push(Line {
+            start,
+            end,
+            number: first,
+        });
+    }
+    spans.sort_unstable();
+    // Drop hits near a specific message (two pointers over ascending lists).
+    let mut j = 0;
+    for h in hits {
+        while j < spans.len() && spans[j].1 + NEAR < h.number {
+            j += 1;
+        }
+        let near = spans[j..]
+            .iter()
+            .take_while(|s| s.0 <= h.number + NEAR)
+            .any(|s| s.1 + NEAR >= h.number);
+        if near {
+            continue;
+        }
+        let l = &text[h.start..h.end];
+        let (kind, facts) = attribute(l);
+        let mut p = Piece::part(h.start, h.end, kind, facts, true);
+        let lower = l.to_ascii_lowercase();
+        p.notes.device = DEVICE_WORDS.iter().any(|w| lower.contains(w));
+        p.notes.host_words = HOST_WORDS.iter().any(|w| lower.contains(w));
+        // The advice may be wrapped onto the next lines.
+        let mut after = h.end;
+        for _ in 0..2 {
+            if after < text.len() {
+                after = super::scan::line_end(text, after + 1);
+            }
+        }
+        let following = text[h.end..after].to_ascii_lowercase();
+        p.notes.own_settings = OWN_SETTINGS
+            .iter()
+            .any(|w| lower.contains(w) || following.contains(w));
+        out.push(p);
+    }
+}
+
+/// `line` without the logger's prefixes: parenthesized or bracketed groups before the text.
+fn strip_log_prefix(line: &str) -> &str {
+    let mut rest = line.trim_start();
+    loop {
+        let close = match rest.as_bytes().first() {
+            Some(b'(') => ')',
+            Some(b'[') => ']',
+            _ => return rest,
+        };
+        match rest.find(close) {
+            Some(i) if i < 80 => rest = rest[i + 1..].trim_start_matches([':', ' ']),
+            _ => return rest,
+        }
+    }
+}
+
+/// What a vocabulary line states: sizes, shape, error code, device, process, exit code.
+fn attribute(line: &str) -> (Kind, Facts) {
+    let mut f = Facts::default();
+    // A leading `(Worker rank=1 pid=2978)` or `[rank0]:` names the process that logged the line,
+    // not one the message reports on.
+    let line = strip_log_prefix(line);
+    let cap = |re: &Pattern| re.as_ref().and_then(|re| re.captures(line));
+    if cap(&EXIT_137).is_some() {
+        f.int("exit_code", 137);
+        return (Kind::OomKillReport, f);
+    }
+    if cap(&KILLED).is_some() {
+        f.opt_int(
+            "pid",
+            cap(&PID).and_then(|c| c.get(1)?.as_str().parse().ok()),
+        );
+        return (Kind::OomKillReport, f);
+    }
+    if let Some(b) = cap(&SIZE_AFTER)
+        .or_else(|| cap(&SIZE_OF))
+        .and_then(|c| size_of(&c))
+    {
+        f.int("requested_bytes", b);
+    }
+    f.opt_int("memory_limit_bytes", cap(&LIMIT).and_then(|c| size_of(&c)));
+    if let Some(c) = cap(&SHAPE) {
+        let dims: Vec<i128> = c
+            .get(1)
+            .map_or("", |m| m.as_str())
+            .split(',')
+            .filter_map(|d| d.trim().parse().ok())
+            .collect();
+        f.set("shape", Fact::Ints(dims));
+        f.opt_text("dtype", c.get(2).map(|m| m.as_str()));
+    }
+    if let Some(c) = cap(&ERRNO) {
+        let code = (1..=3)
+            .find_map(|i| c.get(i))
+            .and_then(|m| m.as_str().parse::<i128>().ok());
+        f.opt_int("error_code", code);
+    }
+    if let Some(c) = cap(&DEVICE) {
+        f.opt_int(
+            "device_index",
+            c.get(1).and_then(|m| m.as_str().parse().ok()),
+        );
+    }
+    if let Some(c) = cap(&PID) {
+        f.opt_int("pid", c.get(1).and_then(|m| m.as_str().parse().ok()));
+    }
+    (Kind::GenericOom, f)
+}
+
+/// Bytes of a size captured as number (group 1, thousands separated or not), fraction (group 2)
+/// and unit (group 3; bytes when absent).
+fn size_of(c: &regex::Captures) -> Option<i128> {
+    let int: String = c
+        .get(1)
+        .map_or("", |m| m.as_str())
+        .chars()
+        .filter(|c| *c != ',')
+        .collect();
+    let frac = c.get(2).map_or("", |m| m.as_str());
+    let number = format!("{int}{}", if frac == "." { "" } else { frac });
+    let unit = c.get(3).map_or("B", |m| m.as_str());
+    exact_bytes(&number, unit).and_then(|b| i128::try_from(b).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{attribute, find, VOCABULARY};
+    use crate::diagnose::facts::Fact;
+    use crate::diagnose::Kind;
+
+    fn hits(text: &str) -> usize {
+        let mut out = Vec::new();
+        find(text, &[], &mut out);
+        out.len()
+    }
+
+    #[test]
+    fn the_vocabulary_compiles_and_finds_every_wording() {
+        assert!(VOCABULARY.is_some());
+        for line in [
+            "OSError: [Errno 12] Cannot allocate memory",
+            "MemoryError: Unable to allocate 201. GiB for an array with shape (2999, 2999) and data type int64",
+            "java.lang.OutOfMemoryError: Java heap space",
+            "terminate called after throwing an instance of 'std::bad_alloc'",
+            "the node ran out of memory",
+            "Exit code 137 - Out of memory",
+            "clCreateBuffer: CL_MEM_OBJECT_ALLOCATION_FAILURE",
+            "vkAllocateMemory failed: VK_ERROR_OUT_OF_DEVICE_MEMORY",
+            "pod was OOMKilled",
+            "Error: model requires more system memory (164.8 GiB) than is available (13.4 GiB)",
+            "the model does not fit into GPU memory",
+        ] {
+            assert_eq!(hits(line), 1, "{line}");
+        }
+    }
+
+    #[test]
+    fn advice_and_ordinary_words_are_not_failures() {
+        for line in [
+            "If you encounter CUDA out of memory, try to set --tile with a smaller number.",
+            "pin_memory=True, memory_efficient_attention enabled, max_memory_allocated=1.2GB",
+            "    except torch.cuda.OutOfMemoryError:",
+            "docker run --oom-kill-disable --memory 8g trainer",
+            "Set PYTORCH_CUDA_ALLOC_CONF to avoid OOM",
+            "zoom room bloom",
+            "allocated 2.00 GiB on device 0",
+        ] {
+            assert_eq!(hits(line), 0, "{line}");
+        }
+    }
+
+    #[test]
+    fn attributes_sizes_shapes_codes() {
+        let (_, f) = attribute(
+            "MemoryError: Unable to allocate 1,234 bytes for an array with shape (2, 3) and data type uint8 [Errno 12]",
+        );
+        assert_eq!(f.bytes("requested_bytes"), Some(1234));
+        assert_eq!(f.get("shape"), Some(&Fact::Ints(vec![2, 3])));
+        assert_eq!(f.str("dtype"), Some("uint8"));
+        assert_eq!(f.bytes("error_code"), Some(12));
+        // A buffer's size without a unit is in bytes.
+        let (_, f) =
+            attribute("ggml_gallocr_reserve_n: failed to allocate CPU buffer of size 84940800");
+        assert_eq!(f.bytes("requested_bytes"), Some(84_940_800));
+        let (k, f) = attribute("Worker stopped due to memory limit of 134217728 bytes exceeded");
+        assert_eq!(k, Kind::GenericOom);
+        assert_eq!(f.bytes("memory_limit_bytes"), Some(134_217_728));
+    }
+
+    #[test]
+    fn a_memory_monitor_that_kills_or_restarts_is_a_kill_report() {
+        for line in [
+            "distributed.nanny.memory - WARNING - Worker tls://10.0.0.1:34937 (pid=129) exceeded 95% memory budget. Restarting...",
+            "systemd-oomd[840]: Killed /user.slice/app.scope due to memory pressure for /user.slice being 51.07% > 50.00% for > 20s with reclaim activity",
+            "vte-spawn.scope: systemd-oomd killed 12 process(es) in this unit.",
+        ] {
+            assert_eq!(hits(line), 1, "{line}");
+            assert_eq!(attribute(line).0, Kind::OomKillReport, "{line}");
+        }
+        // A warning before the limit is no failure.
+        assert_eq!(hits("Worker is at 85% memory usage. Pausing worker.  Process memory: 3.69 GB -- Worker memory limit: 4.29 GB"), 0);
+    }
+}
