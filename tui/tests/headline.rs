@@ -388,3 +388,23 @@ fn the_process_tree_panel_is_for_jobs_of_several_processes_and_leaves_the_chart_
         }
     }
 }
+
+#[test]
+fn a_runaway_command_line_is_cut_for_drawing_and_said_so() {
+    // A 20 MB argument (the break-it pass's 100 MB command made `view` hold 3.4 GB: every frame
+    // joined and wrapped it): the viewer keeps 4 KiB of it and says how much is left out.
+    let mut r = report("gpt-report.json");
+    r.job.command = vec!["python".into(), "x".repeat(20 << 20), "--tail".into()];
+    let state = ViewerState::from_report("big.json", r);
+    let kept: usize = state.command.iter().map(String::len).sum();
+    assert!(kept < 8192, "{kept} bytes kept");
+    let last = state.command.last().unwrap();
+    assert!(last.contains("more bytes, in the report"), "{last}");
+    let screen = frame(&state, Screen::Overview, 80, 24);
+    assert!(screen.contains("pid "), "{screen}");
+    // Short command lines are kept whole.
+    assert_eq!(
+        memsight_tui::state::shown_command(vec!["a".into(), "b c".into()]),
+        vec!["a".to_string(), "b c".to_string()]
+    );
+}

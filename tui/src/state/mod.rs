@@ -94,6 +94,38 @@ pub struct ViewerState {
     built_at_ms: u64,
 }
 
+/// The most of a command line the viewer keeps to draw (every frame wraps it): a crafted or
+/// runaway one (a 100 MB argument) is cut, saying how much was left out; the report keeps it whole.
+const SHOWN_COMMAND_BYTES: usize = 4096;
+
+/// `command` cut to [`SHOWN_COMMAND_BYTES`] in all, at character boundaries.
+pub fn shown_command(command: Vec<String>) -> Vec<String> {
+    let total: usize = command.iter().map(|a| a.len() + 1).sum();
+    if total <= SHOWN_COMMAND_BYTES {
+        return command;
+    }
+    let mut left = SHOWN_COMMAND_BYTES;
+    let mut shown = Vec::new();
+    for arg in command {
+        if left == 0 {
+            break;
+        }
+        let mut end = arg.len().min(left);
+        while !arg.is_char_boundary(end) {
+            end -= 1;
+        }
+        left -= end;
+        left = left.saturating_sub(1);
+        shown.push(arg[..end].to_string());
+    }
+    let kept: usize = shown.iter().map(|a| a.len() + 1).sum();
+    shown.push(format!(
+        "… ({} more bytes, in the report)",
+        total.saturating_sub(kept)
+    ));
+    shown
+}
+
 impl ViewerState {
     /// An empty state waiting for a sidecar at `socket`.
     pub fn live(socket: &str) -> Self {
@@ -136,7 +168,7 @@ impl ViewerState {
             path: path.to_string(),
         };
         s.pid = r.job.pid;
-        s.command = r.job.command.clone();
+        s.command = shown_command(r.job.command.clone());
         s.timeline = std::mem::take(&mut r.timeline);
         s.fragmentation = r.fragmentation.clone();
         s.phases = r.phases.clone();
@@ -187,7 +219,7 @@ impl ViewerState {
                 job_pid, command, ..
             } => {
                 self.pid = job_pid;
-                self.command = command;
+                self.command = shown_command(command);
                 self.set_connected(true);
             }
             Record::State { timeline } => {
