@@ -209,13 +209,14 @@ fn a_two_worker_dataloader_shows_pss_totals_that_sum_to_the_machine_figure() {
     assert!(v["process_tree"]["tree"]["total_pss"].as_u64() >= Some(pss));
 }
 
-/// Holds 300 MB until the sidecar has sent ten samples of it (read from its live socket), or for
-/// 1.5 s where there is none.
+/// Holds 300 MB until the sidecar has sent ten samples of it and two of its process tree (read
+/// from its live socket), or for 1.5 s where there is none.
 fn holds_300_mb() -> String {
     format!(
         "import sys, time\nsys.path.insert(0, {:?})\nfrom frames import SidecarSamples\n\
          keep = b'\\x01' * 300_000_000\n\
-         if not SidecarSamples().wait(10):\n    time.sleep(1.5)\n",
+         w = SidecarSamples()\n\
+         if not (w.wait(10) and w.wait(2, tree=True)):\n    time.sleep(1.5)\n",
         job("").display().to_string()
     )
 }

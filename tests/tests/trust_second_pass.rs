@@ -324,7 +324,7 @@ fn c_program(dir: &Path, body: &str) -> Option<std::path::PathBuf> {
     std::fs::write(
         &src,
         format!(
-            "#include <stdint.h>\n#include <time.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <malloc.h>\n\
+            "#include <stdint.h>\n#include <time.h>\n#include <unistd.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <malloc.h>\n\
              int main(void) {{ {body} }}\n"
         ),
     )
@@ -552,4 +552,30 @@ fn a_bad_interval_or_a_non_utf8_argument_costs_a_warning_not_the_job() {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let cmd = v["job"]["command"].to_string();
     assert!(cmd.contains("caf\u{fffd}"), "{cmd}");
+}
+
+#[test]
+fn a_job_that_execs_a_program_without_memsight_is_sampled_from_outside_after() {
+    // 8 MiB in the first image, then exec python holding 64 MiB: the RSS peak is the python's.
+    let Some((code, v)) = run_c(
+        "trust2-exec",
+        "char *p = malloc(8 << 20); for (int i = 0; i < (8 << 20); i += 4096) p[i] = 1; \
+         struct timespec t = {0, 300000000}; nanosleep(&t, 0); \
+         execlp(\"python3\", \"python3\", \"-c\", \
+                \"import time; b = bytearray(64 << 20); time.sleep(1.0)\", (char *)0); \
+         return 99;",
+    ) else {
+        return;
+    };
+    assert_eq!(code, 0);
+    let rss = v["peaks"]["rss_peak_bytes"].as_u64().unwrap_or(0);
+    assert!(
+        rss >= 64 << 20,
+        "RSS peak {} MiB: the exec'd program was not sampled",
+        rss >> 20
+    );
+    let age = v["post_mortem"]["last_sample_age_ms"]
+        .as_u64()
+        .unwrap_or(u64::MAX);
+    assert!(age < 1000, "last sample {age} ms before the end");
 }

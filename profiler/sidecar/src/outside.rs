@@ -25,6 +25,8 @@ pub(crate) struct Outside {
     /// The process's command line as last read (wrappers such as pyenv shims or `env` exec into
     /// the real program, so it is read again at each sample).
     pub command: Vec<OsString>,
+    /// The step its samples are at (the last step its ring told, when it takes over from one).
+    step: u64,
 }
 
 impl Outside {
@@ -40,7 +42,20 @@ impl Outside {
             interval,
             kept_sources: None,
             command: command_line(pid),
+            step: 0,
         }
+    }
+
+    /// Goes on from a flight recorder that stopped while the process lives (it `exec`'d a program
+    /// without the session): samples on the ring's time axis (`elapsed_ms` since its start), at
+    /// the ring's last step.
+    pub(crate) fn after_ring(mut self, elapsed_ms: u64, step: u64) -> Self {
+        let now = Instant::now();
+        self.started = now
+            .checked_sub(Duration::from_millis(elapsed_ms))
+            .unwrap_or(now);
+        self.step = step;
+        self
     }
 
     /// Takes a sample into `watch` when one is due. A sample taken as the process vanished says
@@ -56,7 +71,7 @@ impl Outside {
         }
         let s = Snapshot::new(
             self.started.elapsed().as_millis() as u64,
-            0,
+            self.step,
             None,
             HeapStats::default(),
             self.host.sample(),

@@ -209,6 +209,7 @@ fn follow(
     unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
     stops.follow(child.id());
     // A thread waits for the job so its death is timed precisely; this loop follows the ring.
+    let pid = child.id();
     let (tx, rx) = mpsc::channel();
     let mut outside = Some(Outside::open(child.id(), opts.interval));
     std::thread::spawn(move || {
@@ -218,11 +219,30 @@ fn follow(
     let mut reader: Option<RingReader> = None;
     let poll = opts.interval.min(Duration::from_millis(50));
     let outside_from = std::time::Instant::now() + OUTSIDE_GRACE;
+    // The ring's writer left while the job lives (it exec'd a program without the session): the
+    // ring is not reopened and the job is sampled from outside again.
+    let mut ring_done = false;
     let (status, died_unix_ms) = loop {
-        watch.open_ring(&mut reader, ring_path);
+        if !ring_done {
+            watch.open_ring(&mut reader, ring_path);
+        }
         if let Some(r) = reader.as_mut() {
             leave_outside(&mut outside, watch);
             watch.poll(r, outputs);
+            if !watch.finished && r.writer_gone(ring_path) && still_runs(pid) {
+                watch.drain(r, true, outputs);
+                reader = None;
+                ring_done = true;
+                let elapsed = watch
+                    .ring_start_unix_ms
+                    .map_or(0, |s| unix_ms().saturating_sub(s));
+                let step = watch.last().map_or(0, |s| s.step);
+                outside = Some(Outside::open(pid, opts.interval).after_ring(elapsed, step));
+                eprintln!(
+                    "memsight · job {pid} left its flight recorder and runs on (it exec'd a \
+                     program without memsight?): sampled from outside from now on"
+                );
+            }
         } else if let Some(o) = outside.as_mut() {
             // Sampled from its first instant, told to viewers once the ring had its chance.
             if std::time::Instant::now() < outside_from {
@@ -247,11 +267,13 @@ fn follow(
     };
     // SAFETY: restoring the default disposition.
     unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
-    watch.open_ring(&mut reader, ring_path);
+    if !ring_done {
+        watch.open_ring(&mut reader, ring_path);
+    }
     if let Some(r) = reader.as_mut() {
         leave_outside(&mut outside, watch);
         watch.drain(r, true, outputs);
-    } else if let Some(o) = &outside {
+    } else if let Some(o) = outside.as_ref().filter(|_| !ring_done) {
         watch.sources = o.sources();
     }
     (status.ok(), died_unix_ms)
@@ -269,4 +291,16 @@ fn leave_outside(outside: &mut Option<Outside>, watch: &mut Watch) {
     }
     // What the ring says is told to viewers (the outside samples kept quiet were never shown).
     watch.quiet = false;
+}
+
+/// Whether process `pid` still runs (exists and is not a zombie): a writer that left because the
+/// job ended is the end, not a hand-over to outside sampling.
+fn still_runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().to_string())
+        })
+        .is_some_and(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
 }

@@ -14,6 +14,8 @@ pub(crate) struct Watch {
     /// Keeps what it takes without telling viewers (outside samples of a job whose ring may still
     /// open and replace them); [`Watch::speak`] tells them.
     pub quiet: bool,
+    /// The job's session told it finished (its ring then goes quiet by design).
+    pub finished: bool,
     pub hello: Option<Record>,
     pub finished_report: Option<PathBuf>,
     pub ring_start_unix_ms: Option<u64>,
@@ -47,6 +49,7 @@ impl Watch {
             dropped: 0,
             dropped_told: 0,
             quiet: false,
+            finished: false,
             alloc_failures: (0, 0),
             ring_error: None,
             sources: Vec::new(),
@@ -143,6 +146,7 @@ impl Watch {
             match r {
                 Record::Snapshot(s) => self.timeline.push(*s),
                 Record::Finished { report_path } => {
+                    self.finished = true;
                     self.finished_report = report_path.map(PathBuf::from);
                 }
                 h @ Record::Hello { .. } => self.hello = Some(h),

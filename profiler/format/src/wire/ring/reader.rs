@@ -145,6 +145,20 @@ impl RingReader {
             .saturating_add(u64_at(&self.file, OFF_UNWRITTEN).unwrap_or(0))
     }
 
+    /// Whether no process writes the ring any more while this reader holds it: its writer (and
+    /// every child that inherited the writer's descriptor) closed it — it ended, or `exec`'d a
+    /// program without the session. Asked with the lock every holder takes: this reader lets go of
+    /// its own for the moment of an exclusive try on a fresh descriptor. Another reader (an
+    /// `attach`) holding it makes the answer "no".
+    pub fn writer_gone(&self, path: &Path) -> bool {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor this reader owns.
+        unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
+        let gone = is_unused(path);
+        hold(&self.file);
+        gone
+    }
+
     /// Every complete record written since the last call, oldest first.
     pub fn poll(&mut self) -> Vec<Record> {
         self.poll_inner(false)
