@@ -27,17 +27,21 @@ fn give_to_nobody(path: &Path) {
     assert_eq!(unsafe { libc::lchown(c.as_ptr(), NOBODY, NOBODY) }, 0);
 }
 
-fn memsight(args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
-    let out = Command::new(memsight_bin())
-        .args(args)
-        .envs(envs.iter().copied())
-        .stdin(Stdio::null())
-        .output()
-        .expect("memsight runs");
+/// Runs `cmd` with no standard input: (exit code, stdout, stderr).
+fn outcome(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.stdin(Stdio::null()).output().expect("the command runs");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn memsight(args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
+    outcome(
+        Command::new(memsight_bin())
+            .args(args)
+            .envs(envs.iter().copied()),
     )
 }
 
@@ -136,20 +140,13 @@ fn in_own_mount_namespace(script: &str, envs: &[(&str, &str)]) -> Option<(i32, S
         println!("SKIP: cannot make a mount namespace here (unshare -m)");
         return None;
     }
-    let out = Command::new("unshare")
-        .args(["-m", "sh", "-euc", script])
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "sh", "-euc", script])
         .envs(envs.iter().copied())
         .env("MEMSIGHT", memsight_bin())
         .env("JOB", JOB)
-        .env_remove("XDG_RUNTIME_DIR")
-        .stdin(Stdio::null())
-        .output()
-        .expect("unshare runs");
-    Some((
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
+        .env_remove("XDG_RUNTIME_DIR");
+    Some(outcome(&mut cmd))
 }
 
 #[test]

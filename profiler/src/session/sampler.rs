@@ -133,18 +133,12 @@ mod ring_sample_tests {
     use crate::devices::{DeviceSample, SegmentMap};
     use memsight_format::wire::ring::RingReader;
 
-    #[test]
-    fn a_sample_with_an_h100_sized_segment_map_still_reaches_the_ring() {
-        let dir = std::env::temp_dir().join(format!("memsight-seg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("ring.bin");
-        let _ = std::fs::remove_file(&path);
-        let ring = RingWriter::create(&path, 1, 0, 100).unwrap();
-        // 48 segments, largest first, with uneven cells: about 10 KB of JSON.
-        let segments: Vec<SegmentMap> = (0..48u64)
+    /// A snapshot of one device with `n` segments, largest first, with uneven cells.
+    fn with_segments(n: u64) -> (Snapshot, Vec<SegmentMap>) {
+        let segments: Vec<SegmentMap> = (0..n)
             .map(|i| SegmentMap {
-                bytes: (48 - i) << 21,
-                allocated_bytes: (47 - i) << 20,
+                bytes: (n - i) << 21,
+                allocated_bytes: (n - 1 - i) << 20,
                 cells: (0..32).map(|c| ((c * 37 + i * 11) % 256) as u8).collect(),
             })
             .collect();
@@ -156,6 +150,18 @@ mod ring_sample_tests {
             }],
             ..Default::default()
         };
+        (s, segments)
+    }
+
+    #[test]
+    fn a_sample_with_an_h100_sized_segment_map_still_reaches_the_ring() {
+        let dir = std::env::temp_dir().join(format!("memsight-seg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ring.bin");
+        let _ = std::fs::remove_file(&path);
+        let ring = RingWriter::create(&path, 1, 0, 100).unwrap();
+        // 48 segments, largest first, with uneven cells: about 10 KB of JSON.
+        let (s, segments) = with_segments(48);
         append_snapshot(&ring, &s);
         let got = RingReader::open(&path).unwrap().poll_final();
         let _ = std::fs::remove_dir_all(&dir);
@@ -174,21 +180,7 @@ mod ring_sample_tests {
         let _ = std::fs::remove_file(&path);
         let ring = RingWriter::create(&path, 1, 0, 100).unwrap();
         // 3,000 segments: about 600 KB of JSON, over a quarter of the 1 MiB ring.
-        let segments: Vec<SegmentMap> = (0..3000u64)
-            .map(|i| SegmentMap {
-                bytes: (3000 - i) << 21,
-                allocated_bytes: (2999 - i) << 20,
-                cells: (0..32).map(|c| ((c * 37 + i * 11) % 256) as u8).collect(),
-            })
-            .collect();
-        let s = Snapshot {
-            devices: vec![DeviceSample {
-                backend: "libtorch-cuda".into(),
-                segments: segments.clone(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
+        let (s, segments) = with_segments(3000);
         append_snapshot(&ring, &s);
         let mut reader = RingReader::open(&path).unwrap();
         let got = reader.poll_final();
