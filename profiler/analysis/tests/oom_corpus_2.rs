@@ -101,6 +101,35 @@ fn the_blind_sets_meet_the_issue_thresholds() {
     meets_thresholds(&["blind-3", "blind-4", "blind-5", "blind-6", "blind-7"]);
 }
 
+/// Blind set 8 (61 messages, committed before the reader ever ran on them): measured and printed
+/// (found, every fact, verdicts, and each miss), not asserted.
+#[test]
+fn the_eighth_blind_set_is_measured() {
+    let cases = cases("blind-8");
+    let outcomes: Vec<Outcome> = cases.iter().map(outcome).collect();
+    let n = outcomes.len();
+    let found = outcomes.iter().filter(|o| o.found).count();
+    let facts = outcomes.iter().filter(|o| o.facts).count();
+    let judged = outcomes.iter().filter(|o| o.verdict.is_some()).count();
+    let verdicts = outcomes.iter().filter(|o| o.verdict == Some(true)).count();
+    let pct = |a: usize, b: usize| 100.0 * a as f64 / b.max(1) as f64;
+    println!(
+        "blind-8: {n} cases; found {found}/{n} ({:.1}%), every fact {facts}/{n} ({:.1}%), verdicts {verdicts}/{judged} ({:.1}%)",
+        pct(found, n),
+        pct(facts, n),
+        pct(verdicts, judged)
+    );
+    for o in outcomes
+        .iter()
+        .filter(|o| !o.found || !o.facts || o.verdict == Some(false))
+    {
+        println!(
+            "miss [found {} facts {} verdict {:?}] {}",
+            o.found, o.facts, o.verdict, o.detail
+        );
+    }
+}
+
 fn meets_thresholds(files: &[&str]) {
     let file = files.join("+");
     let cases: Vec<Value> = files.iter().flat_map(|f| cases(f)).collect();
