@@ -50,10 +50,20 @@ pub struct Run {
 /// Runs `memsight ARGS…` with `stdin` as its standard input (empty when `None`), without the
 /// PyTorch allocator variables of the calling environment.
 pub fn run_memsight<S: AsRef<std::ffi::OsStr>>(args: &[S], stdin: Option<&str>) -> Run {
+    run_memsight_env(args, stdin, &[])
+}
+
+/// As [`run_memsight`], with more environment variables for it (and the job it runs).
+pub fn run_memsight_env<S: AsRef<std::ffi::OsStr>>(
+    args: &[S],
+    stdin: Option<&str>,
+    envs: &[(&str, &str)],
+) -> Run {
     use std::io::Write;
     use std::process::{Command, Stdio};
     let mut child = Command::new(memsight_bin())
         .args(args)
+        .envs(envs.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -71,6 +81,19 @@ pub fn run_memsight<S: AsRef<std::ffi::OsStr>>(args: &[S], stdin: Option<&str>) 
         out: String::from_utf8_lossy(&out.stdout).into_owned(),
         err: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// Polls `f` every 50 ms until it holds or `secs` seconds passed: whether it held. (A test waits
+/// for the condition it needs with a generous deadline, never for a fixed time.)
+pub fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(secs) {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
 }
 
 /// A small tmpfs mounted for one test (needs root); unmounted when dropped.

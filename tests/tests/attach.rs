@@ -5,7 +5,6 @@
 use memsight_e2e::{memsight_bin, run_memsight, scratch};
 use serde_json::Value;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// Grows to 48 MiB, then forks two children that hold 40 MiB each; every stage waits until the
 /// attached sidecar has sent samples of it (read from its live socket: `frames.SidecarSamples`),
@@ -123,13 +122,13 @@ fn a_memsight_job_is_followed_through_its_flight_recorder() {
         .env("JOB_WAIT_FILE", dir.join("go"))
         .spawn()
         .unwrap();
-    // The job waits at step 3 until the sidecar is attached (its live socket is there).
+    // Attached once the job's session has its flight recorder; the job waits at step 3 until the
+    // sidecar is attached (its live socket is there).
+    let ring = memsight_format::wire::default_ring_path(job.id()).unwrap();
+    memsight_e2e::wait_until(120, || ring.exists());
     let socket = memsight_sidecar::server::socket_path(job.id()).unwrap();
     let sidecar = attach(job.id(), &report);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !socket.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    memsight_e2e::wait_until(120, || socket.exists());
     std::fs::write(dir.join("go"), "").unwrap();
     job.wait().unwrap();
     let out = sidecar.wait_with_output().unwrap();

@@ -4,13 +4,12 @@
 //! first do not stop the job; two sidecars in separate PID namespaces sharing `/dev/shm` keep their
 //! own sockets; `--report -` keeps the job's output out of the JSON.
 
-use memsight_e2e::{memsight_bin, scratch};
+use memsight_e2e::{memsight_bin, scratch, wait_until};
 use serde_json::Value;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 const JOB: &str = env!("CARGO_BIN_EXE_stepping_job");
 const NOBODY: u32 = 65534;
@@ -38,11 +37,24 @@ fn outcome(cmd: &mut Command) -> (i32, String, String) {
 }
 
 fn memsight(args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
-    outcome(
-        Command::new(memsight_bin())
-            .args(args)
-            .envs(envs.iter().copied()),
-    )
+    let r = memsight_e2e::run_memsight_env(args, None, envs);
+    (r.code, r.out, r.err)
+}
+
+/// `memsight run --report DIR/r.json -- EXE`: (exit code, stdout, stderr) and the report's path.
+fn run_program(dir: &Path, exe: &Path) -> ((i32, String, String), std::path::PathBuf) {
+    let report = dir.join("r.json");
+    let ran = memsight(
+        &[
+            "run",
+            "--report",
+            report.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+        ],
+        &[],
+    );
+    (ran, report)
 }
 
 #[test]
@@ -233,10 +245,7 @@ fn sidecars_in_separate_pid_namespaces_keep_their_own_sockets() {
             })
             .unwrap_or(0)
     };
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while sockets() < 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(120, || sockets() >= 2);
     let seen = sockets();
     std::fs::write(dir.join("go"), "").unwrap();
     let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
@@ -298,17 +307,7 @@ fn a_dynamically_linked_musl_program_runs_under_memsight_run() {
         .status()
         .unwrap();
     assert!(built.success());
-    let report = dir.join("r.json");
-    let (code, out, err) = memsight(
-        &[
-            "run",
-            "--report",
-            report.to_str().unwrap(),
-            "--",
-            exe.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let ((code, out, err), report) = run_program(&dir, &exe);
     assert_eq!(code, 3, "the program's own exit code: {out}{err}");
     assert!(out.contains("musl ran 1"), "{out}{err}");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
@@ -349,17 +348,7 @@ fn run_c(name: &str, body: &str) -> Option<(i32, Value)> {
     }
     let dir = scratch(name);
     let exe = c_program(&dir, body)?;
-    let report = dir.join("r.json");
-    let (code, _, err) = memsight(
-        &[
-            "run",
-            "--report",
-            report.to_str().unwrap(),
-            "--",
-            exe.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let ((code, _, err), report) = run_program(&dir, &exe);
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap())
         .unwrap_or_else(|e| panic!("{e}: {err}"));
     Some((code, v))
@@ -442,10 +431,7 @@ fn terminated(name: &str, group: bool) -> (Option<i32>, Value) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !pid_file.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(120, || pid_file.exists());
     let target = if group {
         -(run.id() as i32)
     } else {
@@ -500,10 +486,7 @@ fn two_runs_given_the_same_report_do_not_lose_one_silently() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !pid_file.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(120, || pid_file.exists());
     let (code, _, err) = memsight(
         &[
             "run",

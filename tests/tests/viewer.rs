@@ -2,10 +2,9 @@
 //! tmux, keys switch screens (send-keys) and the screen text (capture-pane) must agree with the
 //! report the sidecar wrote (its peaks, and the allocation sites of the job's heap profiles). The set-up installs tmux; without it the test says why it skips.
 
-use memsight_e2e::{memsight_bin, scratch};
+use memsight_e2e::{memsight_bin, scratch, wait_until};
 use serde_json::Value;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 fn tmux(args: &[&str]) -> String {
     let out = Command::new("tmux").args(args).output().expect("tmux runs");
@@ -19,17 +18,6 @@ fn screen(session: &str) -> String {
 fn number_after(text: &str, word: &str) -> Option<u64> {
     let at = text.find(word)? + word.len();
     text[at..].split_whitespace().next()?.parse().ok()
-}
-
-fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(secs) {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
 }
 
 #[test]

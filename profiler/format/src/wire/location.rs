@@ -14,20 +14,22 @@ use std::sync::Once;
 pub fn runtime_dir() -> Result<PathBuf, (PathBuf, std::io::Error)> {
     // SAFETY: getuid cannot fail.
     let uid = unsafe { libc::getuid() };
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+    };
+    // (directory, whether its missing parents are made too: only under the user's own home).
     let candidates = [
-        std::env::var_os("XDG_RUNTIME_DIR")
-            .filter(|d| !d.is_empty())
-            .map(|d| PathBuf::from(d).join("memsight")),
-        Some(PathBuf::from(format!("/dev/shm/memsight-{uid}"))),
-        Some(std::env::temp_dir().join(format!("memsight-{uid}"))),
-        std::env::var_os("HOME")
-            .filter(|d| !d.is_empty())
-            .map(|d| PathBuf::from(d).join(".cache/memsight/runtime")),
+        var("XDG_RUNTIME_DIR").map(|d| (d.join("memsight"), false)),
+        Some((PathBuf::from(format!("/dev/shm/memsight-{uid}")), false)),
+        Some((std::env::temp_dir().join(format!("memsight-{uid}")), false)),
+        var("HOME").map(|d| (d.join(".cache/memsight/runtime"), true)),
     ];
     let mut last = None;
     let mut passed_over = Vec::new();
-    for dir in candidates.into_iter().flatten() {
-        match ensure(&dir) {
+    for (dir, make_parents) in candidates.into_iter().flatten() {
+        match ensure(&dir, make_parents) {
             Ok(()) => {
                 if !passed_over.is_empty() {
                     static WARNED: Once = Once::new();
@@ -52,15 +54,16 @@ pub fn runtime_dir() -> Result<PathBuf, (PathBuf, std::io::Error)> {
     Err(last.unwrap_or_else(|| (PathBuf::new(), std::io::Error::other("no candidate"))))
 }
 
-fn ensure(dir: &Path) -> std::io::Result<()> {
+/// Makes or opens `dir` as this user's own 0700 directory; its parent must exist unless
+/// `make_parents`.
+fn ensure(dir: &Path, make_parents: bool) -> std::io::Result<()> {
     let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             "names no directory",
         ));
     };
-    // `$HOME/.cache/memsight` may not exist yet; `/dev/shm` or `$XDG_RUNTIME_DIR` must.
-    let holder = if parent.ends_with(".cache/memsight") {
+    let holder = if make_parents {
         Dir::create_own(parent, 0o700)?
     } else {
         Dir::open(parent)?
