@@ -304,6 +304,51 @@ fn a_wrapped_per_process_list_keeps_its_processes() {
     }
 }
 
+/// Blind set 8's general misses, each as a mechanism and not as its one message: PyTorch's message
+/// cut after its free clause (an issue title: no period, or an ellipsis) keeps the device, total
+/// and free memory; TensorFlow's BFC warning without its allocator's name is TensorFlow's, with
+/// its size; a size given as a label (`requestedSpace: N B`), on the message's line or on the
+/// indented line that continues it, is the request.
+#[test]
+fn cut_titles_old_bfc_wordings_and_labelled_sizes_keep_their_facts() {
+    for tail in ["", " ...", "…", "\nSteps to reproduce: run train.py"] {
+        let text = format!("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 63.98 GiB of which 1.50 GiB is free{tail}");
+        let (k, f, _, _) = one(&text);
+        assert_eq!(k, "torch_cuda_oom_new", "{text}");
+        assert_eq!(
+            (
+                f["device_index"].as_i64(),
+                f["total_bytes"].as_i64(),
+                f["free_bytes"].as_i64()
+            ),
+            (Some(1), Some(68_698_001_900), Some(3 << 29)),
+            "{text}"
+        );
+    }
+    // Cut inside the free clause: only what is whole.
+    let (_, f, _, _) = one("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 7.79 GiB of which 3.");
+    assert_eq!(f["free_bytes"], Value::Null, "{f}");
+    for text in [
+        "W tensorflow/core/common_runtime/bfc_allocator.cc:274] Ran out of memory trying to allocate 1.5GiB.  See logs for memory state.",
+        "2019-03-01 W bfc_allocator.cc:211] Allocator ran out of memory trying to allocate 1.5GiB. Current allocation summary follows.",
+    ] {
+        let (k, f, _, _) = one(text);
+        assert_eq!(k, "tensorflow_oom", "{text}");
+        assert_eq!(f["requested_bytes"], 3u64 << 29, "{text}");
+    }
+    for text in [
+        "MyPoolAllocator: out of memory [requested size: 4096 bytes]",
+        "ERROR: DeviceArena out of memory\n\t(requested_bytes=4096 B)",
+    ] {
+        let (k, f, _, _) = one(text);
+        assert_eq!(k, "generic_oom", "{text}");
+        assert_eq!(f["requested_bytes"], 4096, "{text}");
+    }
+    // An unindented next line is a record of its own: its size is not the request.
+    let (_, f, _, _) = one("DeviceArena out of memory\nrequested 4096 B by the next job");
+    assert_eq!(f["requested_bytes"], Value::Null, "{f}");
+}
+
 /// A deterministic stream of ordinary training-log lines: HF Trainer and Lightning progress,
 /// loss lines, tqdm bars, NCCL INFO lines, DeepSpeed and vLLM memory reports, and warnings that
 /// mention memory harmlessly.

@@ -47,9 +47,12 @@ static TF_TENSOR: Pattern = LazyLock::new(|| {
         r"OOM when allocating tensor (?:with|of) shape\s?\[([0-9,\s]*)\](?: and type ([A-Za-z0-9_]+))?(?: on ([^\s\]]+))?(?: by allocator ([A-Za-z0-9_]+))?",
     )
 });
+/// The BFC allocator's warning, with its allocator's name (`Allocator (GPU_0_bfc) ran out …`,
+/// `Allocator ran out …`) or in the older wording without it (`Ran out of memory trying to
+/// allocate 220.5KiB.  See logs for memory state.`); a printed size must follow.
 static TF_BFC: Pattern = LazyLock::new(|| {
     compile(
-        r"Allocator \(([A-Za-z0-9_]+)\) ran out of memory trying to allocate {SIZE}(?:[^\n]*?freed_by_count=([0-9]+))?",
+        r"(?:Allocator(?: \(([A-Za-z0-9_]+)\))? ran|\bRan) out of memory trying to allocate {SIZE}(?:[^\n]*?freed_by_count=([0-9]+))?",
     )
 });
 static TF_RAN_OUT: Pattern =

@@ -8,9 +8,11 @@ use super::Kind;
 use regex::Regex;
 use std::sync::LazyLock;
 
+/// The ≥ 2.1 message up to its free clause; also cut there, at the end of a line (an issue title,
+/// `… is free` with no period, or with an ellipsis), where the clauses it does state are whole.
 static NEW: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(
-        r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. Tried to allocate {SIZE}\. GPU:?\s?([0-9]+) has a total capac(?:i)?ty of {SIZE}(?: of which {SIZE} is free)?\.",
+        r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. Tried to allocate {SIZE}\. GPU:?\s?([0-9]+) has a total capac(?:i)?ty of {SIZE}(?: of which {SIZE} is free)?(?:\.|[\x20\t]*(?:…|\.\.\.)?[\x20\t]*(?m:$))",
     )
 });
 static OLD: LazyLock<Option<Regex>> = LazyLock::new(|| {

@@ -161,8 +161,10 @@ fn is_code_or_setting(lower: &str) -> bool {
 /// A line within this many lines of a specific reader's message belongs to that message.
 const NEAR: usize = 6;
 
+/// A size after `allocate`, `requested` (also a label: `requestedSpace: 148560384 B`,
+/// `requested size: 2 GiB`), `amount of memory (`, ….
 static SIZE_AFTER: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)(?:allocate|allocating|allocation of|failed to map|requested|request(?:ing)? of|tried to allocate|amount of (?:gpu |device |host )?memory \(|requires? more (?:\w+ ){0,2}memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?\s?(bytes|byte|[KMGTP]i?B|B)\b").ok()
+    Regex::new(r"(?i)(?:allocate|allocating|allocation of|failed to map|requested(?:[a-z_ ]{0,16}?[:=])?|request(?:ing)? of|tried to allocate|amount of (?:gpu |device |host )?memory \(|requires? more (?:\w+ ){0,2}memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?\s?(bytes|byte|[KMGTP]i?B|B)\b").ok()
 });
 /// A size after `buffer of size` (llama.cpp's `failed to allocate CPU buffer of size 84940800`):
 /// bytes when no unit follows.
@@ -276,8 +278,17 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
             continue;
         }
         let l = &text[h.start..h.end];
-        let (kind, facts) = attribute(l);
-        let mut p = Piece::part(h.start, h.end, kind, facts, true);
+        let (kind, mut facts) = attribute(l);
+        let mut end = h.end;
+        // A message that goes on in an indented line (`CudaCustomAllocator out of memory` then
+        // ` [requestedSpace: 148560384 B]`) states its size there.
+        if kind == Kind::GenericOom && facts.get("requested_bytes").is_none() {
+            if let Some((to, b)) = indented_size(text, h.end) {
+                facts.int("requested_bytes", b);
+                end = to;
+            }
+        }
+        let mut p = Piece::part(h.start, end, kind, facts, true);
         let lower = l.to_ascii_lowercase();
         p.notes.device = DEVICE_WORDS.iter().any(|w| lower.contains(w));
         p.notes.host_words = HOST_WORDS.iter().any(|w| lower.contains(w));
@@ -294,6 +305,22 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
             .any(|w| lower.contains(w) || following.contains(w));
         out.push(p);
     }
+}
+
+/// The size stated by the line after `end` when that line is indented (it continues the message
+/// before it), with that line's end.
+fn indented_size(text: &str, end: usize) -> Option<(usize, i128)> {
+    let start = end + 1;
+    let next = text.get(start..)?;
+    if !next.starts_with([' ', '\t']) {
+        return None;
+    }
+    let to = super::scan::line_end(text, start);
+    let line = &text[start..to];
+    let b = [&SIZE_AFTER, &SIZE_OF]
+        .iter()
+        .find_map(|re| re.as_ref()?.captures(line).and_then(|c| size_of(&c)))?;
+    Some((to, b))
 }
 
 /// `line` without the logger's prefixes: parenthesized or bracketed groups before the text.
