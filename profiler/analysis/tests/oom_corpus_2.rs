@@ -71,9 +71,10 @@ fn outcome(case: &Value) -> Outcome {
 #[test]
 fn the_tuning_half_gets_every_fact_and_verdict() {
     let cases = cases("tune");
-    let wrong: Vec<String> = cases
-        .iter()
-        .map(outcome)
+    let outcomes: Vec<Outcome> = cases.iter().map(outcome).collect();
+    println!("{}", figures("tune", &outcomes));
+    let wrong: Vec<String> = outcomes
+        .into_iter()
         .filter(|o| !o.found || !o.facts || o.verdict == Some(false))
         .map(|o| o.detail)
         .collect();
@@ -101,39 +102,46 @@ fn the_blind_sets_meet_the_issue_thresholds() {
     meets_thresholds(&["blind-3", "blind-4", "blind-5", "blind-6", "blind-7"]);
 }
 
-/// Blind set 8 (61 messages, committed before the reader ever ran on them): measured and printed
-/// (found, every fact, verdicts, and each miss), not asserted.
+/// Blind sets 8 (61 messages) and 9 (63), each committed before the reader ever ran on them:
+/// measured and printed (found, every fact, verdicts, and each miss), not asserted.
 #[test]
-fn the_eighth_blind_set_is_measured() {
-    let cases = cases("blind-8");
-    let outcomes: Vec<Outcome> = cases.iter().map(outcome).collect();
+fn the_eighth_and_ninth_blind_sets_are_measured() {
+    for file in ["blind-8", "blind-9"] {
+        let outcomes: Vec<Outcome> = cases(file).iter().map(outcome).collect();
+        println!("{}", figures(file, &outcomes));
+        for o in outcomes
+            .iter()
+            .filter(|o| !o.found || !o.facts || o.verdict == Some(false))
+        {
+            println!(
+                "miss [found {} facts {} verdict {:?}] {}",
+                o.found, o.facts, o.verdict, o.detail
+            );
+        }
+    }
+}
+
+/// One line of figures: cases, found, every fact, verdicts (of the cases that name one).
+fn figures(file: &str, outcomes: &[Outcome]) -> String {
     let n = outcomes.len();
     let found = outcomes.iter().filter(|o| o.found).count();
     let facts = outcomes.iter().filter(|o| o.facts).count();
     let judged = outcomes.iter().filter(|o| o.verdict.is_some()).count();
     let verdicts = outcomes.iter().filter(|o| o.verdict == Some(true)).count();
     let pct = |a: usize, b: usize| 100.0 * a as f64 / b.max(1) as f64;
-    println!(
-        "blind-8: {n} cases; found {found}/{n} ({:.1}%), every fact {facts}/{n} ({:.1}%), verdicts {verdicts}/{judged} ({:.1}%)",
+    format!(
+        "{file}: {n} cases; found {found}/{n} ({:.1}%), every fact {facts}/{n} ({:.1}%), verdicts {verdicts}/{judged} ({:.1}%)",
         pct(found, n),
         pct(facts, n),
         pct(verdicts, judged)
-    );
-    for o in outcomes
-        .iter()
-        .filter(|o| !o.found || !o.facts || o.verdict == Some(false))
-    {
-        println!(
-            "miss [found {} facts {} verdict {:?}] {}",
-            o.found, o.facts, o.verdict, o.detail
-        );
-    }
+    )
 }
 
 fn meets_thresholds(files: &[&str]) {
     let file = files.join("+");
     let cases: Vec<Value> = files.iter().flat_map(|f| cases(f)).collect();
     let outcomes: Vec<Outcome> = cases.iter().map(outcome).collect();
+    println!("{}", figures(&file, &outcomes));
     let n = outcomes.len() as f64;
     let found = outcomes.iter().filter(|o| o.found).count() as f64;
     let facts = outcomes.iter().filter(|o| o.facts).count() as f64;
@@ -470,13 +478,32 @@ fn ordinary_log(lines: usize) -> String {
 }
 
 /// No false positives: `memsight diagnose` reports "no out-of-memory message found" (exit 1)
-/// exactly when `diagnose` finds nothing.
+/// exactly when `diagnose` finds nothing (`tests/tests/diagnose.rs` runs the binary on the same
+/// log, `fixtures/ordinary-training.log`).
 #[test]
 fn a_thousand_lines_of_ordinary_training_logs_hold_no_memory_failure() {
     let log = ordinary_log(1000);
     assert_eq!(log.lines().count(), 1000);
     let found = diagnose(&log, &Context::default());
     assert!(found.is_empty(), "{found:#?}");
+}
+
+/// `fixtures/ordinary-training.log` is `ordinary_log(1000)` with a final newline; with
+/// `MEMSIGHT_UPDATE_FIXTURES=1` this test writes it.
+#[test]
+fn the_ordinary_training_log_fixture_is_current() {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ordinary-training.log");
+    let log = format!("{}\n", ordinary_log(1000));
+    if std::env::var_os("MEMSIGHT_UPDATE_FIXTURES").is_some() {
+        std::fs::write(&path, &log).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        on_disk == log,
+        "{} is stale: rerun with MEMSIGHT_UPDATE_FIXTURES=1",
+        path.display()
+    );
 }
 
 /// Real errors from the same public threads that are not memory failures give no finding: CUDA's

@@ -31,13 +31,16 @@ static THC_CHECK: Pattern = LazyLock::new(|| {
 });
 static THC_ERROR: Pattern = LazyLock::new(|| {
     compile(&format!(
-        r"{EXC}cuda runtime error \(([0-9]+)\) : (out of memory)(?: at (\S+:[0-9]+))?"
+        r"{EXC}cuda runtime err(?:or)?\s*\(([0-9]+)\)\s*: (out of memory)(?: at (\S+:[0-9]+))?"
     ))
 });
+/// A failed check that the CUDA call returned `cudaSuccess`: glog/Caffe's `Check failed: error ==
+/// cudaSuccess (2 vs. 0) out of memory`, and Caffe2's `[enforce fail at F:L] error == cudaSuccess.
+/// 2 vs 0. Error at: F:L: out of memory` (its exception type and where the call failed).
 static GLOG_CHECK: Pattern = LazyLock::new(|| {
-    compile(
-        r"Check failed: (?:\w+ == cudaSuccess(?: \(([0-9]+) vs\. 0\))?|cudaSuccess == \w+ \(0 vs\. ([0-9]+)\))[:\s]*(?:(?:Cuda Error|CUDA): )?(out of memory)",
-    )
+    compile(&format!(
+        r"(?:Check failed: |{EXC}\[enforce fail at [^\]\n]*\] )(?:\w+ == cudaSuccess(?:(?: \(|\. )([0-9]+) vs\.? 0\)?\.?)?|cudaSuccess == \w+ \(0 vs\. ([0-9]+)\))(?: Error at: (\S+:[0-9]+))?[:\s]*(?:(?:Cuda Error|CUDA): )?(out of memory)",
+    ))
 });
 static CUPY: Pattern = LazyLock::new(|| {
     compile(&format!(
@@ -113,8 +116,10 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     });
     each(&GLOG_CHECK, text, |c, s, e| {
         let mut f = Facts::default();
-        f.opt_int("cuda_error_code", int_at(c, 1).or_else(|| int_at(c, 2)));
-        f.opt_text("error_string", words_at(c, 3).as_deref());
+        f.opt_text("exception_type", str_at(c, 1));
+        f.opt_int("cuda_error_code", int_at(c, 2).or_else(|| int_at(c, 3)));
+        f.opt_text("location", str_at(c, 4));
+        f.opt_text("error_string", words_at(c, 5).as_deref());
         out.push(Piece::message(s, e, kind, f));
     });
     each(&CUPY, text, |c, s, e| {

@@ -37,7 +37,7 @@ static SRUN: Pattern =
     LazyLock::new(|| compile(r"srun: error: (?:\S+: tasks? [0-9][0-9,-]*: )?Out Of Memory"));
 static K8S_ROW: Pattern = LazyLock::new(|| {
     compile(
-        r"(?m)^[\t\x20]*(?:[a-z0-9][a-z0-9-]*[\t\x20]+)?([A-Za-z0-9][\w./-]*)[\t\x20]+[0-9]+/[0-9]+[\t\x20]+OOMKilled[\t\x20]+([0-9]+)",
+        r"(?m)^[\t\x20]*`?(?:[a-z0-9][a-z0-9-]*[\t\x20]+)?([A-Za-z0-9][\w./-]*)[\t\x20]+[0-9]+/[0-9]+[\t\x20]+OOMKilled(?:[\t\x20]+([0-9]+)|[\t\x20]*(?:`|$))",
     )
 });
 static K8S_REASON: Pattern =

@@ -39,6 +39,8 @@ static PRIVATE_POOLS: LazyLock<Option<Regex>> =
     LazyLock::new(|| compile(r"with {SIZE} allocated in private pools"));
 static UNALLOCATED: LazyLock<Option<Regex>> =
     LazyLock::new(|| compile(r"and {SIZE} is reserved by PyTorch but unallocated"));
+/// A blank line: the end of a paragraph.
+static PARAGRAPH: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"\n[\t\x20]*\n").ok());
 static NEXT_OOM: LazyLock<Option<Regex>> = LazyLock::new(|| compile(r"(?i)out of memory"));
 static CLAUSE: LazyLock<Option<Regex>> =
     LazyLock::new(|| compile(r"^\s*{SIZE}\s+([A-Za-z][A-Za-z\s]*?)\s*$"));
@@ -156,7 +158,14 @@ fn cuda_old(text: &str, out: &mut Vec<Piece>) {
         let mut f = Facts::default();
         backend_and_request(&c, &mut f);
         f.opt_int("device_index", int_at(&c, 4));
-        for part in str_at(&c, 5).unwrap_or("").split(';') {
+        // The clause list ends at a blank line, closing parenthesis or not: a message never
+        // spans a paragraph break (a paste that lost the `)` goes on with the reporter's prose).
+        let list = str_at(&c, 5).unwrap_or("");
+        let list = PARAGRAPH
+            .as_ref()
+            .and_then(|re| re.find(list))
+            .map_or(list, |m| &list[..m.start()]);
+        for part in list.split(';') {
             let Some(pc) = clause.captures(part) else {
                 continue;
             };
