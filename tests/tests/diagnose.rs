@@ -140,6 +140,40 @@ fn no_oom_and_bad_input_have_their_own_exit_codes() {
     assert_eq!(code, 0, "{out}");
 }
 
+/// 1,000 lines of ordinary training logs (progress bars, loss lines, NCCL INFO, DeepSpeed and vLLM
+/// memory reports, warnings that mention memory harmlessly; the library's no-false-positive test
+/// reads the same file): the binary finds no memory failure and says so with exit code 1, as a
+/// file, on standard input and with `--json`.
+#[test]
+fn ordinary_training_logs_have_no_memory_failure_and_exit_1() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiler/analysis/tests/fixtures/ordinary-training.log"
+    );
+    let log = std::fs::read_to_string(path).unwrap();
+    assert_eq!(log.lines().count(), 1000);
+
+    let (code, out, err) = diagnose(&[path], None);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains(&format!("no out-of-memory message found in {path}")),
+        "{out}"
+    );
+    assert!(!out.contains("verdict:"), "{out}");
+
+    let (code, out, _) = diagnose(&[], Some(&log));
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("no out-of-memory message found in standard input"),
+        "{out}"
+    );
+
+    let (code, out, err) = diagnose(&["--json", path], None);
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v, serde_json::json!({"findings": []}), "{out}");
+}
+
 #[test]
 fn json_output_holds_sizes_of_2_pow_64_bytes_and_more() {
     // 16777216.00 TiB = 2^64 bytes: past u64, which once made `--json` panic (exit 101).

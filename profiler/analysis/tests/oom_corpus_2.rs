@@ -357,6 +357,42 @@ fn cut_titles_old_bfc_wordings_and_labelled_sizes_keep_their_facts() {
     assert_eq!(f["requested_bytes"], Value::Null, "{f}");
 }
 
+/// Blind set 9's general misses, each as a mechanism: Caffe2's enforce form of the cudaSuccess
+/// check, THC's `err(N)`, an old-wording message whose `)` was lost before the reporter's next
+/// paragraph, and a `kubectl get pods` row that ends at its STATUS column.
+#[test]
+fn caffe2_checks_thc_err_lost_parens_and_short_pod_rows_keep_their_facts() {
+    let (k, f, _, _) = one("RuntimeError: [enforce fail at context_gpu.cu:343] error == cudaSuccess. 2 vs 0. Error at: /opt/caffe2/core/context_gpu.cu:343: out of memory");
+    assert_eq!(k, "cuda_driver_oom");
+    assert_eq!(
+        (
+            f["cuda_error_code"].as_i64(),
+            f["location"].as_str(),
+            f["exception_type"].as_str()
+        ),
+        (
+            Some(2),
+            Some("/opt/caffe2/core/context_gpu.cu:343"),
+            Some("RuntimeError")
+        )
+    );
+    let (k, f, _, _) =
+        one("RuntimeError: cuda runtime err(2): out of memory at /x/THC/THCStorage.cu:58");
+    assert_eq!(
+        (k.as_str(), f["cuda_error_code"].as_i64()),
+        ("cuda_driver_oom", Some(2))
+    );
+    let (_, f, _, _) = one("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 3.95 GiB total capacity; 3.10 GiB already allocated; 2.00 MiB free; 3.20 GiB reserved in total by PyTorch\n\nI set batch size 2 and 4 (both fail).");
+    assert_eq!(f["reserved_total_bytes"], 3_435_973_837u64, "{f}");
+    for row in [
+        "`default   trainer-0   0/1   OOMKilled`",
+        "default   trainer-0   0/1   OOMKilled",
+    ] {
+        let (_, f, _, _) = one(row);
+        assert_eq!(f["pod"], "trainer-0", "{row}");
+    }
+}
+
 /// A deterministic stream of ordinary training-log lines: HF Trainer and Lightning progress,
 /// loss lines, tqdm bars, NCCL INFO lines, DeepSpeed and vLLM memory reports, and warnings that
 /// mention memory harmlessly.
