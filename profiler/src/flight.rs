@@ -26,6 +26,14 @@ pub(crate) fn remove() {
     *lock(&FLIGHT) = None;
 }
 
+/// In a forked child: forgets the parent's flight recorder without waiting for a lock another
+/// thread of the parent held at the fork (it then stays, unused). Returns the ring, for the
+/// caller to let go of.
+pub(crate) fn forget_in_child() -> Option<&'static RingWriter> {
+    let mut f = FLIGHT.try_lock().ok()?;
+    f.take().and_then(|f| f.ring)
+}
+
 /// Milliseconds since the running session started; `None` without a session.
 pub(crate) fn session_ms() -> Option<u64> {
     lock(&FLIGHT)

@@ -62,4 +62,9 @@ pub use phases::{
 };
 pub use report::Report;
 pub use session::{print_snapshot, snapshot, Session, SessionBuilder, SessionError};
+
+/// What the preloaded library tells the session about its process (a fork, an exit).
+pub mod process {
+    pub use crate::session::{exiting, forget_inherited, forked, writes_user_report};
+}
 pub use snapshot::Snapshot;

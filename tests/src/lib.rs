@@ -29,6 +29,32 @@ pub fn preload_built() -> bool {
     built
 }
 
+/// A fresh child of this process's v1 memory cgroup limited to `limit` bytes (swap included),
+/// named after `name`; an error says why none can be made here (the test then skips).
+pub fn child_cgroup(name: &str, limit: u64) -> Result<PathBuf, String> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
+    let rel = own
+        .lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
+            ctrl.split(',')
+                .any(|c| c == "memory")
+                .then(|| path.to_string())
+        })
+        .ok_or("no cgroup v1 memory controller for this process")?;
+    let dir = PathBuf::from("/sys/fs/cgroup/memory")
+        .join(rel.trim_start_matches('/'))
+        .join(format!("memsight-{name}-{}", std::process::id()));
+    std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let set = |f: &str, v: u64| std::fs::write(dir.join(f), v.to_string());
+    set("memory.limit_in_bytes", limit).map_err(|e| format!("cannot set the limit: {e}"))?;
+    if dir.join("memory.memsw.limit_in_bytes").exists() {
+        set("memory.memsw.limit_in_bytes", limit).map_err(|e| format!("cannot limit swap: {e}"))?;
+    }
+    Ok(dir)
+}
+
 /// A fresh scratch directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("memsight-e2e-{name}-{}", std::process::id()));

@@ -2,39 +2,13 @@
 //! from the cgroup's OOM-kill count. Needs permission to create a child memory cgroup (cgroup v1,
 //! as root here); elsewhere the test says why it skips.
 
-use memsight_e2e::{memsight_bin, scratch};
+use memsight_e2e::{child_cgroup, memsight_bin, scratch};
 use serde_json::Value;
-use std::path::PathBuf;
 use std::process::Command;
-
-/// A fresh child of this process's v1 memory cgroup limited to `limit` bytes (swap included).
-fn child_cgroup(limit: u64) -> Result<PathBuf, String> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
-    let rel = own
-        .lines()
-        .find_map(|l| {
-            let mut f = l.splitn(3, ':');
-            let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
-            ctrl.split(',')
-                .any(|c| c == "memory")
-                .then(|| path.to_string())
-        })
-        .ok_or("no cgroup v1 memory controller for this process")?;
-    let dir = PathBuf::from("/sys/fs/cgroup/memory")
-        .join(rel.trim_start_matches('/'))
-        .join(format!("memsight-oom-{}", std::process::id()));
-    std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let set = |f: &str, v: u64| std::fs::write(dir.join(f), v.to_string());
-    set("memory.limit_in_bytes", limit).map_err(|e| format!("cannot set the limit: {e}"))?;
-    if dir.join("memory.memsw.limit_in_bytes").exists() {
-        set("memory.memsw.limit_in_bytes", limit).map_err(|e| format!("cannot limit swap: {e}"))?;
-    }
-    Ok(dir)
-}
 
 #[test]
 fn an_oom_killed_job_gets_an_oom_post_mortem() {
-    let cg = match child_cgroup(192 << 20) {
+    let cg = match child_cgroup("oom", 192 << 20) {
         Ok(d) => d,
         Err(why) => {
             println!("SKIP: {why}");

@@ -119,7 +119,15 @@ fn finish(outcome: &memsight_sidecar::RunOutcome, report: &std::path::Path) -> E
     match &outcome.report_error {
         Some(e) => say!("memsight: the report was not written: {}", line(e)),
         None if memsight_sidecar::to_stdout(report) => {}
-        None => say!("memsight · report written to {}", line(&report.display())),
+        None => {
+            let job = memsight_sidecar::report_for(report, None);
+            say!("memsight · report written to {}", line(&job.display()));
+            for r in &outcome.report.ranks {
+                if let Some(p) = &r.report {
+                    say!("memsight · {} report written to {}", r.role_text(), line(p));
+                }
+            }
+        }
     }
     ExitCode::from(outcome.exit_code.clamp(0, 255) as u8)
 }

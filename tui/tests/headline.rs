@@ -48,6 +48,7 @@ fn live_from(r: &Report) -> ViewerState {
         start_unix_ms: 0,
         interval_ms: r.interval_ms,
         memsight_version: "test".into(),
+        process: Default::default(),
     });
     for s in &r.timeline {
         live.apply(Record::Snapshot(Box::new(s.clone())));

@@ -57,7 +57,7 @@ class WithSession(unittest.TestCase):
             phases(report), {"train": 4, "train/forward": 4, "train/optimizer": 4}
         )
 
-    def test_forked_child_marks_nothing(self):
+    def test_forked_child_is_measured_on_its_own(self):
         report, out = run(
             """
             import json, os, memsight
@@ -81,7 +81,10 @@ class WithSession(unittest.TestCase):
             print(json.dumps(child))
             """
         )
-        self.assertEqual(last_json(out), {"active": False, "snapshot": None})
+        child = last_json(out)
+        # The child is measured on its own (its own step), and marks nothing in its parent.
+        self.assertTrue(child["active"])
+        self.assertEqual(child["snapshot"]["step"], 100)
         self.assertEqual(steps(report), [0, 1, 2])
         self.assertEqual(phases(report), {"train": 1})
 

@@ -145,6 +145,13 @@ pub struct TreeProcess {
     /// `smaps_rollup`). What the machine would get back if this process alone exited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uss: Option<u64>,
+    /// Its live heap bytes, counted in-process (a process that carries memsight), a forked
+    /// worker's without what it inherited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap: Option<u64>,
+    /// Its role in the job, once the sidecar knows it (`rank 1`, `worker of rank 0`…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
 }
 
 impl TreeProcess {

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! units, clock, safe_file, text, input (leaves; input names sizes with units)
-//! heap, host, device, phase, heap_profile (what one side measured)
+//! heap, host, device, phase, heap_profile, process (what one side measured)
 //!   └─ snapshot ─ timeline               (one instant; the run's series and peaks)
 //!        └─ report                       (the end of a run: peaks, tips, budgets' input)
 //!             └─ wire                    (flight-recorder ring and socket records)
@@ -20,6 +20,7 @@ pub mod heap_profile;
 pub mod host;
 pub mod input;
 pub mod phase;
+pub mod process;
 pub mod report;
 pub mod safe_dir;
 pub mod safe_file;

@@ -291,6 +291,7 @@ fn records() -> Vec<Record> {
             start_unix_ms: 1,
             interval_ms: 100,
             memsight_version: "0.1.0".into(),
+            process: Default::default(),
         },
         Record::Snapshot(Box::new(snapshot(100))),
         Record::Phases {

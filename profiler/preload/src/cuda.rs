@@ -14,7 +14,7 @@ use std::ffi::c_int;
 /// and, once, to stderr.
 #[no_mangle]
 pub extern "C" fn InitializeInjection() -> c_int {
-    if crate::job::owned_here() {
+    if crate::job::measured_here() {
         let status = memsight::devices::cupti::install();
         if !status.available {
             eprintln!("memsight: cupti absent: {}", status.detail);

@@ -3,7 +3,7 @@
 //! the session (a forked worker), returns rather than panics on bad input, and takes strings as
 //! NUL-terminated UTF-8 and structured data as JSON in the report's own types.
 
-use crate::job::owned_here;
+use crate::job::measured_here;
 use memsight::collect::SourceStatus;
 use memsight::devices::{self, DeviceOom, DeviceSample, DeviceSource};
 use std::ffi::{c_char, c_int, CStr, CString};
@@ -15,16 +15,17 @@ pub extern "C" fn memsight_abi_version() -> u32 {
     1
 }
 
-/// 1 when this process owns a running session (steps and phases are recorded), else 0.
+/// 1 when this process is measured (its steps and phases are recorded), else 0.
 #[no_mangle]
 pub extern "C" fn memsight_active() -> c_int {
-    c_int::from(owned_here())
+    c_int::from(measured_here())
 }
 
 /// Marks the start of training step `n`.
 #[no_mangle]
 pub extern "C" fn memsight_step(n: u64) {
-    if owned_here() {
+    if measured_here() {
+        crate::job::marked();
         memsight::step(n);
     }
 }
@@ -37,7 +38,10 @@ pub extern "C" fn memsight_step(n: u64) {
 #[no_mangle]
 pub unsafe extern "C" fn memsight_phase_enter(name: *const c_char) -> *mut memsight::PhaseGuard {
     match text(name) {
-        Some(name) if owned_here() => Box::into_raw(Box::new(memsight::phase(&name))),
+        Some(name) if measured_here() => {
+            crate::job::marked();
+            Box::into_raw(Box::new(memsight::phase(&name)))
+        }
         _ => std::ptr::null_mut(),
     }
 }
@@ -52,7 +56,7 @@ pub unsafe extern "C" fn memsight_phase_exit(guard: *mut memsight::PhaseGuard) {
         return;
     }
     let guard = Box::from_raw(guard);
-    if owned_here() {
+    if measured_here() {
         drop(guard);
     } else {
         // A forked child leaving a phase its parent opened: nothing of the parent's is closed.
@@ -64,7 +68,7 @@ pub unsafe extern "C" fn memsight_phase_exit(guard: *mut memsight::PhaseGuard) {
 /// [`memsight_string_free`]; null outside the owning process.
 #[no_mangle]
 pub extern "C" fn memsight_snapshot_json() -> *mut c_char {
-    if !owned_here() {
+    if !measured_here() {
         return std::ptr::null_mut();
     }
     serde_json::to_string(&memsight::snapshot())
@@ -101,7 +105,7 @@ pub unsafe extern "C" fn memsight_device_push(
     let Ok(samples) = serde_json::from_str::<Vec<DeviceSample>>(&json) else {
         return -1;
     };
-    if owned_here() {
+    if measured_here() {
         *pushed(&name).lock().unwrap_or_else(|e| e.into_inner()) = samples;
     }
     0
@@ -119,7 +123,7 @@ pub unsafe extern "C" fn memsight_device_absent(
     let (Some(name), Some(why)) = (text(source), text(why)) else {
         return -1;
     };
-    if owned_here() {
+    if measured_here() {
         devices::register_absent(&name, &why);
     }
     0
@@ -135,7 +139,7 @@ pub unsafe extern "C" fn memsight_device_oom(oom_json: *const c_char) -> c_int {
     let Some(oom) = text(oom_json).and_then(|j| serde_json::from_str::<DeviceOom>(&j).ok()) else {
         return -1;
     };
-    if owned_here() {
+    if measured_here() {
         devices::record_oom(oom);
     }
     0

@@ -1,33 +1,54 @@
-//! The session of the job this library is loaded into: started as the library loads when
-//! `memsight run` (or the user) asked for one through the environment, finished as the process
-//! exits. Only the process that loaded the library owns it: a forked child (a DataLoader worker)
-//! neither marks steps in it nor finishes it, and programs the job starts do not inherit it. A
-//! launcher (a shell running a script, `env`, `timeout`…) is not the job: it passes the session on.
-//! A program that links memsight (its own `malloc` family) is left to its own session.
+//! The session of the process this library is loaded into. Under `memsight run` every process of
+//! the job carries the library (it stays in `LD_PRELOAD` and the job's variables stay set), and
+//! every one is measured: each starts a session of its own — its own ring and report, which the
+//! sidecar assembles into the job — once it has lived [`START_AFTER`]; one that ends sooner (a
+//! `date` in a shell loop) leaves nothing behind. A forked child (a DataLoader worker) forgets its
+//! parent's session and starts its own, counting from what it inherited. `exit` and `_exit` say
+//! the exit code in the ring, so the sidecar tells an exit from a kill. No program is chosen or
+//! passed over by its name. A program that links memsight (its own `malloc` family) is left to
+//! its own session.
 
 use memsight::Session;
-use std::ffi::{c_char, c_int};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 static SESSION: Mutex<Option<Session>> = Mutex::new(None);
-/// The process that started the session (0: none).
+/// The process whose session runs (0: none).
 static OWNER: AtomicI32 = AtomicI32::new(0);
+/// The process that is measured: its session runs or starts soon (0: none).
+static MEASURED: AtomicI32 = AtomicI32::new(0);
+/// Set once the process marked a step or phase: it is worth a report, however short it ran.
+static MARKED: AtomicBool = AtomicBool::new(false);
+/// Set once the process started exiting: no session starts after it.
+static EXITING: AtomicBool = AtomicBool::new(false);
 
-/// The variables that ask for a session; removed once read, so the programs the job starts run
-/// without one (a session is the started process's, as with a job that links memsight).
-const SESSION_VARS: [&str; 4] = [
-    "MEMSIGHT_RING",
-    "MEMSIGHT_REPORT",
-    "MEMSIGHT_INTERVAL_MS",
-    PARENT_VAR,
-];
+/// How long a process lives before its session starts. Its heap is counted from its first
+/// instant either way (the counters run from the library's load); what waits is the ring, the
+/// sampler thread and the report, which a short-lived helper does without.
+const START_AFTER: Duration = Duration::from_millis(100);
 
-/// True in the process that owns the session.
+/// The variables by which `memsight run` (or a user, for one process) asks for a session.
+const SESSION_VARS: [&str; 3] = ["MEMSIGHT_JOB", "MEMSIGHT_RING", "MEMSIGHT_REPORT"];
+
+/// The calling process's pid.
+fn pid() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
+
+/// True in the process whose session runs.
 pub(crate) fn owned_here() -> bool {
     let owner = OWNER.load(Ordering::Relaxed);
-    // SAFETY: getpid has no preconditions.
-    owner != 0 && owner == unsafe { libc::getpid() }
+    owner != 0 && owner == pid()
+}
+
+/// True in a process that is measured: its session runs, or starts once it has lived
+/// [`START_AFTER`] (steps and phases marked meanwhile are kept).
+pub(crate) fn measured_here() -> bool {
+    let m = MEASURED.load(Ordering::Relaxed);
+    m != 0 && m == pid()
 }
 
 /// True when the program's `malloc` is this library's: otherwise the program brings its own (a
@@ -101,96 +122,97 @@ fn symbol_at(addr: *const libc::c_void) -> Option<Symbol> {
     Some(Symbol { object, defined })
 }
 
-/// Programs that start the job rather than being it (a shell running a script, `env`, `nohup`,
-/// `timeout`, `taskset`…): they pass the session on, to the job they start or exec, untouched.
-const LAUNCHERS: [&str; 16] = [
-    "sh", "bash", "dash", "zsh", "ksh", "fish", "env", "nohup", "time", "timeout", "nice",
-    "ionice", "taskset", "numactl", "stdbuf", "setsid",
-];
-
-/// Whether the program is a launcher, by the name it was started as (`argv[0]`: multicall
-/// binaries such as busybox or uutils resolve to one file for every name).
-fn is_launcher(argv0: Option<&std::ffi::CStr>) -> bool {
-    argv0
-        .and_then(|a| a.to_str().ok())
-        .and_then(|a| a.rsplit('/').next())
-        .is_some_and(|name| LAUNCHERS.contains(&name))
-}
-
-/// The sidecar (or the launcher that passed the session on) that the session's process is a
-/// direct child of; without the variable (preloaded by hand) any process may start it.
-const PARENT_VAR: &str = "MEMSIGHT_SESSION_PARENT";
-
-/// True when this process is the one the session was meant for: a direct child of
-/// [`PARENT_VAR`]'s process, or that process itself once a launcher (`env`, `nice`, a shell's
-/// last command) exec'd the job in its place. A program the job (or a Rust job that links
-/// memsight) starts is not.
-fn meant_for_this_process() -> bool {
-    match std::env::var(PARENT_VAR)
-        .ok()
-        .and_then(|p| p.trim().parse::<i32>().ok())
-    {
-        // SAFETY: getppid has no preconditions.
-        Some(parent) => parent == unsafe { libc::getppid() } || parent == unsafe { libc::getpid() },
-        None => true,
-    }
-}
-
-extern "C" fn on_load(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
+extern "C" fn on_load(_argc: c_int, _argv: *const *const c_char, _envp: *const *const c_char) {
     if !serving_malloc() {
         return;
     }
     memsight::alloc::foreign::install();
-    if !meant_for_this_process() {
-        return;
-    }
-    // SAFETY: the loader passes the program's argc and argv to ELF constructors.
-    let argv0 = (argc > 0 && !argv.is_null())
-        .then(|| unsafe { *argv })
-        .filter(|a| !a.is_null())
-        .map(|a| unsafe { std::ffi::CStr::from_ptr(a) });
-    if is_launcher(argv0) {
-        // The launcher's own children are the candidates now.
-        // SAFETY: getpid has no preconditions.
-        std::env::set_var(PARENT_VAR, unsafe { libc::getpid() }.to_string());
-        return;
-    }
-    let wanted = SESSION_VARS[..2]
+    resolve_exit();
+    let wanted = SESSION_VARS
         .iter()
         .any(|v| std::env::var_os(v).is_some_and(|p| !p.is_empty()));
     if !wanted {
         return;
     }
-    let started = Session::builder().start();
-    forget_for_children();
-    match started {
+    // SAFETY: registers a handler that only this library's code runs, once per load.
+    unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    MEASURED.store(pid(), Ordering::Relaxed);
+    if memsight::process::writes_user_report() {
+        // The job's first process: measured from its first instant, however short it runs.
+        start_here();
+    } else {
+        start_soon();
+    }
+}
+
+/// Notes that the process marked a step or phase (the Python package's calls).
+pub(crate) fn marked() {
+    MARKED.store(true, Ordering::Relaxed);
+}
+
+/// A process that ends before its session started, having held at least this much heap (or
+/// marked a step or phase), starts and finishes one as it exits: its exact peak and steps are not
+/// lost (a `date` leaves nothing).
+const WORTH_A_REPORT: u64 = 1 << 20;
+
+/// Starts this process's session once it has lived [`START_AFTER`], on a thread of its own (the
+/// program's threads never wait for it).
+fn start_soon() {
+    let spawned = std::thread::Builder::new()
+        .name("memsight-start".into())
+        .stack_size(256 << 10)
+        .spawn(|| {
+            std::thread::sleep(START_AFTER);
+            start_here();
+        });
+    if let Err(e) = spawned {
+        eprintln!("memsight: the session did not start: {e}");
+    }
+}
+
+/// Starts the session, unless the process began exiting or is no longer the one measured (it
+/// forked, and this thread is the parent's, gone in the child).
+fn start_here() {
+    if EXITING.load(Ordering::Relaxed) || !measured_here() {
+        return;
+    }
+    start_session();
+}
+
+/// Starts the session unless one runs.
+fn start_session() {
+    let Ok(mut slot) = SESSION.lock() else {
+        return;
+    };
+    if slot.is_some() {
+        return;
+    }
+    match Session::builder().start() {
         Ok(s) => {
-            // SAFETY: getpid has no preconditions.
-            OWNER.store(unsafe { libc::getpid() }, Ordering::Relaxed);
-            if let Ok(mut slot) = SESSION.lock() {
-                *slot = Some(s);
-            }
+            OWNER.store(pid(), Ordering::Relaxed);
+            *slot = Some(s);
         }
         Err(e) => eprintln!("memsight: the session did not start: {e}"),
     }
 }
 
-/// Removes the session's variables and this library from `LD_PRELOAD`, for the programs the job
-/// starts (other preloaded libraries stay).
-fn forget_for_children() {
-    for v in SESSION_VARS {
-        std::env::remove_var(v);
-    }
-    let Some(list) = std::env::var_os("LD_PRELOAD") else {
+/// In a forked child of a measured process: the parent's session is the parent's (its sampler
+/// thread did not survive the fork); the child is measured on its own, from the heap it inherited.
+/// Waits for no lock a thread of the parent may have held at the fork.
+extern "C" fn after_fork_in_child() {
+    if MEASURED.load(Ordering::Relaxed) == 0 {
         return;
-    };
-    let list = list.to_string_lossy().into_owned();
-    let kept: Vec<&str> = preloaded(&list).filter(|e| !is_this_library(e)).collect();
-    if kept.is_empty() {
-        std::env::remove_var("LD_PRELOAD");
-    } else {
-        std::env::set_var("LD_PRELOAD", kept.join(":"));
     }
+    OWNER.store(0, Ordering::Relaxed);
+    if let Ok(mut slot) = SESSION.try_lock() {
+        // Not dropped: finishing it is the parent's.
+        std::mem::forget(slot.take());
+    }
+    memsight::process::forget_inherited();
+    let inherited = memsight::alloc::restart_peaks_after_fork();
+    memsight::process::forked(inherited);
+    MEASURED.store(pid(), Ordering::Relaxed);
+    start_soon();
 }
 
 /// Whether a path names this library.
@@ -199,6 +221,12 @@ fn is_this_library(path: &str) -> bool {
 }
 
 extern "C" fn on_exit() {
+    let worth =
+        MARKED.load(Ordering::Relaxed) || memsight::stats().run_peak_bytes >= WORTH_A_REPORT;
+    if measured_here() && !owned_here() && worth {
+        start_session();
+    }
+    EXITING.store(true, Ordering::Relaxed);
     if !owned_here() {
         return;
     }
@@ -208,6 +236,107 @@ extern "C" fn on_exit() {
             eprintln!("memsight: the report was not written: {e}");
         }
     }
+}
+
+/// The C library's `exit`, found once the library loads (0: not found).
+static REAL_EXIT: AtomicUsize = AtomicUsize::new(0);
+
+fn resolve_exit() {
+    // SAFETY: a NUL-terminated name; RTLD_NEXT finds the definition after this library's.
+    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"exit".as_ptr()) };
+    REAL_EXIT.store(f as usize, Ordering::Relaxed);
+}
+
+/// Ends the process at once with `code` (what `_exit` does).
+fn exit_group(code: c_int) -> ! {
+    // SAFETY: exit_group ends every thread of the process; it does not return.
+    unsafe { libc::syscall(libc::SYS_exit_group, code) };
+    #[allow(clippy::empty_loop)]
+    loop {}
+}
+
+/// `exit`: says the code in the ring, then exits as the C library does (its `atexit` handlers and
+/// this library's finish run).
+#[no_mangle]
+pub extern "C" fn exit(code: c_int) -> ! {
+    EXITING.store(true, Ordering::Relaxed);
+    memsight::process::exiting(code);
+    match REAL_EXIT.load(Ordering::Relaxed) {
+        0 => exit_group(code),
+        f => {
+            // SAFETY: the C library's `exit`, which does not return.
+            let real: extern "C" fn(c_int) -> ! = unsafe { std::mem::transmute(f) };
+            real(code)
+        }
+    }
+}
+
+/// `_exit` (Python's `os._exit`, which ends every multiprocessing child and DataLoader worker):
+/// says the code in the ring and ends the process. Async-signal-safe.
+#[no_mangle]
+pub extern "C" fn _exit(code: c_int) -> ! {
+    memsight::process::exiting(code);
+    exit_group(code)
+}
+
+/// The program's `main`, as the C library's start-up was given it (0: not yet).
+static REAL_MAIN: AtomicUsize = AtomicUsize::new(0);
+
+type Main = unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
+type StartMain = unsafe extern "C" fn(
+    Main,
+    c_int,
+    *mut *mut c_char,
+    *const c_void,
+    *const c_void,
+    *const c_void,
+    *mut c_void,
+) -> c_int;
+
+/// The program's `main`, whose return value is its exit code: said in the ring, as `exit` says
+/// it (the C library calls its own `exit` with it, which no library can interpose).
+unsafe extern "C" fn main_then_say(
+    argc: c_int,
+    argv: *mut *mut c_char,
+    envp: *mut *mut c_char,
+) -> c_int {
+    // SAFETY: stored from the program's `main` before this runs.
+    let main: Main = std::mem::transmute(REAL_MAIN.load(Ordering::Relaxed));
+    let code = main(argc, argv, envp);
+    EXITING.store(true, Ordering::Relaxed);
+    memsight::process::exiting(code);
+    code
+}
+
+/// The C library's start-up, through which a dynamically linked program's `_start` calls `main`:
+/// run with `main` wrapped so that its return value is said (see [`main_then_say`]).
+///
+/// # Safety
+/// Called by the program's `_start` with the C library's arguments.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_start_main(
+    main: Main,
+    argc: c_int,
+    argv: *mut *mut c_char,
+    init: *const c_void,
+    fini: *const c_void,
+    rtld_fini: *const c_void,
+    stack_end: *mut c_void,
+) -> c_int {
+    let real = libc::dlsym(libc::RTLD_NEXT, c"__libc_start_main".as_ptr());
+    if real.is_null() {
+        // Cannot happen with glibc; without it the program cannot start either way.
+        exit_group(127);
+    }
+    let real: StartMain = std::mem::transmute(real);
+    REAL_MAIN.store(main as usize, Ordering::Relaxed);
+    real(main_then_say, argc, argv, init, fini, rtld_fini, stack_end)
+}
+
+/// `_Exit`: as `_exit`.
+#[no_mangle]
+pub extern "C" fn _Exit(code: c_int) -> ! {
+    _exit(code)
 }
 
 #[used]

@@ -18,6 +18,8 @@ pub(crate) enum End {
     Ended,
     /// The sidecar was asked to stop while the process ran on.
     Detached,
+    /// A process of the job ended without exiting: a signal ended it (its parent learned which).
+    Killed,
 }
 
 /// A signal's name and number, as the post-mortem says them.
@@ -199,6 +201,10 @@ impl Seen {
                 format!("memsight detached{place}; the process runs on"),
             ),
             End::Ended => ("ended", format!("the process ended{place}")),
+            End::Killed => (
+                "signaled",
+                format!("killed by a signal{place} (it ended without exiting)"),
+            ),
             End::Child(_) => ("exited", self.exit()),
         }
     }

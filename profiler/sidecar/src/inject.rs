@@ -30,8 +30,20 @@ impl Drop for Injected {
     }
 }
 
+/// Writes out a copy of the library that the program carries (the `memsight` command built by
+/// `cargo install` or for the wheel, tui/src/preload.rs) and returns its path.
+pub type BundledLibrary = fn() -> Result<PathBuf, String>;
+
+static BUNDLED: std::sync::OnceLock<BundledLibrary> = std::sync::OnceLock::new();
+
+/// Registers the program's own copy of the library, used where no library file is found.
+pub fn set_bundled_library(write: BundledLibrary) {
+    let _ = BUNDLED.set(write);
+}
+
 /// Where the preloaded library is: `MEMSIGHT_PRELOAD_LIB`, else beside this executable, else in
-/// the build tree's `target/preload/release/` (where `make build` puts it).
+/// the build tree's `target/preload/release/` (where `make build` puts it), else the copy the
+/// program carries ([`set_bundled_library`]), written out.
 pub fn library_path() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("MEMSIGHT_PRELOAD_LIB").filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
@@ -50,17 +62,17 @@ pub fn library_path() -> Result<PathBuf, String> {
         dir.join(LIBRARY),
         dir.join("..").join("preload").join("release").join(LIBRARY),
     ];
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
-        .ok_or_else(|| {
-            format!(
-                "{LIBRARY} not found beside {} nor in target/preload/release (build it with \
-                 `make build`, or set MEMSIGHT_PRELOAD_LIB)",
-                exe.display()
-            )
-        })
+    if let Some(p) = candidates.iter().find(|p| p.is_file()) {
+        return Ok(std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()));
+    }
+    if let Some(write) = BUNDLED.get() {
+        return write();
+    }
+    Err(format!(
+        "{LIBRARY} not found beside {} nor in target/preload/release (build it with \
+         `make build`, or set MEMSIGHT_PRELOAD_LIB)",
+        exe.display()
+    ))
 }
 
 /// The variable through which the CUDA driver loads an injection library at `cuInit`.
@@ -114,10 +126,7 @@ pub(crate) fn prepare(cmd: &mut Command, dir: &Path, tag: &str, cupti: bool) -> 
     cmd.env(
         "LD_PRELOAD",
         prepend(preloaded.into_os_string(), "LD_PRELOAD", ":"),
-    )
-    // Only a direct child of this sidecar (or of a launcher it passes the session to) starts
-    // the session: programs a Rust job or a script starts do not take it (preload/src/job.rs).
-    .env("MEMSIGHT_SESSION_PARENT", std::process::id().to_string());
+    );
     let Some(held) = held else {
         let _ = std::fs::remove_dir_all(&python_dir);
         return Injected {

@@ -12,11 +12,14 @@ mod attach;
 mod cause;
 mod delivery;
 pub mod inject;
+mod job;
+mod kmsg;
 pub mod metrics;
 mod oomwatch;
 mod outputs;
 mod outside;
 mod postmortem;
+mod ranks;
 mod run;
 pub mod server;
 mod stop_signals;
@@ -25,6 +28,7 @@ mod watch;
 
 pub use attach::{attach, AttachOptions};
 pub use delivery::{check_report_path, shell_code, to_stdout, RunOutcome, SidecarError};
+pub use ranks::report_for;
 pub use run::{run, RunOptions};
 
 use std::sync::{Mutex, MutexGuard};

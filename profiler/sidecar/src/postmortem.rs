@@ -39,6 +39,14 @@ fn job_exit(end: End) -> JobExit {
                     "the process ended (its exit status goes to its parent, not to memsight attach)"
                         .into(),
             },
+            End::Killed => {
+                return JobExit {
+                    kind: "signaled".into(),
+                    code: None,
+                    signal: None,
+                    description: "ended without exiting: killed by a signal".into(),
+                }
+            }
             End::Detached => {
                 return JobExit {
                     kind: "running".into(),

@@ -1,15 +1,16 @@
-//! `memsight run`: starts the job with profiling switched on through the environment, follows its
-//! flight recorder until it ends, and writes the report with its post-mortem.
+//! `memsight run`: starts the job with profiling switched on through the environment, follows the
+//! flight recorders of its processes until it ends, and writes the job's report with its
+//! post-mortem, and one report per rank.
 
 use crate::delivery::{
     check_report_path, deliver, lock_report, shell_code, to_stdout, RunOutcome, SidecarError,
 };
+use crate::job::JobRings;
 use crate::outputs::Outputs;
 use crate::outside::Outside;
 use crate::watch::Watch;
 use crate::{oomwatch, postmortem};
 use memsight_format::clock::unix_ms;
-use memsight_format::wire::ring::RingReader;
 use memsight_format::wire::runtime_dir;
 use std::ffi::OsString;
 use std::os::fd::AsFd;
@@ -66,19 +67,22 @@ fn heap_profile_env(opts: &RunOptions) -> Vec<(&'static str, OsString)> {
 /// Runs `opts.command` under the sidecar and writes the report.
 pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     let (program, args) = opts.command.split_first().ok_or(SidecarError::NoCommand)?;
-    check_report_path(&opts.report)?;
+    let report_path = crate::ranks::report_for(&opts.report, None);
+    check_report_path(&report_path)?;
     let dir = runtime_dir().map_err(|(p, e)| SidecarError::RuntimeDir(p, e))?;
-    let _report_lock = lock_report(&dir, &opts.report)?;
+    let _report_lock = lock_report(&dir, &report_path)?;
     memsight_format::wire::remove_stale_files();
     let tag = format!("{}-{}", std::process::id(), unix_ms());
-    let ring_path = dir.join(format!("ring-{tag}.bin"));
-    let job_report = job_report_path(opts, &dir, &tag)?;
+    let ring_prefix = dir.join(format!("ring-{tag}"));
+    let job_report = job_report_path(&report_path, &dir, &tag)?;
 
     let mut outputs = Outputs::new(opts.metrics, &opts.command, None)?;
     let start_unix_ms = unix_ms();
     let mut cmd = Command::new(program);
     cmd.args(args)
-        .env("MEMSIGHT_RING", &ring_path)
+        // Every process of the job that carries memsight writes its own ring under this prefix.
+        .env("MEMSIGHT_JOB", &ring_prefix)
+        .env("MEMSIGHT_SIDECAR_PID", std::process::id().to_string())
         .env("MEMSIGHT_REPORT", &job_report)
         .env(
             "MEMSIGHT_INTERVAL_MS",
@@ -101,6 +105,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     // Before the job starts: a SIGTERM at its first instant must not end the sidecar (a caught
     // signal's handler does not pass through exec, so the job starts with the default action).
     let mut stops = crate::stop_signals::StopSignals::install();
+    let mut kernel = crate::kmsg::KernelLog::open();
     let child = cmd
         .spawn()
         .map_err(|e| SidecarError::Spawn(program.to_string_lossy().into_owned(), e))?;
@@ -110,37 +115,59 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         let _ = tx.send(pid);
     }
     let mut oom = oomwatch::OomWatch::new(pid);
-    let mut watch = Watch::new();
-    watch.add_trees_of(pid);
-    let (status, died_unix_ms) = follow(
-        child, opts, &ring_path, &mut watch, &outputs, &mut oom, &mut stops,
-    );
+    let mut job = JobRings::new(&ring_prefix, pid);
+    let mut outside_watch = Watch::new();
+    outside_watch.add_trees_of(pid);
+    let mut watching = Watching {
+        job: &mut job,
+        outside_watch: &mut outside_watch,
+        outputs: &outputs,
+        oom: &mut oom,
+        stops: &mut stops,
+        kernel: &mut kernel,
+    };
+    let (status, died_unix_ms) = follow(child, opts, &mut watching);
     drop(stops);
+    kernel.poll();
+    let oom_kills = oom.kills();
+    let principal = job.principal();
+    let watch = principal.map_or(&outside_watch, |m| &m.watch);
     let mut report = postmortem::final_report(postmortem::Ending {
-        watch: &watch,
+        watch,
         end: postmortem::End::Child(status),
         pid,
         command: &opts.command,
         start_unix_ms: watch.ring_start_unix_ms.unwrap_or(start_unix_ms),
         died_unix_ms,
         interval: opts.interval,
-        oom_kills: oom.kills(),
-        job_report: Some(&job_report),
+        oom_kills,
+        job_report: principal
+            .filter(|m| m.pid != pid)
+            .map_or(Some(job_report.as_path()), |_| None),
     });
     if report.heap_profile.is_none() {
         let dir = if to_stdout(&opts.report) {
             std::path::Path::new("")
         } else {
-            opts.report.parent().unwrap_or(std::path::Path::new(""))
+            report_path.parent().unwrap_or(std::path::Path::new(""))
         };
         report.set_heap_profile(memsight_analysis::heapprof::summarize(
             &watch.heap_dumps,
             dir,
         ));
     }
+    let ranks = crate::ranks::Assembly {
+        job: &job,
+        kernel: &kernel,
+        oom_kills,
+        interval: opts.interval,
+        report: &opts.report,
+        root: (pid, status),
+    };
+    let rank_errors = ranks.write_rank_reports(&mut report);
+    ranks.describe_job(&mut report);
     outputs.end(&report);
-    let report_error = deliver(&report, &opts.report).err();
-    let _ = std::fs::remove_file(&ring_path);
+    let report_error = deliver(&report, &report_path).err().or(rank_errors);
     if report_error.is_none() && to_stdout(&opts.report) {
         let _ = std::fs::remove_file(&job_report);
     }
@@ -155,16 +182,16 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
 /// the sidecar is killed (the sidecar then replaces it with one that has the post-mortem); for
 /// standard output, the runtime directory (never removed unless delivered).
 fn job_report_path(
-    opts: &RunOptions,
+    report: &std::path::Path,
     dir: &std::path::Path,
     tag: &str,
 ) -> Result<PathBuf, SidecarError> {
-    if to_stdout(&opts.report) {
+    if to_stdout(report) {
         return Ok(dir.join(format!("job-report-{tag}.json")));
     }
-    std::path::absolute(&opts.report).map_err(|e| {
+    std::path::absolute(report).map_err(|e| {
         SidecarError::Report(memsight_format::report::ReportError::Io {
-            path: opts.report.clone(),
+            path: report.to_path_buf(),
             source: e,
         })
     })
@@ -191,24 +218,32 @@ fn send_output_to(
     Ok(())
 }
 
-/// Follows the job's ring until it ends, then drains it: its exit status (when `wait` gave one)
-/// and when it died. Until the job opens its ring it is sampled from outside, as `attach` does; a
-/// job that never opens one (it does not link memsight) keeps those samples as its timeline, and
-/// one that does drops them for its own. Ctrl-C reaches the job through the process group; the sidecar ignores it
-/// meanwhile, to write the report, and outlives SIGTERM and SIGHUP ([`crate::stop_signals`]).
+/// What `follow` watches with.
+struct Watching<'a> {
+    job: &'a mut JobRings,
+    /// The job's samples taken from outside before any of its processes opened a ring.
+    outside_watch: &'a mut Watch,
+    outputs: &'a Outputs,
+    oom: &'a mut oomwatch::OomWatch,
+    stops: &'a mut crate::stop_signals::StopSignals,
+    kernel: &'a mut crate::kmsg::KernelLog,
+}
+
+/// Follows the job's rings until its first process ends, then drains them: its exit status (when
+/// `wait` gave one) and when it died. Until a process of the job opens a ring the job is sampled
+/// from outside, as `attach` does; a job that never opens one (it does not carry memsight) keeps
+/// those samples as its timeline, and one that does drops them for its own. Ctrl-C reaches the job
+/// through the process group; the sidecar ignores it meanwhile, to write the report, and outlives
+/// SIGTERM and SIGHUP ([`crate::stop_signals`]).
 fn follow(
     mut child: std::process::Child,
     opts: &RunOptions,
-    ring_path: &std::path::Path,
-    watch: &mut Watch,
-    outputs: &Outputs,
-    oom: &mut oomwatch::OomWatch,
-    stops: &mut crate::stop_signals::StopSignals,
+    w: &mut Watching,
 ) -> (Option<ExitStatus>, u64) {
     // SAFETY: setting a signal disposition to SIG_IGN.
     unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
-    stops.follow(child.id());
-    // A thread waits for the job so its death is timed precisely; this loop follows the ring.
+    w.stops.follow(child.id());
+    // A thread waits for the job so its death is timed precisely; this loop follows the rings.
     let pid = child.id();
     let (tx, rx) = mpsc::channel();
     let mut outside = Some(Outside::open(child.id(), opts.interval));
@@ -216,44 +251,57 @@ fn follow(
         let status = child.wait();
         let _ = tx.send((status, unix_ms()));
     });
-    let mut reader: Option<RingReader> = None;
     let poll = opts.interval.min(Duration::from_millis(50));
     let outside_from = std::time::Instant::now() + OUTSIDE_GRACE;
-    // The ring's writer left while the job lives (it exec'd a program without the session): the
-    // ring is not reopened and the job is sampled from outside again.
-    let mut ring_done = false;
+    // Since when no ring of the job is written while its first process runs on (it exec'd a
+    // program without memsight): past [`RING_GAP`], it is sampled from outside again.
+    let mut no_ring_since: Option<std::time::Instant> = None;
+    let mut fell_back = false;
     let (status, died_unix_ms) = loop {
-        if !ring_done {
-            watch.open_ring(&mut reader, ring_path);
-        }
-        if let Some(r) = reader.as_mut() {
-            leave_outside(&mut outside, watch);
-            watch.poll(r, outputs);
-            if !watch.finished && r.writer_gone(ring_path) && still_runs(pid) {
-                watch.drain(r, true, outputs);
-                reader = None;
-                ring_done = true;
-                let elapsed = watch
+        w.job.discover();
+        w.job.poll(w.outputs);
+        let live = w.job.any_live();
+        if let Some(i) = w.job.principal {
+            if live && !fell_back {
+                leave_outside(&mut outside, w.outside_watch);
+            }
+            no_ring_since = if live {
+                None
+            } else {
+                no_ring_since.or_else(|| Some(std::time::Instant::now()))
+            };
+            let gap = no_ring_since.is_some_and(|t| t.elapsed() >= RING_GAP);
+            if gap && !fell_back && still_runs(pid) {
+                fell_back = true;
+                let m = &mut w.job.members[i];
+                let elapsed = m
+                    .watch
                     .ring_start_unix_ms
                     .map_or(0, |s| unix_ms().saturating_sub(s));
-                let step = watch.last().map_or(0, |s| s.step);
+                let step = m.watch.last().map_or(0, |s| s.step);
                 outside = Some(Outside::open(pid, opts.interval).after_ring(elapsed, step));
                 eprintln!(
                     "memsight · job {pid} left its flight recorder and runs on (it exec'd a \
                      program without memsight?): sampled from outside from now on"
                 );
             }
-        } else if let Some(o) = outside.as_mut() {
-            // Sampled from its first instant, told to viewers once the ring had its chance.
-            if std::time::Instant::now() < outside_from {
-                watch.quiet = true;
-            } else {
-                watch.speak(outputs);
+            if fell_back {
+                if let Some(o) = outside.as_mut() {
+                    o.tick(&mut w.job.members[i].watch, w.outputs);
+                }
             }
-            o.tick(watch, outputs);
+        } else if let Some(o) = outside.as_mut() {
+            // Sampled from its first instant, told to viewers once the rings had their chance.
+            if std::time::Instant::now() < outside_from {
+                w.outside_watch.quiet = true;
+            } else {
+                w.outside_watch.speak(w.outputs);
+            }
+            o.tick(w.outside_watch, w.outputs);
         }
-        oom.refresh();
-        stops.poll();
+        w.oom.refresh();
+        w.kernel.poll();
+        w.stops.poll();
         match rx.recv_timeout(poll) {
             Ok(done) => break done,
             Err(mpsc::RecvTimeoutError::Timeout) => continue,
@@ -267,17 +315,18 @@ fn follow(
     };
     // SAFETY: restoring the default disposition.
     unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
-    if !ring_done {
-        watch.open_ring(&mut reader, ring_path);
-    }
-    if let Some(r) = reader.as_mut() {
-        leave_outside(&mut outside, watch);
-        watch.drain(r, true, outputs);
-    } else if let Some(o) = outside.as_ref().filter(|_| !ring_done) {
-        watch.sources = o.sources();
+    w.job.finish(w.outputs);
+    if w.job.principal.is_none() {
+        if let Some(o) = outside.as_ref() {
+            w.outside_watch.sources = o.sources();
+        }
     }
     (status.ok(), died_unix_ms)
 }
+
+/// How long the job may go without a ring being written, while its first process runs, before it
+/// is sampled from outside again: longer than a process waits to start its session.
+const RING_GAP: Duration = Duration::from_secs(1);
 
 /// How long a job has to open its flight recorder before its outside samples reach viewers. It is
 /// sampled from outside from its first instant (a short job without a ring still has its

@@ -55,6 +55,8 @@ fn read_process(proc_root: &Path, pid: u32, ppid: u32) -> Option<(TreeProcess, P
         shmem: kib(s.rssshmem),
         pss,
         uss,
+        heap: None,
+        role: None,
     };
     Some((t, p))
 }

@@ -14,6 +14,10 @@ pub(crate) struct Watch {
     /// Keeps what it takes without telling viewers (outside samples of a job whose ring may still
     /// open and replace them); [`Watch::speak`] tells them.
     pub quiet: bool,
+    /// Tells viewers nothing (a process of the job that is not the one they follow).
+    pub silent: bool,
+    /// Heap and role by pid of the job's measured processes, put into the process trees added.
+    pub notes: std::collections::HashMap<u32, (Option<u64>, String)>,
     /// The job's session told it finished (its ring then goes quiet by design).
     pub finished: bool,
     pub hello: Option<Record>,
@@ -49,6 +53,8 @@ impl Watch {
             dropped: 0,
             dropped_told: 0,
             quiet: false,
+            silent: false,
+            notes: std::collections::HashMap::new(),
             finished: false,
             alloc_failures: (0, 0),
             ring_error: None,
@@ -65,21 +71,6 @@ impl Watch {
     /// none (a job's own sampler does not read its workers), as often as its cost allows.
     pub(crate) fn add_trees_of(&mut self, pid: u32) {
         self.trees = Some(crate::tree::TreeSampler::new(pid));
-    }
-
-    /// Opens the job's ring once it exists; a ring that cannot be read is remembered as the reason.
-    pub(crate) fn open_ring(&mut self, reader: &mut Option<RingReader>, path: &std::path::Path) {
-        if reader.is_some() || !path.exists() {
-            return;
-        }
-        match RingReader::open(path) {
-            Ok(r) => {
-                self.ring_start_unix_ms = Some(r.info().start_unix_ms);
-                self.ring_error = None;
-                *reader = Some(r);
-            }
-            Err(e) => self.ring_error = Some(e.to_string()),
-        }
     }
 
     /// Drops the samples taken so far (taken from outside before the job's ring opened).
@@ -101,6 +92,9 @@ impl Watch {
     }
 
     fn tell_drops(&mut self, r: &RingReader, out: &Outputs) {
+        if self.silent {
+            return;
+        }
         out.alloc_failures(r.alloc_failures().0);
         let lost = r.dropped().saturating_sub(self.dropped_told);
         if lost > 0 {
@@ -123,6 +117,17 @@ impl Watch {
         self.alloc_failures = r.alloc_failures();
     }
 
+    /// Tells viewers everything kept so far (a process they follow from now on): its greeting and
+    /// its samples.
+    pub(crate) fn replay(&self, out: &Outputs) {
+        if let Some(h) = &self.hello {
+            out.emit(h);
+        }
+        for s in self.timeline.samples() {
+            out.emit(&Record::Snapshot(Box::new(s.clone())));
+        }
+    }
+
     /// Ends [`Watch::quiet`]: tells viewers the samples kept meanwhile.
     pub(crate) fn speak(&mut self, out: &Outputs) {
         if !std::mem::replace(&mut self.quiet, false) {
@@ -138,9 +143,17 @@ impl Watch {
             if let (Record::Snapshot(s), Some(trees)) = (&mut r, self.trees.as_mut()) {
                 if s.tree.is_none() {
                     s.tree = trees.sample();
+                    if let Some(t) = s.tree.as_mut() {
+                        for p in &mut t.processes {
+                            if let Some((heap, role)) = self.notes.get(&p.pid) {
+                                p.heap = *heap;
+                                p.role = Some(role.clone());
+                            }
+                        }
+                    }
                 }
             }
-            if !self.quiet {
+            if !self.quiet && !self.silent {
                 out.emit(&r);
             }
             match r {

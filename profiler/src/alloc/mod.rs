@@ -312,6 +312,21 @@ fn rust_share(t: &Totals) -> u64 {
     t.live()
 }
 
+/// In a forked child: every peak, the run's too, starts again from the live bytes it inherited
+/// (its parent's peaks are its parent's). Returns those live bytes.
+pub fn restart_peaks_after_fork() -> u64 {
+    let live = counters::heap_live();
+    for t in [
+        counters::Tracker::Global,
+        counters::Tracker::Phase,
+        counters::Tracker::Step,
+        counters::Tracker::Run,
+    ] {
+        counters::swap_peak(t, live);
+    }
+    live
+}
+
 /// Resets the peak that [`stats`] reads back to the current live bytes. The run's peak
 /// ([`HeapStats::run_peak_bytes`], the one reports and budgets use) is never reset.
 pub fn reset_peak() {

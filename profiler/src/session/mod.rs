@@ -20,10 +20,12 @@ use memsight_format::report::{self, Job, JobExit, Report, ReportError};
 use memsight_format::snapshot::Snapshot;
 use sampler::{append_snapshot, Shared};
 
+mod place;
 mod sampler;
 use memsight_format::timeline::{Timeline, DEFAULT_CAPACITY};
 use memsight_format::wire::ring::RingWriter;
 use memsight_format::wire::{self, Record};
+pub use place::{exiting, forked, writes_user_report};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -160,7 +162,24 @@ impl SessionBuilder {
         match std::env::var_os("MEMSIGHT_RING").filter(|p| !p.is_empty()) {
             Some(p) if p == "off" => self.ring = RingChoice::Off,
             Some(p) => self.ring = RingChoice::At(p.into()),
-            None => {}
+            None if place::forked_here() && place::job_prefix().is_none() => {
+                // A fork outside `memsight run`: its parent's report is its parent's.
+                self.report_path = None;
+            }
+            None => {
+                // In a job under `memsight run`: every process has a ring of its own, and only
+                // the one `memsight run` started writes the user's report; the others leave
+                // theirs beside their ring, for the sidecar to assemble the job from.
+                if let Some(prefix) = place::job_prefix() {
+                    let ring = place::ring_in_job(&prefix);
+                    if !place::writes_user_report() {
+                        self.report_path = Some(ring.with_extension("json"));
+                    }
+                    // The sidecar speaks for the job: its processes print nothing of their own.
+                    self.quiet = true;
+                    self.ring = RingChoice::At(ring);
+                }
+            }
         }
         Ok(self)
     }
@@ -206,7 +225,9 @@ impl SessionBuilder {
                         start_unix_ms: started_unix_ms,
                         interval_ms,
                         memsight_version: env!("CARGO_PKG_VERSION").into(),
+                        process: place::info(),
                     });
+                    place::own();
                     Some(w)
                 }
                 Err(e) => {
@@ -219,11 +240,24 @@ impl SessionBuilder {
         let profile_dir = std::env::var_os("MEMSIGHT_PROFILE_DIR")
             .filter(|d| !d.is_empty())
             .map(PathBuf::from)
+            .map(|d| {
+                // Each process of a job profiles into a directory of its own.
+                if place::job_prefix().is_some() && !place::writes_user_report() {
+                    d.join(format!("p{}", std::process::id()))
+                } else {
+                    d
+                }
+            })
             .or_else(|| cfg.report_path.as_deref().map(heapprof::dir_for_report));
         let heap_profile = match &profile_dir {
             Some(dir) => heapprof::start(dir, started, ring, phases::current_step()).inspect_err(
-                // Said even in a quiet session: a refused directory is a choice the user must see.
-                |e| eprintln!("memsight: no heap profiles: {e}"),
+                // Said even in a quiet session: a refused directory is a choice the user must see
+                // (once per job: by the process `memsight run` started).
+                |e| {
+                    if place::writes_user_report() {
+                        eprintln!("memsight: no heap profiles: {e}")
+                    }
+                },
             ),
             None => Err("no report path, so no heap profiles are written".into()),
         };
@@ -431,6 +465,18 @@ impl Drop for Session {
             }
         }
     }
+}
+
+/// In a forked child that carries memsight: forgets the session its parent runs (its sampler
+/// thread did not survive the fork; its ring is the parent's), without waiting for a lock another
+/// thread of the parent held at the fork, so that the child can start a session of its own.
+pub fn forget_inherited() {
+    if let Ok(mut current) = CURRENT.try_lock() {
+        // Not dropped: its fields belong to the parent's threads, which are gone here.
+        std::mem::forget(current.take());
+    }
+    memsight_format::wire::ring::forget_in_forked_child(flight::forget_in_child());
+    ACTIVE.store(false, Ordering::SeqCst);
 }
 
 /// A snapshot taken now: through the running session's collectors, or fresh ones without a session.

@@ -100,6 +100,8 @@ pub fn build(p: Parts) -> Report {
         tips: Vec::new(),
         post_mortem: None,
         heap_profile: None,
+        processes: Vec::new(),
+        ranks: Vec::new(),
     };
     report.tips = tips::derive(&report);
     report

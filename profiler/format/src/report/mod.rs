@@ -79,6 +79,13 @@ pub struct Report {
     /// sampling profiler; absent when profiling was off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heap_profile: Option<crate::heap_profile::HeapProfile>,
+    /// Every process of the job that carried memsight, with its role, peaks and end (written by
+    /// `memsight run` for a job of more than one measured process).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<crate::process::JobProcess>,
+    /// The ranks side by side (a distributed job): one row per rank, lowest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<crate::process::JobProcess>,
 }
 
 /// The profiled process.

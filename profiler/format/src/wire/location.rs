@@ -176,8 +176,27 @@ pub fn remove_stale_files() {
     }
 }
 
+/// The ring process `pid` writes in a job under `memsight run` (`<prefix>-p<pid>-<ns>.bin`, the
+/// newest: a process that exec'd has written one before).
+fn newest_job_ring(prefix: &Path, pid: u32) -> Option<PathBuf> {
+    let dir = prefix.parent()?;
+    let want = format!("{}-p{pid}-", prefix.file_name()?.to_string_lossy());
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&want) && n.ends_with(".bin"))
+        .max_by_key(|n| {
+            n[want.len()..n.len() - 4]
+                .parse::<u128>()
+                .unwrap_or_default()
+        })
+        .map(|n| dir.join(n))
+}
+
 /// The flight-recorder ring of running process `pid`: the one `memsight run` named in its
-/// environment (`MEMSIGHT_RING`), else its default ring. An error says why there is none.
+/// environment (`MEMSIGHT_RING`, or its own under the job's `MEMSIGHT_JOB` prefix), else its
+/// default ring. An error says why there is none.
 pub fn ring_of(pid: u32) -> Result<PathBuf, String> {
     let environ = std::fs::read(format!("/proc/{pid}/environ"))
         .map_err(|e| format!("cannot read process {pid}'s environment: {e}"))?;
@@ -185,12 +204,17 @@ pub fn ring_of(pid: u32) -> Result<PathBuf, String> {
         .split(|b| *b == 0)
         .find_map(|kv| kv.strip_prefix(b"MEMSIGHT_RING="))
         .map(|v| PathBuf::from(String::from_utf8_lossy(v).into_owned()));
-    let path = match named {
-        Some(p) if p.as_os_str() == "off" => {
+    let job = environ
+        .split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(b"MEMSIGHT_JOB="))
+        .map(|v| PathBuf::from(String::from_utf8_lossy(v).into_owned()));
+    let path = match (named, job) {
+        (Some(p), _) if p.as_os_str() == "off" => {
             return Err(format!("process {pid} runs with MEMSIGHT_RING=off"))
         }
-        Some(p) => p,
-        None => default_ring_path(pid).map_err(|(p, e)| format!("{}: {e}", p.display()))?,
+        (Some(p), _) => p,
+        (None, Some(prefix)) => newest_job_ring(&prefix, pid).unwrap_or(prefix),
+        (None, None) => default_ring_path(pid).map_err(|(p, e)| format!("{}: {e}", p.display()))?,
     };
     if path.is_file() {
         Ok(path)

@@ -19,7 +19,7 @@ use std::fmt;
 /// Incompatible format changes bump this; readers reject other majors.
 pub const MAJOR: u16 = 1;
 /// Additive changes (new record types, new optional fields) bump this.
-pub const MINOR: u16 = 5;
+pub const MINOR: u16 = 6;
 
 /// One thing the job tells its watchers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -37,7 +37,11 @@ pub enum Record {
         interval_ms: u64,
         /// memsight version of the job.
         memsight_version: String,
+        /// Its place in the job: parent, rank, fork (added in 1.6).
+        #[serde(default)]
+        process: crate::process::ProcessInfo,
     },
+
     /// A sample.
     Snapshot(Box<Snapshot>),
     /// The session finished in-process and wrote its report (if a path was set).

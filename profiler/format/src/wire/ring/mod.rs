@@ -53,6 +53,11 @@ const OFF_HEAP_DUMP_REQUESTS: usize = 72;
 const OFF_HEAP_SAMPLING_REQUEST: usize = 80;
 /// Records the writer could not write at all (larger than a quarter of the ring; 1.5).
 const OFF_UNWRITTEN: usize = 88;
+/// The exit code the writer's process is exiting with (1.6): `EXIT_SAID | code as u8`, 0 while it
+/// has said none. A process that ends without it was ended by a signal.
+const OFF_EXIT: usize = 96;
+/// The flag that marks [`OFF_EXIT`] as said.
+const EXIT_SAID: u64 = 1 << 32;
 /// Slot payload kind: a JSON-encoded [`Record`] whole in one slot.
 const KIND_JSON: u16 = 1;
 /// Slot payload kind (1.5): the first part of a JSON record spread over consecutive slots; the
@@ -151,6 +156,33 @@ impl Drop for Map {
 /// Where the allocator records a failed allocation: the header words of the session's ring
 /// (count, then size), or null when no ring is open. Set once per ring, never unmapped after.
 static ALLOC_FAILURE_WORDS: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Where the process says its exit code: the header word of the session's ring, or null.
+static EXIT_WORD: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Says in the open ring's header that this process is exiting with `code` (an `exit` or `_exit`
+/// call). Async-signal-safe: one atomic store, no allocation, lock or wait.
+pub fn note_exit(code: i32) {
+    let p = EXIT_WORD.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: points at a header word of a mapping that is never unmapped.
+        unsafe { (*p).store(EXIT_SAID | u64::from(code as u8), Ordering::Release) };
+    }
+}
+
+/// In a forked child: the ring the parent opened is the parent's. Its header words are no longer
+/// this process's to write, and its descriptor is closed here (the file lock the parent's
+/// descriptor holds stays the parent's: the lock belongs to the open file, closed only with the
+/// last descriptor). Async-signal-safe.
+pub fn forget_in_forked_child(ring: Option<&RingWriter>) {
+    ALLOC_FAILURE_WORDS.store(std::ptr::null_mut(), Ordering::Release);
+    EXIT_WORD.store(std::ptr::null_mut(), Ordering::Release);
+    if let Some(r) = ring {
+        // SAFETY: closes the child's copy of a descriptor the leaked writer owns; the writer is
+        // never dropped (it is `'static`), so the number is never closed twice through it.
+        unsafe { libc::close(r._file.as_raw_fd()) };
+    }
+}
 
 /// Records a failed allocation of `size` bytes in the open ring's header, if any: the count, and
 /// the size of the first failure — the request that started the end, not whatever the dying
@@ -260,6 +292,8 @@ impl RingWriter {
         let w: &'static RingWriter = Box::leak(Box::new(self));
         let p = w.map.atomic(OFF_ALLOC_FAILURES) as *const AtomicU64 as *mut AtomicU64;
         ALLOC_FAILURE_WORDS.store(p, Ordering::Release);
+        let e = w.map.atomic(OFF_EXIT) as *const AtomicU64 as *mut AtomicU64;
+        EXIT_WORD.store(e, Ordering::Release);
         w
     }
 

@@ -129,6 +129,13 @@ impl RingReader {
         self.info
     }
 
+    /// The exit code the writer's process said it was exiting with (wire 1.6); `None` while it
+    /// has said none (it runs, or a signal ended it).
+    pub fn exit_code(&self) -> Option<i32> {
+        let w = u64_at(&self.file, OFF_EXIT)?;
+        (w & EXIT_SAID != 0).then_some((w & 0xff) as i32)
+    }
+
     /// Failed allocations the job recorded, and the size of the first one (read any time, also
     /// after the job died; zeros when the file was cut short).
     pub fn alloc_failures(&self) -> (u64, u64) {

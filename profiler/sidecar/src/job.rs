@@ -1,0 +1,343 @@
+//! The job as the sidecar assembles it: every process that carries memsight writes a ring of its
+//! own (named from the job's prefix), found here as it appears and followed until its writer is
+//! gone; each member's end (the exit code it said, or none: a signal), its role in the tree (rank
+//! N by its launcher's environment, a forked worker, the launcher above them, a helper), and the
+//! principal process whose records viewers follow (the lowest rank, else the main process).
+
+use crate::outputs::Outputs;
+use crate::watch::Watch;
+use memsight_format::clock::unix_ms;
+use memsight_format::process::{ProcessInfo, RankSource, Role};
+use memsight_format::wire::ring::RingReader;
+use memsight_format::wire::Record;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// One measured process.
+pub(crate) struct Member {
+    pub ring: PathBuf,
+    reader: Option<RingReader>,
+    pub watch: Watch,
+    pub pid: u32,
+    pub info: ProcessInfo,
+    pub command: Vec<String>,
+    /// When its writer was seen gone (Unix ms).
+    pub ended_unix_ms: Option<u64>,
+    /// The exit code it said; `None` after it ended: a signal ended it.
+    pub exit_code: Option<i32>,
+    /// Its writer left while its process ran on: it exec'd another program (which, carrying
+    /// memsight, is a member of its own).
+    pub exec_d: bool,
+    pub role: Option<Role>,
+}
+
+impl Member {
+    /// Whether its writer is gone (it ended or exec'd another program).
+    pub(crate) fn ended(&self) -> bool {
+        self.ended_unix_ms.is_some()
+    }
+
+    /// Its own peak heap: the highest live heap it sampled, and the run peak it last said
+    /// (exact), less what a forked worker inherited.
+    pub(crate) fn heap_peak(&self) -> u64 {
+        let sampled = self
+            .watch
+            .timeline
+            .samples()
+            .iter()
+            .map(|s| s.heap.run_peak_bytes.max(s.heap.live_bytes))
+            .max()
+            .unwrap_or(0);
+        sampled.saturating_sub(self.info.inherited_bytes)
+    }
+
+    /// Its live heap at the last sample, less what a forked worker inherited.
+    pub(crate) fn heap_now(&self) -> Option<u64> {
+        self.watch
+            .last()
+            .map(|s| s.heap.live_bytes.saturating_sub(self.info.inherited_bytes))
+    }
+
+    fn rank(&self) -> Option<(RankSource, u32)> {
+        self.info.rank.map(|r| (r.source, r.rank))
+    }
+}
+
+/// Every measured process of one job.
+pub(crate) struct JobRings {
+    dir: PathBuf,
+    /// The rings' file-name prefix (`ring-<tag>`), each ring `<prefix>-p<pid>-<ns>.bin`.
+    name_prefix: String,
+    root: u32,
+    pub members: Vec<Member>,
+    /// The member whose records viewers get.
+    pub principal: Option<usize>,
+    /// Parents of the processes seen between the members (a `make` or `xargs` above the main
+    /// process), kept once read.
+    parents: HashMap<u32, u32>,
+}
+
+impl JobRings {
+    /// Follows the rings `<prefix>-p*.bin` of the job whose first process is `root`.
+    pub(crate) fn new(prefix: &Path, root: u32) -> Self {
+        JobRings {
+            dir: prefix.parent().map(Path::to_path_buf).unwrap_or_default(),
+            name_prefix: prefix
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            root,
+            members: Vec::new(),
+            principal: None,
+            parents: HashMap::new(),
+        }
+    }
+
+    /// Opens the rings that appeared since the last call.
+    pub(crate) fn discover(&mut self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let want = format!("{}-p", self.name_prefix);
+        let mut found: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name();
+                let n = n.to_string_lossy();
+                n.starts_with(&want) && n.ends_with(".bin")
+            })
+            .map(|e| e.path())
+            .filter(|p| !self.members.iter().any(|m| &m.ring == p))
+            .collect();
+        found.sort();
+        for ring in found {
+            let Ok(reader) = RingReader::open(&ring) else {
+                // Not yet complete (its header is written last): tried again at the next poll.
+                continue;
+            };
+            let mut watch = Watch::new();
+            watch.silent = true;
+            watch.ring_start_unix_ms = Some(reader.info().start_unix_ms);
+            self.members.push(Member {
+                pid: reader.info().pid,
+                ring,
+                reader: Some(reader),
+                watch,
+                info: ProcessInfo::default(),
+                command: Vec::new(),
+                ended_unix_ms: None,
+                exit_code: None,
+                exec_d: false,
+                role: None,
+            });
+        }
+    }
+
+    /// Reads every live member's new records and notes the ones whose writer is gone.
+    pub(crate) fn poll(&mut self, out: &Outputs) {
+        for m in &mut self.members {
+            let Some(r) = m.reader.as_mut() else { continue };
+            m.watch.poll(r, out);
+            take_hello(&m.watch, &mut m.command, &mut m.info);
+            if r.writer_gone(&m.ring) {
+                m.watch.drain(r, true, out);
+                m.exit_code = r.exit_code();
+                m.exec_d = m.exit_code.is_none() && runs(m.pid);
+                m.ended_unix_ms = Some(unix_ms());
+                m.reader = None;
+                let _ = std::fs::remove_file(&m.ring);
+            }
+        }
+        self.assign_roles();
+        self.choose_principal(out);
+        if let Some(i) = self.principal {
+            let notes = self.annotations();
+            self.members[i].watch.notes = notes;
+        }
+    }
+
+    /// Reads what every member left, once the job ended.
+    pub(crate) fn finish(&mut self, out: &Outputs) {
+        self.discover();
+        for m in &mut self.members {
+            if let Some(r) = m.reader.as_mut() {
+                m.watch.drain(r, true, out);
+                take_hello(&m.watch, &mut m.command, &mut m.info);
+                m.exit_code = r.exit_code();
+                m.ended_unix_ms.get_or_insert_with(unix_ms);
+                m.reader = None;
+            }
+            let _ = std::fs::remove_file(&m.ring);
+        }
+        self.assign_roles();
+        self.choose_principal(out);
+    }
+
+    /// Whether any member's ring is still being written.
+    pub(crate) fn any_live(&self) -> bool {
+        self.members.iter().any(|m| !m.ended())
+    }
+
+    /// The most specific rank source in the job (`RANK` over Slurm's): processes that carry only a
+    /// less specific one started the ranks.
+    fn rank_source(&self) -> Option<RankSource> {
+        self.members
+            .iter()
+            .filter_map(|m| m.info.rank.map(|r| r.source))
+            .max()
+    }
+
+    /// Gives each member its role. Rank N is the top-most process carrying rank N; below it, a
+    /// fork is its worker and anything else its helper. Without ranks, the main process is the
+    /// member with the largest heap that is not a fork.
+    fn assign_roles(&mut self) {
+        let source = self.rank_source();
+        let by_pid: HashMap<u32, usize> = self
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.pid, i))
+            .collect();
+        let rank_of = |m: &Member| m.rank().filter(|(s, _)| Some(*s) == source).map(|r| r.1);
+        let parent_rank = |m: &Member| {
+            by_pid
+                .get(&m.info.ppid)
+                .and_then(|&i| rank_of(&self.members[i]))
+        };
+        let main = self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| !m.info.forked)
+            .max_by_key(|(_, m)| (m.heap_peak(), std::cmp::Reverse(m.pid)))
+            .map(|(i, _)| i);
+        let roles: Vec<Role> = self
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| match (rank_of(m), parent_rank(m)) {
+                (Some(r), p) if p != Some(r) => Role::Rank { rank: r },
+                (Some(r), _) if m.info.forked => Role::Worker { rank: Some(r) },
+                (Some(r), _) => Role::Helper { rank: Some(r) },
+                (None, _) if m.info.forked => Role::Worker {
+                    rank: parent_rank(m),
+                },
+                (None, _) if source.is_some() => Role::Launcher,
+                (None, _) if Some(i) == main => Role::Main,
+                (None, _) => Role::Helper { rank: None },
+            })
+            .collect();
+        // Without ranks, a process above the main one started it.
+        let main_pid = main.map(|i| self.members[i].pid);
+        let above_main = main_pid.map_or_else(Vec::new, |p| self.ancestors(p));
+        for (m, role) in self.members.iter_mut().zip(roles) {
+            m.role = Some(match role {
+                Role::Helper { rank: None } if above_main.contains(&m.pid) => Role::Launcher,
+                r => r,
+            });
+        }
+    }
+
+    /// The pids above `pid`: its members' parents as they said them, then /proc's (remembered,
+    /// for when they are gone).
+    fn ancestors(&mut self, pid: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut p = pid;
+        for _ in 0..64 {
+            let parent = self
+                .members
+                .iter()
+                .find(|m| m.pid == p && m.info.ppid != 0)
+                .map(|m| m.info.ppid)
+                .or_else(|| self.parents.get(&p).copied())
+                .or_else(|| parent_of(p));
+            if let Some(q) = parent {
+                self.parents.insert(p, q);
+            }
+            match parent {
+                Some(q) if q > 1 && !out.contains(&q) => {
+                    out.push(q);
+                    p = q;
+                }
+                _ => break,
+            }
+        }
+        out
+    }
+
+    /// The lowest rank, else the main process; the one viewers follow.
+    fn choose_principal(&mut self, out: &Outputs) {
+        let pick = self
+            .members
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| match m.role {
+                Some(Role::Rank { rank }) => Some((0, rank, i)),
+                Some(Role::Main) => Some((1, 0, i)),
+                _ => None,
+            })
+            .min()
+            .map(|(_, _, i)| i);
+        if pick == self.principal || pick.is_none() {
+            return;
+        }
+        if let Some(old) = self.principal {
+            self.members[old].watch.silent = true;
+        }
+        if let Some(new) = pick {
+            let root = self.root;
+            let w = &mut self.members[new].watch;
+            w.silent = false;
+            w.add_trees_of(root);
+            w.replay(out);
+        }
+        self.principal = pick;
+    }
+
+    /// The principal member.
+    pub(crate) fn principal(&self) -> Option<&Member> {
+        self.principal.map(|i| &self.members[i])
+    }
+
+    /// Each member's heap and role by pid, for the process tree viewers and reports show.
+    pub(crate) fn annotations(&self) -> HashMap<u32, (Option<u64>, String)> {
+        self.members
+            .iter()
+            .filter(|m| !m.ended())
+            .map(|m| {
+                let role = m.role.map_or_else(|| "process".into(), |r| r.describe());
+                (m.pid, (m.heap_now(), role))
+            })
+            .collect()
+    }
+}
+
+/// Takes a member's greeting, once it has one.
+fn take_hello(watch: &Watch, command: &mut Vec<String>, info: &mut ProcessInfo) {
+    if !command.is_empty() {
+        return;
+    }
+    if let Some(Record::Hello {
+        command: c,
+        process,
+        ..
+    }) = &watch.hello
+    {
+        *command = c.clone();
+        *info = process.clone();
+    }
+}
+
+/// Whether process `pid` runs (exists and is not a zombie).
+fn runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().to_string()))
+        .is_some_and(|r| !r.starts_with('Z') && !r.starts_with('X'))
+}
+
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}

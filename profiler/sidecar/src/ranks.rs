@@ -1,0 +1,327 @@
+//! The job's processes in its reports: one report per rank (`--report` takes `{rank}`), and in
+//! the job's report every measured process with its role, peaks and end, the ranks side by side,
+//! and which process failed first — the others' errors (a torchrun shutting its ranks down, a
+//! DataLoader's "worker killed" error) are its consequences.
+
+use crate::cause::End;
+use crate::delivery::{deliver, to_stdout, SidecarError};
+use crate::job::{JobRings, Member};
+use crate::kmsg::KernelLog;
+use crate::postmortem;
+use memsight_format::process::{JobProcess, ProcessEnd, Role};
+use memsight_format::report::{PostMortemFinding, Report};
+use memsight_format::units::fmt_bytes;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The placeholder `--report` takes for the rank.
+const RANK: &str = "{rank}";
+
+/// Where the report of `rank` goes (`None`: the job's): `{rank}` in the path replaced by the rank
+/// (`job` for the job's report), else `<stem>.rank<N>.json` beside the job's report.
+pub fn report_for(report: &Path, rank: Option<u32>) -> PathBuf {
+    let text = report.to_string_lossy();
+    if text.contains(RANK) {
+        let who = rank.map_or_else(|| "job".to_string(), |r| r.to_string());
+        return PathBuf::from(text.replace(RANK, &who));
+    }
+    match rank {
+        None => report.to_path_buf(),
+        Some(r) => {
+            let stem = report
+                .file_stem()
+                .map_or_else(|| "memsight-report".into(), |s| s.to_string_lossy());
+            report.with_file_name(format!("{stem}.rank{r}.json"))
+        }
+    }
+}
+
+/// What the job's reports are assembled from.
+pub(crate) struct Assembly<'a> {
+    pub job: &'a JobRings,
+    pub kernel: &'a KernelLog,
+    pub oom_kills: Option<u64>,
+    pub interval: Duration,
+    /// The report path the user gave (`-`: standard output, where rank reports are not written).
+    pub report: &'a Path,
+    /// The job's first process and how `wait` said it ended.
+    pub root: (u32, Option<std::process::ExitStatus>),
+}
+
+impl Assembly<'_> {
+    /// Whether the OOM killer ended `m`: the kernel named it, or (its log unreadable) it ended
+    /// without exiting while the job's cgroup counted a kill and it was the largest such process.
+    fn oom_killed(&self, m: &Member) -> bool {
+        if m.exit_code.is_some() || !m.ended() {
+            return false;
+        }
+        if !self.kernel.kills.is_empty() {
+            return self.kernel.kills.contains_key(&m.pid);
+        }
+        self.oom_kills.is_some_and(|k| k > 0)
+            && self
+                .job
+                .members
+                .iter()
+                .filter(|o| o.ended() && o.exit_code.is_none())
+                .max_by_key(|o| last_rss(o))
+                .is_some_and(|o| o.pid == m.pid)
+    }
+
+    /// How `m` ended, in the post-mortem's terms.
+    /// The wait status of the job's first process, for the member that was its last program.
+    fn root_status(&self, m: &Member) -> Option<std::process::ExitStatus> {
+        (m.pid == self.root.0 && !m.exec_d)
+            .then_some(self.root.1)
+            .flatten()
+    }
+
+    fn end_of(&self, m: &Member) -> End {
+        if let Some(s) = self.root_status(m) {
+            return End::Child(Some(s));
+        }
+        match m.exit_code {
+            Some(c) => End::Child(Some(std::process::ExitStatus::from_raw((c & 0xff) << 8))),
+            None if self.oom_killed(m) => {
+                End::Child(Some(std::process::ExitStatus::from_raw(libc::SIGKILL)))
+            }
+            None if m.ended() => End::Killed,
+            None => End::Detached,
+        }
+    }
+
+    fn process_end(&self, m: &Member) -> ProcessEnd {
+        let root = self.root_status(m);
+        let code = m.exit_code.or(root.and_then(|s| s.code()));
+        let signal = root.and_then(|s| s.signal());
+        let (kind, description) = match (code, m.ended()) {
+            _ if m.exec_d => ("exec", "exec'd another program".to_string()),
+            (None, _) if signal.is_some() => (
+                "killed",
+                format!(
+                    "killed by {}",
+                    crate::cause::signal_name(signal.unwrap_or_default())
+                ),
+            ),
+            (Some(c), _) => ("exited", format!("exited with code {c}")),
+            (None, true) if self.oom_killed(m) => (
+                "oom_killed",
+                match self.kernel.kills.get(&m.pid).and_then(|k| k.rss_bytes) {
+                    Some(rss) => format!(
+                        "killed by the OOM killer at {} resident (the kernel's figure)",
+                        fmt_bytes(rss)
+                    ),
+                    None => "killed by the OOM killer".to_string(),
+                },
+            ),
+            (None, true) => (
+                "killed",
+                "ended without exiting: killed by a signal".to_string(),
+            ),
+            (None, false) => ("running", "still running".to_string()),
+        };
+        ProcessEnd {
+            kind: kind.into(),
+            code,
+            unix_ms: m.ended_unix_ms,
+            description,
+        }
+    }
+
+    fn row(&self, m: &Member, report: Option<PathBuf>) -> JobProcess {
+        let last_tree = m
+            .watch
+            .last()
+            .and_then(|s| s.tree.as_ref())
+            .and_then(|t| t.processes.iter().find(|p| p.pid == m.pid).cloned());
+        let outside = self.outside_sample(m.pid);
+        let last = m.watch.last();
+        JobProcess {
+            pid: m.pid,
+            ppid: m.info.ppid,
+            role: m.role,
+            command: m.command.clone(),
+            heap_peak_bytes: m.heap_peak(),
+            rss_peak_bytes: m
+                .watch
+                .timeline
+                .samples()
+                .iter()
+                .filter_map(|s| s.process.map(|p| p.rss))
+                .max(),
+            last_pss_bytes: last_tree
+                .as_ref()
+                .and_then(|p| p.pss)
+                .or(outside.as_ref().and_then(|p| p.pss)),
+            last_uss_bytes: last_tree
+                .as_ref()
+                .and_then(|p| p.uss)
+                .or(outside.as_ref().and_then(|p| p.uss)),
+            last_step: last.map_or(0, |s| s.step),
+            last_phase: last.and_then(|s| s.phase.clone()),
+            end: self.process_end(m),
+            report: report.map(|p| p.display().to_string()),
+        }
+    }
+
+    /// The last sample of process `pid` in the principal's process trees (read from outside: a
+    /// forked worker's PSS and USS).
+    fn outside_sample(&self, pid: u32) -> Option<memsight_format::host::TreeProcess> {
+        let p = self.job.principal()?;
+        p.watch
+            .timeline
+            .samples()
+            .iter()
+            .rev()
+            .filter_map(|s| s.tree.as_ref())
+            .find_map(|t| t.processes.iter().find(|q| q.pid == pid).cloned())
+    }
+
+    /// Writes one report per rank; returns the first error.
+    pub(crate) fn write_rank_reports(&self, job: &mut Report) -> Option<SidecarError> {
+        let mut first_error = None;
+        let mut rows = Vec::new();
+        for m in &self.job.members {
+            let Some(Role::Rank { rank }) = m.role else {
+                continue;
+            };
+            let path = (!to_stdout(self.report)).then(|| report_for(self.report, Some(rank)));
+            let report = self.member_report(m);
+            let written = match &path {
+                Some(p) => match deliver(&report, p) {
+                    Ok(()) => Some(p.clone()),
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                        None
+                    }
+                },
+                None => None,
+            };
+            rows.push((rank, self.row(m, written)));
+        }
+        rows.sort_by_key(|(r, _)| *r);
+        job.ranks = rows.into_iter().map(|(_, row)| row).collect();
+        first_error
+    }
+
+    /// A member's own report: its timeline, steps and phases, with the post-mortem of its end.
+    fn member_report(&self, m: &Member) -> Report {
+        let command: Vec<std::ffi::OsString> = m.command.iter().map(Into::into).collect();
+        postmortem::final_report(postmortem::Ending {
+            watch: &m.watch,
+            end: self.end_of(m),
+            pid: m.pid,
+            command: &command,
+            start_unix_ms: m.watch.ring_start_unix_ms.unwrap_or(0),
+            died_unix_ms: m
+                .ended_unix_ms
+                .unwrap_or_else(memsight_format::clock::unix_ms),
+            interval: self.interval,
+            oom_kills: self.oom_killed(m).then_some(1),
+            job_report: None,
+        })
+    }
+
+    /// The job's report: its processes, and the process that failed first leads its post-mortem.
+    pub(crate) fn describe_job(&self, report: &mut Report) {
+        if self.job.members.len() > 1 || !report.ranks.is_empty() {
+            report.processes = self.job.members.iter().map(|m| self.row(m, None)).collect();
+        }
+        // The first process's own end is the job's, said by the post-mortem already.
+        let Some(first) = self
+            .first_failure()
+            .filter(|m| self.root_status(m).is_none())
+        else {
+            return;
+        };
+        let row = self.row(first, None);
+        let Some(pm) = report.post_mortem.as_mut() else {
+            return;
+        };
+        // A process that exited with an error in a job that succeeded is no failure of the job.
+        let killed = matches!(row.end.kind.as_str(), "killed" | "oom_killed");
+        if pm.exit_code == Some(0) && !killed {
+            return;
+        }
+        let who = format!("{} (pid {})", row.role_text(), first.pid);
+        let place = match &row.last_phase {
+            Some(p) => format!("step {} in phase {p}", row.last_step),
+            None => format!("step {}", row.last_step),
+        };
+        let size = self.size_at_end(first, &row);
+        let then = pm.description.clone();
+        pm.description = format!(
+            "{who} failed first: {} at {place}{size}; then the job: {then}",
+            row.end.description
+        );
+        if self.oom_killed(first) {
+            pm.cause = "oom_killed".into();
+            let member = self.member_report(first);
+            let findings: Vec<PostMortemFinding> = member
+                .post_mortem
+                .map(|p| p.findings)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|mut f| {
+                    f.evidence = format!("{who}{size}: {}", f.evidence);
+                    f
+                })
+                .collect();
+            pm.findings.splice(0..0, findings);
+        } else if pm.cause == "exited" || pm.cause == "signaled" {
+            pm.cause = row.end.kind.clone();
+        }
+    }
+
+    /// `; 1.1 GiB resident at the kill (kernel), 607 MiB unique when last sampled`.
+    fn size_at_end(&self, m: &Member, row: &JobProcess) -> String {
+        let mut parts = Vec::new();
+        if let Some(k) = self.kernel.kills.get(&m.pid).and_then(|k| k.rss_bytes) {
+            parts.push(format!("{} resident at the kill (kernel)", fmt_bytes(k)));
+        }
+        if let Some(rss) = m.watch.last().and_then(|s| s.process.map(|p| p.rss)) {
+            parts.push(format!(
+                "{} resident at its last own sample",
+                fmt_bytes(rss)
+            ));
+        }
+        if let Some(u) = row.last_uss_bytes {
+            parts.push(format!("{} unique when last sampled", fmt_bytes(u)));
+        }
+        parts.push(format!(
+            "its own heap peak {}",
+            fmt_bytes(row.heap_peak_bytes)
+        ));
+        format!(" ({})", parts.join(", "))
+    }
+
+    /// The member that failed first (killed, OOM-killed, or exited with an error), by when its
+    /// end was seen; a kill before an error exit seen at the same poll.
+    fn first_failure(&self) -> Option<&Member> {
+        self.job
+            .members
+            .iter()
+            .filter(|m| self.process_end(m).failed())
+            .min_by_key(|m| {
+                (
+                    m.ended_unix_ms.unwrap_or(u64::MAX),
+                    m.exit_code.is_some(),
+                    last_sample_unix_ms(m),
+                )
+            })
+    }
+}
+
+/// A member's last sampled RSS.
+fn last_rss(m: &Member) -> u64 {
+    m.watch
+        .last()
+        .and_then(|s| s.process.map(|p| p.rss))
+        .unwrap_or(0)
+}
+
+/// When a member last sampled.
+fn last_sample_unix_ms(m: &Member) -> u64 {
+    m.watch.ring_start_unix_ms.unwrap_or(0) + m.watch.last().map_or(0, |s| s.t_ms)
+}

@@ -1,0 +1,92 @@
+//! This process's place in a job under `memsight run`, where every process that carries memsight
+//! is measured: the ring it writes (one per process, named from the job's prefix in
+//! `MEMSIGHT_JOB`), whether it writes the report the user asked for, and what it says of itself
+//! in its greeting (parent, rank, fork).
+
+use memsight_format::process::{ProcessInfo, RankEnv};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// The prefix of the job's per-process rings (`memsight run` sets it; every process inherits it).
+pub(crate) const JOB_VAR: &str = "MEMSIGHT_JOB";
+/// The pid of the `memsight run` that started the job: its direct child writes the user's report
+/// itself (there even if the sidecar is killed); the other processes leave theirs to the sidecar.
+const SIDECAR_VAR: &str = "MEMSIGHT_SIDECAR_PID";
+
+static FORKED: AtomicBool = AtomicBool::new(false);
+static INHERITED: AtomicU64 = AtomicU64::new(0);
+/// The process whose session runs (0: none): only it says its exit code.
+static OWNER: AtomicU32 = AtomicU32::new(0);
+
+/// Called in a forked child that carries memsight (the preloaded library's fork handler), before
+/// it starts a session of its own: it is a fork of a measured process holding `inherited` live
+/// heap bytes from its parent. Async-signal-safe.
+pub fn forked(inherited: u64) {
+    FORKED.store(true, Ordering::Relaxed);
+    INHERITED.store(inherited, Ordering::Relaxed);
+    OWNER.store(0, Ordering::Relaxed);
+}
+
+/// Says that this process is exiting with `code` (the preloaded library's `exit` and `_exit`), in
+/// its ring's header, so the sidecar tells an exit from a kill. Only the process whose session
+/// runs says it (not a `vfork` child sharing its memory). Async-signal-safe.
+pub fn exiting(code: i32) {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() } as u32;
+    if OWNER.load(Ordering::Relaxed) == me {
+        memsight_format::wire::ring::note_exit(code);
+    }
+}
+
+/// Marks this process as the one whose session runs.
+pub(crate) fn own() {
+    OWNER.store(std::process::id(), Ordering::Relaxed);
+}
+
+/// What this process says of itself.
+pub(crate) fn info() -> ProcessInfo {
+    ProcessInfo {
+        // SAFETY: getppid has no preconditions.
+        ppid: unsafe { libc::getppid() } as u32,
+        rank: RankEnv::from_env(),
+        forked: FORKED.load(Ordering::Relaxed),
+        inherited_bytes: INHERITED.load(Ordering::Relaxed),
+    }
+}
+
+/// The job's ring prefix, when this process runs in a job under `memsight run`.
+pub(crate) fn job_prefix() -> Option<PathBuf> {
+    std::env::var_os(JOB_VAR)
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+}
+
+/// This process's ring in the job: `<prefix>-p<pid>-<nanoseconds>.bin` (a process that exec'd
+/// another program keeps its pid and gets a new ring).
+pub(crate) fn ring_in_job(prefix: &Path) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut name = prefix.as_os_str().to_owned();
+    name.push(format!("-p{}-{nanos}.bin", std::process::id()));
+    PathBuf::from(name)
+}
+
+/// Whether this process writes the user's report itself (and is the job's first process): the
+/// direct child of the `memsight run` that started the job, or any process outside one (also after a launcher exec'd into it), not a fork of it.
+pub fn writes_user_report() -> bool {
+    let sidecar = std::env::var(SIDECAR_VAR)
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok());
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() };
+    match sidecar {
+        Some(s) => s == parent && !forked_here(),
+        None => !forked_here(),
+    }
+}
+
+/// Whether this process is a fork of a measured process that did not exec.
+pub(crate) fn forked_here() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}

@@ -1,0 +1,309 @@
+//! A job is a tree of processes, each measured: an unmodified CPU DDP job under `torchrun` gets
+//! one report per rank (`--report` takes `{rank}`) whose heap peak is within 2% of glibc's own
+//! count in that rank, and a job report with the ranks side by side — whatever starts `torchrun`
+//! (a `#!/usr/bin/env bash` wrapper, `bash -c`, a pyenv-like shim, `prlimit`, `setpriv`, `flock`);
+//! a SIGKILLed rank is named first; an OOM-killed DataLoader worker gets a verdict naming it.
+
+use memsight_e2e::{child_cgroup, memsight_bin, preload_built, scratch, torch_python};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn job(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/tree_jobs")
+        .join(name)
+}
+
+fn read(p: &Path) -> Value {
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The torch venv's `bin` directory, or why the test skips.
+fn venv_bin() -> Option<PathBuf> {
+    if !preload_built() {
+        return None;
+    }
+    let Some(py) = torch_python() else {
+        println!("SKIP: no torch venv (make build sets it up)");
+        return None;
+    };
+    py.parent().map(Path::to_path_buf)
+}
+
+/// Runs `launcher… torchrun --nproc_per_node=2 ddp_train.py` under `memsight run --report
+/// dir/r-{rank}.json`; its exit code and standard error.
+fn run_ddp(dir: &Path, launcher: &[&str], envs: &[(&str, &str)]) -> (i32, String) {
+    let bin = venv_bin().expect("checked by the caller");
+    let torchrun = bin.join("torchrun");
+    let mut cmd = Command::new(memsight_bin());
+    cmd.arg("run")
+        .arg("--report")
+        .arg(dir.join("r-{rank}.json"))
+        .arg("--")
+        .args(launcher)
+        .arg(&torchrun)
+        .args(["--standalone", "--nproc_per_node=2"])
+        .arg(job("ddp_train.py"))
+        .env("DDP_OUT", dir)
+        .env("DDP_STEPS", "6")
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("SLURM_PROCID");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Checks the per-rank reports against each rank's own glibc count, and the job report's ranks.
+fn assert_ranks_exact(dir: &Path, how: &str) {
+    let job = read(&dir.join("r-job.json"));
+    let ranks = job["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2, "{how}: {}", job["ranks"]);
+    for r in 0..2u64 {
+        let own = read(&dir.join(format!("r-{r}.json")));
+        let truth = read(&dir.join(format!("rank{r}.json")));
+        let peak = own["peaks"]["heap_peak_bytes"].as_u64().unwrap() as f64;
+        let glibc = truth["glibc_in_use"].as_u64().unwrap() as f64;
+        let ratio = peak / glibc;
+        println!("{how}: rank {r} heap peak {peak} vs glibc {glibc}: {ratio:.4}");
+        assert!((0.98..=1.02).contains(&ratio), "{how}: rank {r}: {ratio}");
+        assert_eq!(own["job"]["pid"], truth["pid"], "{how}");
+        let row = &ranks[r as usize];
+        assert_eq!(row["role"], "rank", "{how}: {row}");
+        assert_eq!(row["rank"], r, "{how}: {row}");
+        assert_eq!(row["pid"], truth["pid"], "{how}: {row}");
+        assert!(row["report"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("r-{r}.json")));
+    }
+    // The launcher's own heap is its own row, not the job's headline.
+    let rows = job["processes"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .any(|p| p["role"] == "launcher" && p["command"].to_string().contains("torchrun")),
+        "{how}: {rows:?}"
+    );
+    assert_eq!(job["job"]["pid"], ranks[0]["pid"], "{how}");
+}
+
+#[test]
+fn torchrun_ranks_each_get_a_report_within_2_percent_of_glibc() {
+    if venv_bin().is_none() {
+        return;
+    }
+    let dir = scratch("ddp-ranks");
+    let (code, err) = run_ddp(&dir, &[], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_ranks_exact(&dir, "torchrun");
+    assert!(err.contains("rank 1 report written to"), "{err}");
+}
+
+#[test]
+fn a_sigkilled_rank_is_named_first() {
+    if venv_bin().is_none() {
+        return;
+    }
+    let dir = scratch("ddp-kill");
+    let (code, err) = run_ddp(&dir, &[], &[("DDP_KILL_RANK", "1")]);
+    assert_ne!(code, 0, "{err}");
+    let job = read(&dir.join("r-job.json"));
+    let pm = &job["post_mortem"];
+    let d = pm["description"].as_str().unwrap();
+    assert!(d.starts_with("rank 1 (pid "), "{d}");
+    assert!(d.contains("failed first"), "{d}");
+    assert_eq!(pm["cause"], "killed", "{pm}");
+    let killed = read(&dir.join("r-1.json"));
+    assert_eq!(
+        killed["post_mortem"]["cause"], "signaled",
+        "{}",
+        killed["post_mortem"]
+    );
+}
+
+/// A script in `dir` named `name`, executable.
+fn script(dir: &Path, name: &str, text: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+#[test]
+fn the_same_figures_through_every_launcher() {
+    let Some(bin) = venv_bin() else { return };
+    let venv = bin.display().to_string();
+    let base = scratch("ddp-launchers");
+    // A wrapper script, and a pyenv-like shim: a bash script that runs helpers, then execs the
+    // real program of the same name.
+    let wrapper = script(
+        &base,
+        "train.sh",
+        "#!/usr/bin/env bash\nset -e\necho \"starting $(basename \"$1\") at $(date)\" >&2\n\"$@\"\n",
+    );
+    let shims = base.join("shims");
+    std::fs::create_dir(&shims).unwrap();
+    script(
+        &shims,
+        "torchrun",
+        &format!(
+            "#!/usr/bin/env bash\nset -e\nprogram=\"$(basename \"$0\")\"\nexec \"{venv}/$program\" \"$@\"\n"
+        ),
+    );
+    let lock = base.join("lock").display().to_string();
+    let wrapper = wrapper.display().to_string();
+    let cases: Vec<(&str, Vec<String>)> = vec![
+        ("env-bash wrapper", vec![wrapper]),
+        (
+            "prlimit",
+            vec!["prlimit".into(), "--nofile=4096".into(), "--".into()],
+        ),
+        ("setpriv", vec!["setpriv".into(), "--no-new-privs".into()]),
+        ("flock", vec!["flock".into(), lock]),
+    ];
+    for (how, launcher) in &cases {
+        let dir = base.join(how.replace(' ', "-"));
+        std::fs::create_dir(&dir).unwrap();
+        let launcher: Vec<&str> = launcher.iter().map(String::as_str).collect();
+        let (code, err) = run_ddp(&dir, &launcher, &[]);
+        assert_eq!(code, 0, "{how}: {err}");
+        assert_ranks_exact(&dir, how);
+    }
+    // `bash -c` (bash's own `setenv` once kept the hand-off from its children) and the shim.
+    for how in ["bash -c", "shim"] {
+        let dir = base.join(how.replace(' ', "-"));
+        std::fs::create_dir(&dir).unwrap();
+        let torchrun = if how == "shim" {
+            shims.join("torchrun")
+        } else {
+            bin.join("torchrun")
+        };
+        let line = format!(
+            "{} --standalone --nproc_per_node=2 {}; true",
+            torchrun.display(),
+            job("ddp_train.py").display()
+        );
+        let out = Command::new(memsight_bin())
+            .arg("run")
+            .arg("--report")
+            .arg(dir.join("r-{rank}.json"))
+            .args(["--", "bash", "-c", &line])
+            .env("DDP_OUT", &dir)
+            .env("DDP_STEPS", "6")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{how}: {err}");
+        assert_ranks_exact(&dir, how);
+    }
+}
+
+/// The kernel's resident figure for the process it OOM-killed, from its log (`None`: unreadable).
+fn kernel_figure(pid: u64) -> Option<u64> {
+    let out = Command::new("dmesg").output().ok()?;
+    let log = String::from_utf8_lossy(&out.stdout);
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains(&format!("Killed process {pid} ")))?;
+    let kb = |key: &str| -> Option<u64> {
+        let at = line.find(key)? + key.len();
+        line[at..].split("kB").next()?.trim().parse().ok()
+    };
+    Some((kb("anon-rss:")? + kb("file-rss:")? + kb("shmem-rss:").unwrap_or(0)) * 1024)
+}
+
+#[test]
+fn an_oom_killed_dataloader_worker_gets_a_verdict_naming_it() {
+    let Some(bin) = venv_bin() else { return };
+    let cg = match child_cgroup("worker-oom", 900 << 20) {
+        Ok(d) => d,
+        Err(why) => {
+            println!("SKIP: {why}");
+            return;
+        }
+    };
+    let dir = scratch("worker-oom");
+    let report = dir.join("r.json");
+    let out = Command::new(memsight_bin())
+        .arg("run")
+        .arg("--report")
+        .arg(&report)
+        .arg("--")
+        .arg(bin.join("python"))
+        .arg(job("dataloader_oom.py"))
+        .env("JOB_CGROUP", &cg)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir(&cg);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let v = read(&report);
+    let pm = &v["post_mortem"];
+    assert_eq!(pm["cause"], "oom_killed", "{pm}");
+    let worker = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["end"]["kind"] == "oom_killed")
+        .unwrap_or_else(|| panic!("{}", v["processes"]))
+        .clone();
+    assert_eq!(worker["role"], "worker", "{worker}");
+    let pid = worker["pid"].as_u64().unwrap();
+    let d = pm["description"].as_str().unwrap();
+    assert!(
+        d.starts_with(&format!("worker (pid {pid}) failed first")),
+        "{d}"
+    );
+    assert_eq!(pm["findings"][0]["kind"], "linux_oom_killer", "{pm}");
+    assert!(
+        pm["findings"][0]["evidence"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("pid {pid}")),
+        "{pm}"
+    );
+    // PyTorch's own error names the same worker.
+    assert!(err.contains(&pid.to_string()), "{err}");
+    match kernel_figure(pid) {
+        Some(kernel) => {
+            // The size memsight gives: the kernel's own where its log is readable, else the
+            // worker's last own sample.
+            let said = worker["end"]["description"].as_str().unwrap().to_string() + d;
+            let sizes = sizes_in(&said);
+            println!("kernel {kernel} B; memsight said {sizes:?}");
+            assert!(
+                sizes
+                    .iter()
+                    .any(|&s| (s as f64 / kernel as f64 - 1.0).abs() <= 0.10),
+                "{said}"
+            );
+        }
+        None => println!("the kernel log is not readable here: its figure is not compared"),
+    }
+}
+
+/// Every `N.NN MiB|GiB` in `text`, in bytes.
+fn sizes_in(text: &str) -> Vec<u64> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter_map(|w| {
+            let n: f64 = w[0].trim_start_matches('(').parse().ok()?;
+            let unit = match w[1].trim_end_matches([',', ')', ';']) {
+                "MiB" => 1u64 << 20,
+                "GiB" => 1 << 30,
+                _ => return None,
+            };
+            Some((n * unit as f64) as u64)
+        })
+        .collect()
+}
