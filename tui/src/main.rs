@@ -7,6 +7,7 @@ mod estimate_check;
 mod estimate_hf;
 mod heap;
 mod plan;
+mod preload;
 mod run;
 mod summary;
 mod top;
@@ -59,6 +60,7 @@ struct EstimateArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    preload::register();
     match cli.verb {
         Verb::Check(a) => check::run(a),
         Verb::Summary(a) => summary::run(a),
