@@ -1,5 +1,5 @@
 # The two commands of the README: `make demo` and `make test`. Everything else is optional.
-.PHONY: demo test setup build lint bench fuzz clean
+.PHONY: demo test setup build lint bench fuzz clean wheel
 
 CARGO ?= cargo
 OUT ?= out
@@ -39,6 +39,14 @@ lint:
 	$(CARGO) fmt $(subst --target-dir target/preload,,$(PRELOAD)) -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	$(PRELOAD_ENV) $(CARGO) clippy --release $(PRELOAD) -- -D warnings
+
+# The wheel users install (`pip install out/wheels/memsight-*.whl`): the `memsight` command, with the
+# preloaded library built into it (tui/build.rs), and the Python package. Built in a target
+# directory of its own (the command alone: not the workspace's features), as the install test does.
+wheel: setup
+	cd integrations/python && CARGO_TARGET_DIR=$(CURDIR)/target/install \
+		MEMSIGHT_PRELOAD_TARGET_DIR=$(CURDIR)/target/preload \
+		$(VIRTUAL_ENV)/bin/maturin build --release --out $(abspath $(OUT))/wheels
 
 # Allocator overhead vs bare jemalloc, glibc malloc, heaptrack and dhat-rs (prints a ratio table),
 # the sampler's cost per snapshot, and the sidecar's CPU and effect on step time.

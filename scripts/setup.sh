@@ -61,6 +61,14 @@ if [ ! -f "$site/nvidia/cu13/include/crt/host_config.h" ]; then
         || say "could not install nvidia-cuda-crt: the CUDA OOM observer will be compiled out"
 fi
 say "torch $TORCH_VERSION ready in $VENV"
+# maturin builds the wheel (`make wheel`; the install test of `make test`). Optional: without it that
+# test skips, saying why.
+MATURIN_VERSION="1.16.0"
+if [ "$("$VENV/bin/maturin" --version 2>/dev/null)" != "maturin $MATURIN_VERSION" ]; then
+    say "installing maturin==$MATURIN_VERSION (builds the wheel)"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin==$MATURIN_VERSION" \
+        || say "could not install maturin: the wheel test will skip"
+fi
 # --- Python integrations (integrations/python): the frameworks its tests run for real. Optional:
 # without them those tests skip, saying why. Pinned for torch 2.11 and Python 3.11.
 PY_TEST_PINS=("transformers==5.23.0" "accelerate==1.15.0" "lightning==2.6.6" "memray==1.20.0")
