@@ -307,3 +307,93 @@ fn sizes_in(text: &str) -> Vec<u64> {
         })
         .collect()
 }
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+#[test]
+fn two_nodes_reports_merge_into_one_job_report() {
+    let Some(bin) = venv_bin() else { return };
+    let base = scratch("ddp-nodes");
+    let port = free_port().to_string();
+    // Two `memsight run`s, one per "node", each with a torchrun agent of one rank: a two-node job
+    // on one machine (static rendezvous on this host).
+    let nodes: Vec<std::process::Child> = (0..2)
+        .map(|n| {
+            let dir = base.join(format!("node{n}"));
+            std::fs::create_dir(&dir).unwrap();
+            Command::new(memsight_bin())
+                .arg("run")
+                .arg("--report")
+                .arg(dir.join("r-{rank}.json"))
+                .arg("--")
+                .arg(bin.join("torchrun"))
+                .args([
+                    "--nnodes=2",
+                    &format!("--node_rank={n}"),
+                    "--nproc_per_node=1",
+                    "--master_addr=127.0.0.1",
+                    &format!("--master_port={port}"),
+                ])
+                .arg(job("ddp_train.py"))
+                .env("DDP_OUT", &base)
+                .env("DDP_STEPS", "6")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for n in nodes {
+        let out = n.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let merged = base.join("job.json");
+    let out = Command::new(memsight_bin())
+        .arg("merge")
+        .arg("--report")
+        .arg(&merged)
+        .arg(base.join("node1/r-job.json"))
+        .arg(base.join("node0/r-0.json"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = read(&merged);
+    let ranks = v["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2, "{ranks:?}");
+    for (r, row) in ranks.iter().enumerate() {
+        assert_eq!(row["rank"], r as u64, "{row}");
+        let truth = read(&base.join(format!("rank{r}.json")));
+        assert_eq!(row["pid"], truth["pid"], "{row}");
+        let ratio =
+            row["heap_peak_bytes"].as_f64().unwrap() / truth["glibc_in_use"].as_f64().unwrap();
+        println!("merged rank {r}: heap peak / glibc {ratio:.4}");
+        assert!((0.98..=1.02).contains(&ratio), "rank {r}: {ratio}");
+    }
+    // The merged report's base is rank 0's own.
+    assert_eq!(v["job"]["pid"], ranks[0]["pid"]);
+    // Merging a rank twice is refused.
+    let twice = Command::new(memsight_bin())
+        .arg("merge")
+        .arg("--report")
+        .arg(base.join("twice.json"))
+        .arg(base.join("node0/r-0.json"))
+        .arg(base.join("node0/r-job.json"))
+        .output()
+        .unwrap();
+    assert_eq!(twice.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&twice.stderr).contains("rank 0 is in both"));
+}

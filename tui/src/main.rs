@@ -6,6 +6,7 @@ mod estimate;
 mod estimate_check;
 mod estimate_hf;
 mod heap;
+mod merge;
 mod plan;
 mod preload;
 mod run;
@@ -34,6 +35,9 @@ enum Verb {
     /// Estimate a model's training memory (GPT-style dimensions or a Hugging Face config.json):
     /// breakdown, peak, largest micro-batch that fits.
     Estimate(Box<EstimateArgs>),
+    /// One job report from a multi-node job's rank reports (or each node's job report): the ranks
+    /// side by side and the rank that failed first.
+    Merge(merge::Args),
     /// Plan how many jobs to run on each GPU from measured reports' device peaks (seed 003).
     Plan(plan::Args),
     /// Heap profiles: top allocation sites, growth between two, flamegraph, pprof; ask a job for one.
@@ -67,6 +71,7 @@ fn main() -> ExitCode {
         Verb::Diagnose(a) => diagnose::run(a),
         Verb::Estimate(a) if a.hf.hf_config.is_some() => estimate_hf::run(&a.gpt, &a.hf),
         Verb::Estimate(a) => estimate::run(a.gpt),
+        Verb::Merge(a) => merge::run(a),
         Verb::Plan(a) => plan::run(a),
         Verb::Heap(a) => heap::run(a),
         Verb::Run(a) => run::run(a),

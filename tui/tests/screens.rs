@@ -262,7 +262,7 @@ fn the_fragmentation_gauge_shows_the_reports_fragmentation_live_and_replayed() {
 }
 
 #[test]
-fn the_overview_lists_each_worker_with_pss_uss_and_rss() {
+fn the_overview_lists_each_worker_with_role_heap_pss_uss_and_rss() {
     use memsight_format::host::{ProcessMemory, ProcessTree, TreeProcess};
     let mib = 1u64 << 20;
     let p = |pid, ppid, name: &str, pss, uss, rss| TreeProcess {
@@ -280,8 +280,16 @@ fn the_overview_lists_each_worker_with_pss_uss_and_rss() {
             ..Default::default()
         }),
         tree: Some(ProcessTree::new(vec![
-            p(100, 0, "python", 300, 250, 432),
-            p(101, 100, "pt_data_worker", 150, 8, 432),
+            TreeProcess {
+                role: Some("main process".into()),
+                heap: Some(200 * mib),
+                ..p(100, 0, "python", 300, 250, 432)
+            },
+            TreeProcess {
+                role: Some("worker".into()),
+                heap: Some(5 * mib),
+                ..p(101, 100, "pt_data_worker", 150, 8, 432)
+            },
             p(102, 100, "pt_data_worker", 150, 8, 432),
         ])),
         ..Default::default()
@@ -296,6 +304,9 @@ fn the_overview_lists_each_worker_with_pss_uss_and_rss() {
         "150.00 MiB",
         "8.00 MiB",
         "total (3 processes)",
+        "main process",
+        "worker",
+        "205.00 MiB",
         "600.00 MiB",
         "1.27 GiB",
     ] {

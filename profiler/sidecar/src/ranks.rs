@@ -187,7 +187,9 @@ impl Assembly<'_> {
                 continue;
             };
             let path = (!to_stdout(self.report)).then(|| report_for(self.report, Some(rank)));
-            let report = self.member_report(m);
+            let mut report = self.member_report(m);
+            // A rank's report says which rank it is (`memsight merge` puts them side by side).
+            report.ranks = vec![self.row(m, path.clone())];
             let written = match &path {
                 Some(p) => match deliver(&report, p) {
                     Ok(()) => Some(p.clone()),

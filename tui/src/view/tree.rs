@@ -1,6 +1,7 @@
 //! The process-tree panel of the overview: the job and its workers (data-loader processes and
-//! other children) at the latest sample, each with PSS (its share of every page it maps), USS
-//! (pages only it maps) and RSS, and the tree's totals.
+//! other children) at the latest sample, each with its role in the job (rank N, worker, launcher…)
+//! and exact heap where it carries memsight, PSS (its share of every page it maps), USS (pages
+//! only it maps) and RSS, and the tree's totals.
 
 use super::bytes;
 use memsight_format::host::ProcessTree;
@@ -27,6 +28,8 @@ pub fn render(f: &mut Frame, area: Rect, tree: &ProcessTree) {
             Row::new(vec![
                 p.pid.to_string(),
                 p.name.clone(),
+                p.role.clone().unwrap_or_default(),
+                bytes(p.heap),
                 bytes(p.pss),
                 bytes(p.uss),
                 bytes(Some(p.rss)),
@@ -37,17 +40,21 @@ pub fn render(f: &mut Frame, area: Rect, tree: &ProcessTree) {
         Row::new(vec![
             String::new(),
             format!("total ({} processes)", tree.processes.len()),
+            String::new(),
+            bytes(heap_total(tree)),
             bytes(tree.total_pss),
             bytes(tree.total_uss),
             bytes(Some(tree.total_rss)),
         ])
         .style(Style::default().add_modifier(Modifier::BOLD)),
     );
-    let header = Row::new(vec!["pid", "name", "PSS", "USS", "RSS"])
+    let header = Row::new(vec!["pid", "name", "role", "heap", "PSS", "USS", "RSS"])
         .style(Style::default().add_modifier(Modifier::BOLD));
     let widths = [
         Constraint::Length(8),
         Constraint::Min(16),
+        Constraint::Length(16),
+        Constraint::Length(11),
         Constraint::Length(11),
         Constraint::Length(11),
         Constraint::Length(11),
@@ -60,4 +67,10 @@ pub fn render(f: &mut Frame, area: Rect, tree: &ProcessTree) {
         )),
         area,
     );
+}
+
+/// The heaps of the processes that carry memsight, summed (`None` when none does).
+fn heap_total(tree: &ProcessTree) -> Option<u64> {
+    let heaps: Vec<u64> = tree.processes.iter().filter_map(|p| p.heap).collect();
+    (!heaps.is_empty()).then(|| heaps.iter().sum())
 }

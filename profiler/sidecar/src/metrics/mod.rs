@@ -46,6 +46,11 @@ pub struct Metrics {
     device_fragmentation: FloatGauge,
     rss_peak: IntGauge,
     tree_pss_peak: IntGauge,
+    /// Per process of the job that carries memsight: its heap and PSS, labelled with its pid and
+    /// role (`rank 1`, `worker of rank 0`…); a process's series goes when it does.
+    process_heap: IntGauge,
+    process_pss: IntGauge,
+    process_labels: Mutex<Vec<Labels>>,
     jemalloc_resident: IntGauge,
     jemalloc_resident_peak: IntGauge,
     cgroup_usage: IntGauge,
@@ -184,6 +189,14 @@ impl Metrics {
             "memsight_rss_peak_bytes",
             "Peak RSS of the job over the run: the kernel's high-water mark, or the highest sampled RSS",
         );
+        let process_heap = int(
+            "memsight_process_heap_bytes",
+            "Live heap bytes of one process of the job (pid, role: rank N, worker, launcher…)",
+        );
+        let process_pss = int(
+            "memsight_process_pss_bytes",
+            "PSS of one process of the job (pid, role: rank N, worker, launcher…)",
+        );
         let tree_pss_peak = int(
             "memsight_tree_pss_peak_bytes",
             "Peak PSS total of the job and its child processes over the run (the report's process tree)",
@@ -247,6 +260,9 @@ impl Metrics {
             device_fragmentation,
             rss_peak,
             tree_pss_peak,
+            process_heap,
+            process_pss,
+            process_labels: Mutex::new(Vec::new()),
             jemalloc_resident,
             jemalloc_resident_peak,
             cgroup_usage,
@@ -297,6 +313,30 @@ impl Metrics {
         }
     }
 
+    /// The per-process gauges of the tree's measured processes; those of processes gone are removed.
+    fn update_processes(&self, t: &memsight_format::host::ProcessTree) {
+        let mut now = Vec::new();
+        for p in &t.processes {
+            let (Some(heap), Some(role)) = (p.heap, p.role.as_ref()) else {
+                continue;
+            };
+            let mut l = self.labels.clone();
+            l.push(("pid".into(), p.pid.to_string()));
+            l.push(("role".into(), role.clone()));
+            self.process_heap.get_or_create(&l).set(clamp(heap));
+            if let Some(pss) = p.pss {
+                self.process_pss.get_or_create(&l).set(clamp(pss));
+            }
+            now.push(l);
+        }
+        let mut seen = crate::lock(&self.process_labels);
+        for gone in seen.iter().filter(|l| !now.contains(l)) {
+            self.process_heap.remove(gone);
+            self.process_pss.remove(gone);
+        }
+        *seen = now;
+    }
+
     /// Sets the gauges from a snapshot (sources a snapshot lacks keep their last value).
     pub fn update(&self, s: &Snapshot) {
         let l = &self.labels;
@@ -318,6 +358,7 @@ impl Metrics {
             if let Some(pss) = t.total_pss {
                 self.tree_pss.get_or_create(l).set(clamp(pss));
             }
+            self.update_processes(t);
         }
         if let Some(h) = s.cgroup.and_then(|c| c.headroom()) {
             self.cgroup_headroom.get_or_create(l).set(clamp(h));

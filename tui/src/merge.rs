@@ -1,0 +1,129 @@
+//! `memsight merge --report OUT REPORT…`: one job report from a multi-node job's reports. Each
+//! node's `memsight run` writes its ranks' reports (and a job report of its own) to shared storage;
+//! this puts every rank side by side — peaks, skew, and the rank that failed first — with no
+//! cluster protocol of memsight's own. Inputs are rank reports or per-node job reports; the lowest
+//! rank's report is the merged report's base (its timeline, phases and steps).
+
+use memsight_format::process::JobProcess;
+use memsight_format::text;
+use memsight_format::units::fmt_bytes;
+use memsight_format::Report;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The reports to merge and where the merged one goes.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Where the merged job report goes.
+    #[arg(long, value_name = "PATH")]
+    report: PathBuf,
+    /// Rank reports or per-node job reports that `memsight run` wrote.
+    #[arg(required = true, value_name = "REPORT")]
+    reports: Vec<PathBuf>,
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("memsight merge: {}", text::line(&msg.to_string()));
+    ExitCode::from(2)
+}
+
+/// Merges the reports; exit 2 on bad input.
+pub fn run(a: Args) -> ExitCode {
+    let mut loaded = Vec::new();
+    for p in &a.reports {
+        match Report::load(p) {
+            Ok(r) => loaded.push((p.clone(), r)),
+            Err(e) => return fail(e),
+        }
+    }
+    let merged = match merge(loaded) {
+        Ok(m) => m,
+        Err(e) => return fail(e),
+    };
+    if let Err(e) = merged.save(&a.report) {
+        return fail(e);
+    }
+    for r in &merged.ranks {
+        println!(
+            "rank {:>4}  pid {:>8}  heap peak {:>11}  RSS peak {:>11}  {}",
+            rank_of(r).unwrap_or_default(),
+            r.pid,
+            fmt_bytes(r.heap_peak_bytes),
+            r.rss_peak_bytes
+                .map(fmt_bytes)
+                .unwrap_or_else(|| "—".into()),
+            text::line(&r.end.description)
+        );
+    }
+    if let Some(pm) = &merged.post_mortem {
+        println!("{}", text::line(&pm.description));
+    }
+    eprintln!("memsight · merged report written to {}", a.report.display());
+    ExitCode::SUCCESS
+}
+
+fn rank_of(p: &JobProcess) -> Option<u32> {
+    match p.role {
+        Some(memsight_format::process::Role::Rank { rank }) => Some(rank),
+        _ => None,
+    }
+}
+
+/// The merged report: the lowest rank's report with every rank's row, every node's processes, and
+/// a post-mortem that starts with the rank that failed first.
+pub fn merge(inputs: Vec<(PathBuf, Report)>) -> Result<Report, String> {
+    let mut rows: Vec<(u32, JobProcess, usize)> = Vec::new();
+    for (i, (path, r)) in inputs.iter().enumerate() {
+        if r.ranks.is_empty() {
+            return Err(format!(
+                "{} has no ranks: give the reports `memsight run` wrote for a distributed job \
+                 (its `{{rank}}` reports, or each node's job report)",
+                path.display()
+            ));
+        }
+        for row in &r.ranks {
+            let Some(rank) = rank_of(row) else { continue };
+            if let Some((_, _, j)) = rows.iter().find(|(k, _, _)| *k == rank) {
+                return Err(format!(
+                    "rank {rank} is in both {} and {}",
+                    inputs[*j].0.display(),
+                    path.display()
+                ));
+            }
+            let mut row = row.clone();
+            row.report.get_or_insert_with(|| path.display().to_string());
+            rows.push((rank, row, i));
+        }
+    }
+    rows.sort_by_key(|(rank, _, _)| *rank);
+    let base = rows
+        .first()
+        .map(|(_, _, i)| *i)
+        .ok_or("no ranks to merge")?;
+    let mut merged = inputs[base].1.clone();
+    merged.processes = inputs
+        .iter()
+        .flat_map(|(_, r)| r.processes.iter().cloned())
+        .collect();
+    merged.ranks = rows.iter().map(|(_, row, _)| row.clone()).collect();
+    let first = merged
+        .ranks
+        .iter()
+        .filter(|r| r.end.failed())
+        .min_by_key(|r| (r.end.unix_ms.unwrap_or(u64::MAX), r.end.code.is_some()))
+        .cloned();
+    if let (Some(first), Some(pm)) = (first, merged.post_mortem.as_mut()) {
+        let who = format!("{} (pid {})", first.role_text(), first.pid);
+        if !pm.description.starts_with(&who) {
+            pm.description = format!(
+                "{who} failed first (of {} ranks): {} at step {}; this report is rank {}'s: {}",
+                rows.len(),
+                first.end.description,
+                first.last_step,
+                rows[0].0,
+                pm.description
+            );
+        }
+    }
+    Ok(merged)
+}
