@@ -60,6 +60,7 @@ bench: setup
 	./target/release/alloc-ab
 	./target/release/frame-bench
 	./target/release/sidecar-bench
+	./target/release/helper-bench
 	$(PRELOAD_ENV) $(CARGO) build --release $(PRELOAD)
 	$(VIRTUAL_ENV)/bin/python integrations/python/bench/overhead.py
 

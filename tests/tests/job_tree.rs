@@ -397,3 +397,49 @@ fn two_nodes_reports_merge_into_one_job_report() {
     assert_eq!(twice.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&twice.stderr).contains("rank 0 is in both"));
 }
+
+#[test]
+fn a_child_started_without_memsight_is_said_to_be_unmeasured() {
+    let Some(bin) = venv_bin() else { return };
+    let dir = scratch("unmeasured");
+    let report = dir.join("r.json");
+    // The job starts a child with LD_PRELOAD cleared: it has no heap of its own to report.
+    let script = "import os, subprocess, sys\n\
+                  env = {k: v for k, v in os.environ.items() if k != 'LD_PRELOAD'}\n\
+                  subprocess.run([sys.executable, '-c', \
+                  'import time; x = bytearray(64 << 20); time.sleep(1.5)'], env=env, check=True)\n";
+    let out = Command::new(memsight_bin())
+        .args(["run", "--interval", "50ms", "--report"])
+        .arg(&report)
+        .arg("--")
+        .arg(bin.join("python"))
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = read(&report);
+    let rows = v["processes"].as_array().unwrap();
+    let child = rows
+        .iter()
+        .find(|p| p["end"]["kind"] == "unmeasured")
+        .unwrap_or_else(|| panic!("{rows:?}"));
+    assert!(
+        child["rss_peak_bytes"].as_u64().unwrap() >= 64 << 20,
+        "{child}"
+    );
+    let said = v["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "unmeasured processes")
+        .unwrap_or_else(|| panic!("{}", v["sources"]));
+    assert!(said["detail"]
+        .as_str()
+        .unwrap()
+        .contains(&child["pid"].to_string()));
+}

@@ -15,6 +15,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// How far apart two samples of a process must be for it to have had a session had it carried
+/// memsight (a session starts at 100 ms).
+const UNMEASURED_AFTER_MS: u64 = 500;
+
 /// The placeholder `--report` takes for the rank.
 const RANK: &str = "{rank}";
 
@@ -227,8 +231,25 @@ impl Assembly<'_> {
 
     /// The job's report: its processes, and the process that failed first leads its post-mortem.
     pub(crate) fn describe_job(&self, report: &mut Report) {
-        if self.job.members.len() > 1 || !report.ranks.is_empty() {
+        let unmeasured = self.unmeasured();
+        if self.job.members.len() > 1 || !report.ranks.is_empty() || !unmeasured.is_empty() {
             report.processes = self.job.members.iter().map(|m| self.row(m, None)).collect();
+        }
+        if !unmeasured.is_empty() {
+            let names: Vec<String> = unmeasured
+                .iter()
+                .map(|p| format!("{} (pid {})", p.command.join(" "), p.pid))
+                .collect();
+            report.sources.push(memsight::collect::SourceStatus {
+                name: "unmeasured processes".into(),
+                available: false,
+                detail: format!(
+                    "{} of the job carried no memsight (started without LD_PRELOAD, or statically \
+                     linked): no heap of their own; their memory is in the process tree only",
+                    names.join(", ")
+                ),
+            });
+            report.processes.extend(unmeasured);
         }
         // The first process's own end is the job's, said by the post-mortem already.
         let Some(first) = self
@@ -274,6 +295,57 @@ impl Assembly<'_> {
         } else if pm.cause == "exited" || pm.cause == "signaled" {
             pm.cause = row.end.kind.clone();
         }
+    }
+
+    /// Processes of the job's tree that lived long enough to have a session (seen in samples
+    /// [`UNMEASURED_AFTER_MS`] apart) but wrote no ring: they carry no memsight.
+    fn unmeasured(&self) -> Vec<JobProcess> {
+        let Some(p) = self.job.principal() else {
+            return Vec::new();
+        };
+        let start = p.watch.ring_start_unix_ms.unwrap_or(0);
+        let mut seen: Vec<(memsight_format::host::TreeProcess, u64, u64)> = Vec::new();
+        for s in p.watch.timeline.samples() {
+            let Some(t) = &s.tree else { continue };
+            let at = start + s.t_ms;
+            for q in &t.processes {
+                if self.job.members.iter().any(|m| m.pid == q.pid) {
+                    continue;
+                }
+                match seen.iter_mut().find(|(o, _, _)| o.pid == q.pid) {
+                    Some((o, _, last)) => {
+                        *last = at;
+                        o.rss = o.rss.max(q.rss);
+                        o.pss = q.pss;
+                        o.uss = q.uss;
+                    }
+                    None => seen.push((q.clone(), at, at)),
+                }
+            }
+        }
+        seen.into_iter()
+            .filter(|(_, first, last)| last.saturating_sub(*first) >= UNMEASURED_AFTER_MS)
+            .map(|(q, _, _)| JobProcess {
+                pid: q.pid,
+                ppid: q.ppid,
+                role: None,
+                command: vec![q.name.clone()],
+                heap_peak_bytes: 0,
+                rss_peak_bytes: Some(q.rss),
+                last_pss_bytes: q.pss,
+                last_uss_bytes: q.uss,
+                last_step: 0,
+                last_phase: None,
+                end: ProcessEnd {
+                    kind: "unmeasured".into(),
+                    code: None,
+                    unix_ms: None,
+                    description: "carries no memsight: its memory is in the process tree only"
+                        .into(),
+                },
+                report: None,
+            })
+            .collect()
     }
 
     /// `; 1.1 GiB resident at the kill (kernel), 607 MiB unique when last sampled`.
