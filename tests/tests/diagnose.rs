@@ -261,3 +261,87 @@ fn a_memory_cgroup_kill_of_a_child_is_one_event_and_not_the_machine() {
     );
     assert!(out.contains("killed its child 18177"), "{out}");
 }
+
+/// A report whose DataLoader worker the OOM killer ended (as `memsight run` wrote it for
+/// tests/tests/tree_jobs/dataloader_oom.py in a 900 MiB memory cgroup): `diagnose --report`
+/// with no log judges its post-mortem — the verdict naming the worker, and a worker's remedies —
+/// instead of finding nothing.
+#[test]
+fn a_report_with_an_oom_killed_worker_gets_its_verdict_and_worker_remedies() {
+    let dir = scratch("diagnose-worker-oom");
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/report.example.json");
+    let mut report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(example).unwrap()).unwrap();
+    let evidence = "worker (pid 17887) (1.14 GiB resident at the kill (kernel), 1.11 GiB resident at its last own sample, 106.66 MiB unique when last sampled, its own heap peak 864.60 MiB): the memory cgroup (limit 900.00 MiB) hit its limit and the kernel killed python; the machine itself may have had memory free";
+    report["post_mortem"] = serde_json::json!({
+        "cause": "oom_killed",
+        "description": "worker (pid 17887) failed first: killed by the OOM killer at 1.14 GiB resident (the kernel's figure) at step 0 (1.14 GiB resident at the kill (kernel), 1.11 GiB resident at its last own sample, 106.66 MiB unique when last sampled, its own heap peak 864.60 MiB); then the job: exited with code 1; last sample 42 ms before the end",
+        "exit_code": 1,
+        "cgroup_oom_kills": 1,
+        "records_dropped": 0,
+        "findings": [{
+            "kind": "linux_oom_killer",
+            "verdict": "host_oom",
+            "evidence": evidence,
+            "remedies": [
+                "use fewer data-loader workers and a smaller prefetch factor",
+                "raise the container/cgroup memory limit, or lower host memory per process (pin_memory off, smaller shuffle buffers)"
+            ]
+        }]
+    });
+    let command = serde_json::json!(["/venv/bin/python", "dataloader_oom.py"]);
+    report["processes"] = serde_json::json!([
+        {"pid": 17877, "ppid": 17876, "role": "main", "command": command,
+         "heap_peak_bytes": 112103424u64, "last_step": 0,
+         "end": {"kind": "exited", "code": 1, "unix_ms": 1795785352700u64, "description": "exited with code 1"}},
+        {"pid": 17887, "ppid": 17877, "role": "worker", "command": command,
+         "heap_peak_bytes": 906601608u64, "rss_peak_bytes": 1192071168u64,
+         "last_pss_bytes": 210884608u64, "last_uss_bytes": 111841280u64, "last_step": 0,
+         "end": {"kind": "oom_killed", "unix_ms": 1795785351670u64, "description": "killed by the OOM killer at 1.14 GiB resident (the kernel's figure)"}}
+    ]);
+    report["device_ooms"] = serde_json::json!([]);
+    let path = dir.join("r.json");
+    std::fs::write(&path, report.to_string()).unwrap();
+    let path = path.to_str().unwrap();
+
+    let (code, out, err) = diagnose(&["--report", path], Some(""));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("no out-of-memory"), "{out}");
+    assert!(out.contains("from the report · linux_oom_killer"), "{out}");
+    assert!(out.contains("HOST_OOM — worker (pid 17887)"), "{out}");
+    assert!(
+        out.contains("pid 17887") && out.contains("role worker"),
+        "{out}"
+    );
+    assert!(
+        out.contains("use fewer data-loader workers and a smaller prefetch factor"),
+        "{out}"
+    );
+    assert!(out.contains("numpy arrays"), "{out}");
+    assert!(out.contains("persistent_workers=True"), "{out}");
+
+    let (code, out, err) = diagnose(&["--report", path, "--json"], Some(""));
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let f = &v["findings"][0];
+    assert_eq!(f["kind"], "linux_oom_killer");
+    assert_eq!(f["verdict"], "host_oom");
+    assert_eq!(f["evidence"], evidence);
+    assert_eq!(f["facts"]["pid"], 17887);
+    assert_eq!(f["facts"]["last_uss_bytes"], 111841280u64);
+    let ids: Vec<&str> = f["remedies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "data_loader",
+            "worker_copy_on_read",
+            "persistent_workers",
+            "memory_limit"
+        ]
+    );
+}

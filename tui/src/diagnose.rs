@@ -1,7 +1,7 @@
 //! `memsight diagnose [FILE|-]`: every OOM message in a log, with its facts, a verdict and ranked
 //! remedies. Exit 0 when at least one OOM was diagnosed, 1 when none was found, 2 on bad input.
 
-use memsight_analysis::diagnose::{diagnose, judge, render, Context, Diagnosis};
+use memsight_analysis::diagnose::{diagnose, judge, postmortem, render, Context, Diagnosis};
 use memsight_format::{input, text, Report};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -11,13 +11,15 @@ use std::process::ExitCode;
 #[derive(clap::Args)]
 pub struct Args {
     /// The log or error text (`-` or nothing: standard input). With --report and no log (a
-    /// terminal or an empty standard input), the device OOMs that the job's report caught are
-    /// diagnosed.
+    /// terminal or an empty standard input), the report's own findings are diagnosed: the host
+    /// memory failure its post-mortem states (an OOM-killed worker or rank) and the device OOMs
+    /// it caught.
     file: Option<PathBuf>,
     /// Print `{"findings": [...]}` as JSON instead of text.
     #[arg(long)]
     json: bool,
-    /// The job's memsight report: its per-step leak slope can turn the verdict into `leak`.
+    /// The job's memsight report: its per-step leak slope can turn the verdict into `leak`; with
+    /// no log, its post-mortem and device OOMs are what is diagnosed.
     #[arg(long, value_name = "REPORT.json")]
     report: Option<PathBuf>,
     /// The PyTorch allocator configuration the job ran with (default: $PYTORCH_CUDA_ALLOC_CONF).
@@ -54,12 +56,18 @@ pub fn run(a: Args) -> ExitCode {
             .report
             .as_deref()
             .unwrap_or(std::path::Path::new("the report"));
-        (
-            format!("the report {} (the device OOMs it caught)", path.display()),
+        let mut found: Vec<Diagnosis> = postmortem::host_findings(r, &ctx);
+        found.extend(
             r.device_ooms
                 .iter()
-                .map(|o| judge(memsight_analysis::diagnose::device_oom::finding(o), &ctx))
-                .collect(),
+                .map(|o| judge(memsight_analysis::diagnose::device_oom::finding(o), &ctx)),
+        );
+        (
+            format!(
+                "the report {} (its post-mortem and the device OOMs it caught)",
+                path.display()
+            ),
+            found,
         )
     };
     // With --report and no log named: a terminal on standard input means there is no log; a piped
@@ -68,8 +76,11 @@ pub fn run(a: Args) -> ExitCode {
         (None, Some(r)) if std::io::stdin().is_terminal() => caught(r),
         _ => match read_log(a.file.as_deref(), &ctx) {
             Ok((name, found)) if found.is_empty() && a.file.is_none() => match &report {
-                Some(r) if !r.device_ooms.is_empty() => caught(r),
-                _ => (name, found),
+                Some(r) => match caught(r) {
+                    (_, none) if none.is_empty() => (name, found),
+                    judged => judged,
+                },
+                None => (name, found),
             },
             Ok(found) => found,
             Err(e) => return fail(e),

@@ -3,6 +3,7 @@
 //! vLLM's KV cache, the vocabulary reader's generic findings, and failures whose only cause is
 //! memory held elsewhere (a CUDA context being created, vLLM waking from sleep, a time-sliced GPU).
 
+use super::dataloader;
 use super::facts::Facts;
 use super::remedy::{self, Remedy};
 use super::scan::Notes;
@@ -143,6 +144,9 @@ pub(crate) fn gpu_sharing() -> Remedy {
 }
 
 fn killed(f: &Facts) -> (Verdict, Vec<Remedy>) {
+    if f.str("reporter") == Some("dataloader") {
+        return dataloader::judge(f);
+    }
     let limit = f.bytes("memory_limit_bytes");
     let used = f.bytes("memory_used_bytes");
     let (evidence, first) = match f.str("reporter") {
@@ -198,24 +202,6 @@ fn killed(f: &Facts) -> (Verdict, Vec<Remedy>) {
                 ),
             )
         }
-        Some("dataloader") if f.str("signal") == Some("Bus error") => (
-            format!(
-                "a DataLoader worker{} died of SIGBUS: the shared memory (/dev/shm) through which workers hand batches to the main process ran out",
-                f.bytes("pid").map_or(String::new(), |p| format!(" (pid {p})"))
-            ),
-            remedy::framework(
-                "shared_memory",
-                "give the job more shared memory: docker run --shm-size=16g (or --ipc=host), a Kubernetes emptyDir with medium: Memory mounted at /dev/shm; or fewer DataLoader workers and a smaller prefetch_factor",
-                "Docker gives a container 64 MiB of /dev/shm unless told otherwise",
-            ),
-        ),
-        Some("dataloader") => (
-            format!(
-                "a DataLoader worker{} was killed with SIGKILL: the kernel's or the container's OOM killer ran out of host memory",
-                f.bytes("pid").map_or(String::new(), |p| format!(" (pid {p})"))
-            ),
-            remedy::data_loader(),
-        ),
         Some("ray") => (
             match (f.bytes("node_memory_used_bytes"), f.bytes("node_memory_total_bytes")) {
                 (Some(u), Some(t)) => format!("Ray's memory monitor killed the task: the node used {} of {}, above its threshold", b(u), b(t)),
@@ -245,11 +231,7 @@ fn killed(f: &Facts) -> (Verdict, Vec<Remedy>) {
             remedy::memory_limit(limit, used),
         ),
     };
-    let mut rs = vec![first];
-    if f.str("reporter") != Some("dataloader") || f.str("signal") == Some("Bus error") {
-        rs.push(remedy::data_loader());
-    }
-    rs.push(remedy::profile_host());
+    let rs = vec![first, remedy::data_loader(), remedy::profile_host()];
     (v(VerdictKind::HostOom, evidence), rs)
 }
 

@@ -3,8 +3,8 @@
 //! rows, `kubectl describe pod` blocks and pod-status YAML), PyTorch's `DataLoader worker (pid N)
 //! is killed by signal: Killed`, Ray's memory monitor and YARN's container kills.
 
-use super::facts::Facts;
-use super::scan::{compile, each, int_at, line_end, size_at, str_at, Pattern, Piece};
+use super::facts::{Fact, Facts};
+use super::scan::{compile, each, floor, int_at, line_end, size_at, str_at, Pattern, Piece};
 use super::size::exact_bytes;
 use super::Kind;
 use regex::Regex;
@@ -48,9 +48,31 @@ static K8S_RESTARTS: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"(?m)^[\t ]*(?:Restart Count|restartCount):[\t ]*([0-9]+)").ok());
 static DATALOADER: Pattern = LazyLock::new(|| {
     compile(
-        r"DataLoader (?:worker|process)(?: \(pid(?:\(s\))? (?:([0-9]+)|[^)\n]{0,20})\))?(?: exited)? is killed by signal: (?:Killed|(Bus error)\.?(?: It is possible that dataloader's workers are out of shared memory))",
+        r"DataLoader (?:worker|process)(?: \(pid(?:\(s\))? (?:([0-9]+)|[^)\n]{0,20})\))?(?: exited)? is killed by signal: (?:Killed(?::\s*9)?|(Bus error)(\.?(?: It is possible that dataloader's workers are out of shared memory))?)",
     )
 });
+/// The main process's check on dead workers (`torch/utils/data/dataloader.py`): `DataLoader worker
+/// (pid(s) 18509, 18510) exited unexpectedly`; the C++ check's `… exited unexpectedly with exit
+/// code N` is a worker that exited on its own, no memory failure.
+static EXITED: Pattern = LazyLock::new(|| {
+    compile(
+        r"DataLoader worker \(pid(?:\(s\))? ([0-9]+(?:,\s*[0-9]+)*)\) exited unexpectedly( with exit code)?",
+    )
+});
+/// A worker's death the text gives a cause other than memory: PyTorch's own lines for other
+/// signals (`is killed by signal: Segmentation fault`, the worker's `Unexpected segmentation fault
+/// encountered in worker`).
+static OTHER_DEATH: Pattern = LazyLock::new(|| {
+    compile(
+        r"is killed by signal: (?:Segmentation fault|Aborted|Terminated|Floating point exception|Illegal instruction|Interrupt|Hangup|Quit)|Unexpected (?:segmentation fault|floating-point exception) encountered in worker",
+    )
+});
+/// A Windows path in a traceback (`C:\ProgramData\…`, `D:\…\site-packages\torch`): workers there
+/// are spawned, and one that dies at start is most often an import or pickling error.
+static WINDOWS_PATH: Pattern =
+    LazyLock::new(|| compile(r"\b[A-Za-z]:\\[A-Za-z_]|\\site-packages\\"));
+/// How far before a worker's `exited unexpectedly` its cause is looked for (a traceback or two).
+const DEATH_WINDOW: usize = 8192;
 /// The worker's own report of a SIGBUS while its shared memory (`/dev/shm`) ran out.
 static SHM_BUS: Pattern = LazyLock::new(|| {
     compile(
@@ -91,7 +113,7 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     if has("low on resource") {
         evicted(text, out);
     }
-    if has("killed by signal") || has("Unexpected bus error") {
+    if has("killed by signal") || has("Unexpected bus error") || has("exited unexpectedly") {
         dataloader(text, out);
     }
     if has("Memory on the node") || has("running low on memory") || has("memory pressure") {
@@ -104,13 +126,21 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
 
 fn dataloader(text: &str, out: &mut Vec<Piece>) {
     // A worker killed by SIGBUS because shared memory ran out prints its own line, then the main
-    // process its `killed by signal: Bus error` line: parts, so the two join as one failure.
+    // process its `killed by signal: Bus error` line, then (PyTorch ≥ 1.2) its `exited
+    // unexpectedly` line: parts, so they join as one failure. A bus error the text does not tie
+    // to shared memory is no evidence on its own.
     each(&DATALOADER, text, |c, s, e| {
         let mut f = reporter("dataloader");
         f.opt_int("pid", int_at(c, 1));
         if c.get(2).is_some() {
             f.text("signal", "Bus error");
-            out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
+            out.push(Piece::part(
+                s,
+                e,
+                Kind::OomKillReport,
+                f,
+                c.get(3).is_some(),
+            ));
         } else {
             f.text("signal", "Killed");
             out.push(Piece::message(s, e, Kind::OomKillReport, f));
@@ -119,6 +149,41 @@ fn dataloader(text: &str, out: &mut Vec<Piece>) {
     each(&SHM_BUS, text, |_, s, e| {
         let mut f = reporter("dataloader");
         f.text("signal", "Bus error");
+        out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
+    });
+    if text.contains("exited unexpectedly") {
+        exited(text, out);
+    }
+}
+
+/// `DataLoader worker (pid(s) A, B) exited unexpectedly`: workers that died without a Python
+/// error. It continues the `killed by signal` line before it (the same worker) or stands alone;
+/// where the text before it gives another cause of death, it is no memory failure.
+fn exited(text: &str, out: &mut Vec<Piece>) {
+    each(&EXITED, text, |c, s, e| {
+        if c.get(2).is_some() {
+            return;
+        }
+        let from = floor(text, s.saturating_sub(DEATH_WINDOW));
+        let before = &text[from..s];
+        let found = |re: &Pattern| re.as_ref().is_some_and(|re| re.is_match(before));
+        if found(&OTHER_DEATH) {
+            return;
+        }
+        let pids: Vec<i128> = str_at(c, 1)
+            .unwrap_or("")
+            .split(',')
+            .filter_map(|p| p.trim().parse().ok())
+            .collect();
+        let mut f = reporter("dataloader");
+        match pids.as_slice() {
+            [] => return,
+            [one] => f.int("pid", *one),
+            _ => f.set("pids", Fact::Ints(pids)),
+        }
+        if found(&WINDOWS_PATH) {
+            f.text("platform", "windows");
+        }
         out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
     });
 }

@@ -5,6 +5,7 @@
 
 mod accel;
 mod cuda;
+mod dataloader;
 mod device;
 pub mod device_oom;
 mod facts;
@@ -14,6 +15,7 @@ mod host;
 mod jobs;
 mod libraries;
 mod normalize;
+pub mod postmortem;
 mod remedy;
 mod render;
 mod scan;
@@ -30,10 +32,10 @@ pub use render::render;
 pub use verdict::{Context, Verdict, VerdictKind};
 pub use workload::{infer as infer_workload, Workload};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The family of an OOM message (the corpus's `kind`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// PyTorch ≥ 2.1 CUDA/HIP caching-allocator message.

@@ -31,7 +31,12 @@ fn fact_text(name: &str, v: &Fact) -> String {
 /// Several indented lines: kind and line, facts, verdict with evidence, numbered remedies.
 pub fn render(d: &Diagnosis, index: usize) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "[{index}] line {} · {}", d.line, d.kind.as_str());
+    // Line 0: not from a log (a report's device OOM or post-mortem).
+    let place = match d.line {
+        0 => "from the report".to_string(),
+        n => format!("line {n}"),
+    };
+    let _ = writeln!(s, "[{index}] {place} · {}", d.kind.as_str());
     let facts: Vec<String> = d
         .facts
         .iter()

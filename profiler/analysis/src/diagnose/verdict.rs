@@ -5,13 +5,13 @@ use super::facts::{Fact, Facts};
 use super::remedy::{self, Remedy};
 use super::scan::Notes;
 use super::workload::{self, Workload};
-use super::{families, gpu, Kind};
+use super::{dataloader, families, gpu, Kind};
 use memsight_format::report::leak::LeakEstimate;
 use memsight_format::units::fmt_bytes;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What caused the OOM.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum VerdictKind {
     /// Reserved-but-unallocated memory would have covered the request; free memory would not.
@@ -244,6 +244,11 @@ fn killed(f: &Facts) -> (Verdict, Vec<Remedy>) {
         _ => String::new(),
     };
     let limit = f.bytes("memory_limit_bytes");
+    // A post-mortem names the killed process's role (`worker`, `rank 1`).
+    let who = match f.str("role") {
+        Some(role) => format!("{who}, the job's {role}"),
+        None => who.to_string(),
+    };
     let evidence = match kill_scope(f) {
         Some(true) => {
             let l = limit.map_or(String::new(), |l| format!(" (limit {})", b(l)));
@@ -256,11 +261,18 @@ fn killed(f: &Facts) -> (Verdict, Vec<Remedy>) {
             "the kernel's OOM killer killed {who}{rss}{selected}; the line does not say whether the machine or a memory cgroup (container limit) ran out"
         ),
     };
+    let usage = f.bytes("memory_usage_bytes");
+    if dataloader::is_worker(f) {
+        return (
+            v(VerdictKind::HostOom, evidence),
+            dataloader::worker_remedies(limit, usage),
+        );
+    }
     (
         v(VerdictKind::HostOom, evidence),
         vec![
             remedy::data_loader(),
-            remedy::memory_limit(limit, f.bytes("memory_usage_bytes")),
+            remedy::memory_limit(limit, usage),
             remedy::profile_host(),
         ],
     )
