@@ -42,10 +42,10 @@ pub fn check_report_path(report: &std::path::Path) -> Result<(), SidecarError> {
 pub(crate) fn lock_report(
     dir: &std::path::Path,
     report: &std::path::Path,
-) -> Result<Option<std::fs::File>, SidecarError> {
+) -> Result<Option<ReportLock>, SidecarError> {
     use std::os::fd::AsRawFd;
     use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     if to_stdout(report) {
         return Ok(None);
     }
@@ -58,20 +58,44 @@ pub(crate) fn lock_report(
         .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
         });
-    let lock = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir.join(format!("report-{hash:016x}.lock")))
-        .map_err(|e| SidecarError::RuntimeDir(dir.to_path_buf(), e))?;
-    // SAFETY: flock on a descriptor we own; released when it closes (also if we are killed).
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(SidecarError::ReportBusy(absolute));
+    let path = dir.join(format!("report-{hash:016x}.lock"));
+    // The holder removes the file as it ends: a lock taken on a file removed meanwhile is taken
+    // again on the new one.
+    for _ in 0..100 {
+        let lock = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| SidecarError::RuntimeDir(dir.to_path_buf(), e))?;
+        // SAFETY: flock on a descriptor we own; released when it closes (also if we are killed).
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(SidecarError::ReportBusy(absolute));
+        }
+        let same = match (lock.metadata(), std::fs::symlink_metadata(&path)) {
+            (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+            _ => false,
+        };
+        if same {
+            return Ok(Some(ReportLock { _file: lock, path }));
+        }
     }
-    Ok(Some(lock))
+    Err(SidecarError::ReportBusy(absolute))
+}
+
+/// The lock of one run's report path; its file goes when the run ends (while still locked).
+pub(crate) struct ReportLock {
+    _file: std::fs::File,
+    path: std::path::PathBuf,
+}
+
+impl Drop for ReportLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// Writes the final report to its path, or to standard output for `-`.

@@ -173,6 +173,14 @@ impl JobRings {
         self.choose_principal(out);
     }
 
+    /// Removes the reports the members wrote beside their rings (read into the job's reports by
+    /// now).
+    pub(crate) fn remove_member_reports(&self) {
+        for m in &self.members {
+            let _ = std::fs::remove_file(m.ring.with_extension("json"));
+        }
+    }
+
     /// Whether any member's ring is still being written.
     pub(crate) fn any_live(&self) -> bool {
         self.members.iter().any(|m| !m.ended())

@@ -166,6 +166,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     };
     let rank_errors = ranks.write_rank_reports(&mut report);
     ranks.describe_job(&mut report);
+    job.remove_member_reports();
     outputs.end(&report);
     let report_error = deliver(&report, &report_path).err().or(rank_errors);
     if report_error.is_none() && to_stdout(&opts.report) {

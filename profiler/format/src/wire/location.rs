@@ -139,11 +139,12 @@ fn leading_pid(name: &str, prefix: &str) -> Option<i32> {
 ///   the lock of their `.held` file (the sidecar's, inherited by its job);
 /// - sidecar sockets nobody listens on whose job is gone.
 ///
-/// Report locks (`report-<hash>.lock`, a few bytes each) stay: removing one while a run takes it
-/// would let two runs hold two files of one name.
+/// Report locks (`report-<hash>.lock`) are removed by the run that holds them as it ends, and here
+/// when nobody holds them (a killed run's).
 ///
 /// Reports (`job-report-*.json`, left by a sidecar killed before it delivered one to standard
-/// output) are never removed: they may be the only copy.
+/// output; `ring-*.json`, a job process's own, left by a sidecar killed before it read them) are
+/// never removed: they may be the only copy.
 pub fn remove_stale_files() {
     let Ok(dir) = runtime_dir() else { return };
     let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -163,6 +164,12 @@ pub fn remove_stale_files() {
             let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
             if is_dir && gone(pid) && unheld {
                 let _ = std::fs::remove_dir_all(&path);
+            }
+        } else if name.starts_with("report-") && name.ends_with(".lock") {
+            // Left by a run that was killed; a run that takes it meanwhile checks that the file it
+            // locked is still the one of that name, and takes the new one otherwise.
+            if super::ring::is_unused(&path) {
+                let _ = std::fs::remove_file(&path);
             }
         } else if name.starts_with("sidecar-") && name.ends_with(".sock") {
             let job_gone =
