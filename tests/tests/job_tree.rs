@@ -15,6 +15,13 @@ fn job(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// Runs `cmd`, which must exit 0 (its standard error says why not).
+fn succeeds(cmd: &mut Command) {
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}
+
 fn read(p: &Path) -> Value {
     let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     serde_json::from_str(&text).unwrap()
@@ -357,19 +364,13 @@ fn two_nodes_reports_merge_into_one_job_report() {
         );
     }
     let merged = base.join("job.json");
-    let out = Command::new(memsight_bin())
-        .arg("merge")
-        .arg("--report")
-        .arg(&merged)
-        .arg(base.join("node1/r-job.json"))
-        .arg(base.join("node0/r-0.json"))
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeds(
+        Command::new(memsight_bin())
+            .arg("merge")
+            .arg("--report")
+            .arg(&merged)
+            .arg(base.join("node1/r-job.json"))
+            .arg(base.join("node0/r-0.json")),
     );
     let v = read(&merged);
     let ranks = v["ranks"].as_array().unwrap();
@@ -408,19 +409,13 @@ fn a_child_started_without_memsight_is_said_to_be_unmeasured() {
                   env = {k: v for k, v in os.environ.items() if k != 'LD_PRELOAD'}\n\
                   subprocess.run([sys.executable, '-c', \
                   'import time; x = bytearray(64 << 20); time.sleep(1.5)'], env=env, check=True)\n";
-    let out = Command::new(memsight_bin())
-        .args(["run", "--interval", "50ms", "--report"])
-        .arg(&report)
-        .arg("--")
-        .arg(bin.join("python"))
-        .args(["-c", script])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeds(
+        Command::new(memsight_bin())
+            .args(["run", "--interval", "50ms", "--report"])
+            .arg(&report)
+            .arg("--")
+            .arg(bin.join("python"))
+            .args(["-c", script]),
     );
     let v = read(&report);
     let rows = v["processes"].as_array().unwrap();
