@@ -438,3 +438,43 @@ fn a_child_started_without_memsight_is_said_to_be_unmeasured() {
         .unwrap()
         .contains(&child["pid"].to_string()));
 }
+
+/// Reliability case 42: a job that execs another program carrying memsight is measured after the
+/// exec too: the report's peak is the exec'd program's.
+#[test]
+fn a_job_that_execs_another_program_is_measured_after_the_exec() {
+    let Some(bin) = venv_bin() else { return };
+    let dir = scratch("exec");
+    let report = dir.join("r.json");
+    let py = bin.join("python");
+    let script = format!(
+        "import os, time\na = bytearray(8 << 20)\ntime.sleep(0.3)\nos.execv({py:?}, [{py:?}, '-c', \
+         'import sys, time; x = bytearray(64 << 20); time.sleep(0.5); sys.exit(12)'])\n",
+        py = py.display().to_string()
+    );
+    let out = Command::new(memsight_bin())
+        .arg("run")
+        .arg("--report")
+        .arg(&report)
+        .arg("--")
+        .arg(&py)
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(12),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = read(&report);
+    let peak = v["peaks"]["heap_peak_bytes"].as_u64().unwrap();
+    assert!((64 << 20..70 << 20).contains(&peak), "{peak}");
+    let ends: Vec<&Value> = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["end"]["kind"])
+        .collect();
+    assert!(ends.contains(&&Value::from("exec")), "{ends:?}");
+}

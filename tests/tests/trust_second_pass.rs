@@ -559,3 +559,45 @@ fn a_job_that_execs_a_program_without_memsight_is_sampled_from_outside_after() {
         .unwrap_or(u64::MAX);
     assert!(age < 1000, "last sample {age} ms before the end");
 }
+
+/// Reliability case 33: the ring's owner truncates it under the running job. The job must not die
+/// of SIGBUS: it runs on and exits with its own code, and the report is written.
+#[test]
+fn a_ring_cut_short_under_the_job_does_not_kill_it() {
+    let dir = scratch("ring-truncated");
+    let pid_file = dir.join("pid");
+    let report = dir.join("r.json");
+    let run = Command::new(memsight_bin())
+        .args(["run", "--interval", "10ms", "--report"])
+        .arg(&report)
+        .args(["--", env!("CARGO_BIN_EXE_stepping_job"), "exit", "7", "60"])
+        .env("JOB_PID_FILE", &pid_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ring = None;
+    assert!(
+        wait_until(60, || {
+            let pid = std::fs::read_to_string(&pid_file)
+                .ok()
+                .and_then(|p| p.trim().parse::<u32>().ok());
+            ring = pid.and_then(|p| memsight::wire::ring_of(p).ok());
+            ring.is_some()
+        }),
+        "the job's ring never appeared"
+    );
+    let ring = ring.unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&ring)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let out = run.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{err}");
+    assert!(!err.contains("SIGBUS"), "{err}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(v["job"]["exit"]["code"], 7, "{}", v["job"]);
+}

@@ -294,10 +294,16 @@ impl JobRings {
         }
         if let Some(new) = pick {
             let root = self.root;
-            let w = &mut self.members[new].watch;
-            w.silent = false;
-            w.add_trees_of(root);
-            w.replay(out);
+            let m = &mut self.members[new];
+            m.watch.silent = false;
+            m.watch.add_trees_of(root);
+            m.watch.replay(out);
+            // Its failed allocations so far (none is a figure too: viewers and metrics show it).
+            let failures = m
+                .reader
+                .as_ref()
+                .map_or(m.watch.alloc_failures.0, |r| r.alloc_failures().0);
+            out.alloc_failures(failures);
         }
         self.principal = pick;
     }

@@ -13,8 +13,11 @@
 //! first touch), and readers never map it: they copy with `pread`, which sees a file truncated
 //! under them as a short read.
 
+mod guard;
 mod reader;
 mod request;
+
+pub use guard::ring_lost;
 
 pub use reader::{RingInfo, RingReader};
 pub use request::{request_heap, HeapRequest};
@@ -120,6 +123,10 @@ impl Map {
         if ptr == libc::MAP_FAILED {
             return Err(WireError::Io(std::io::Error::last_os_error()));
         }
+        if writable {
+            // A file cut short under the writer must not end its process (guard.rs).
+            guard::watch(ptr.cast(), len);
+        }
         Ok(Map {
             ptr: ptr.cast(),
             len,
@@ -148,6 +155,7 @@ impl Map {
 
 impl Drop for Map {
     fn drop(&mut self) {
+        guard::unwatch(self.ptr);
         // SAFETY: unmapping what `new` mapped.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
