@@ -185,3 +185,38 @@ fn check_gives_exit_2_and_a_clear_message_on_bad_input() {
     assert!(err.contains("unknown field `max_heap`"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn help_describes_the_command_as_it_is() {
+    let r = run_memsight(&["--help"], None);
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert!(!r.out.contains("later"), "{}", r.out);
+    for verb in ["run", "attach", "view", "top", "check", "diagnose", "merge"] {
+        assert!(
+            r.out.lines().any(|l| l.trim_start().starts_with(verb)),
+            "{verb} not in\n{}",
+            r.out
+        );
+    }
+}
+
+#[test]
+fn a_run_says_where_its_report_went_once() {
+    let dir = scratch("said-once");
+    let report = dir.join("r.json");
+    let r = run_memsight(
+        &[
+            "run",
+            "--report",
+            report.to_str().unwrap(),
+            "--",
+            env!("CARGO_BIN_EXE_stepping_job"),
+            "exit",
+            "0",
+            "3",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert_eq!(r.err.matches("report written to").count(), 1, "{}", r.err);
+}

@@ -5,8 +5,9 @@
 use memsight_format::wire::Record;
 use memsight_format::Report;
 use memsight_tui::state::ViewerState;
-use memsight_tui::view::{render, Intent, Screen, Ui};
+use memsight_tui::view::{intent, render, Intent, Screen, Ui};
 use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::{KeyCode, KeyEvent};
 use ratatui::Terminal;
 use std::path::Path;
 
@@ -72,6 +73,12 @@ fn what_a_person_reads_matches_the_report() {
     assert!(tips.contains("POST-MORTEM (exited)"), "{tips}");
     ui.apply(Intent::Help, 0);
     assert!(frame(&state, &ui, 120, 35).contains("time window: 1m, 10m, 1h, all"));
+    // Esc closes the help and leaves the viewer open (under `--live` quitting leaves the job
+    // headless); Esc with no help shown quits.
+    let esc = || intent(KeyEvent::from(KeyCode::Esc)).expect("Esc has an intent");
+    assert!(ui.apply(esc(), 0), "Esc on the help quit the viewer");
+    assert!(!ui.help);
+    assert!(!ui.apply(esc(), 0));
 }
 
 #[test]

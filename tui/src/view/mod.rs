@@ -113,6 +113,8 @@ pub enum Intent {
     Window,
     /// Scroll back in time / forward again.
     Scroll(i64),
+    /// Esc: closes the help when it is shown, else leaves.
+    Back,
     /// Leave.
     Quit,
 }
@@ -162,7 +164,8 @@ pub fn intent(k: KeyEvent) -> Option<Intent> {
         KeyCode::Char('w') => Intent::Window,
         KeyCode::Left => Intent::Scroll(1),
         KeyCode::Right => Intent::Scroll(-1),
-        KeyCode::Char('q') | KeyCode::Esc => Intent::Quit,
+        KeyCode::Esc => Intent::Back,
+        KeyCode::Char('q') => Intent::Quit,
         KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => Intent::Quit,
         _ => return None,
     })
@@ -190,7 +193,8 @@ impl Ui {
                     self.scroll.saturating_sub(step)
                 };
             }
-            Intent::Quit => return false,
+            Intent::Back if self.help => self.help = false,
+            Intent::Back | Intent::Quit => return false,
         }
         true
     }
@@ -282,7 +286,8 @@ fn help(f: &mut Frame, area: Rect) {
                 space or p            pause the display\n\
                 ← / →                 scroll back / forward in time\n\
                 ?                     this help\n\
-                q, Esc, Ctrl-C        quit (the job keeps running)";
+                Esc                   close this help (else quit)\n\
+                q, Ctrl-C             quit (the job keeps running)";
     f.render_widget(Clear, r);
     f.render_widget(
         Paragraph::new(text)
