@@ -142,7 +142,7 @@ impl JobRings {
             if r.writer_gone(&m.ring) {
                 m.watch.drain(r, true, out);
                 m.exit_code = r.exit_code();
-                m.exec_d = m.exit_code.is_none() && runs(m.pid);
+                m.exec_d = m.exit_code.is_none() && crate::run::still_runs(m.pid);
                 m.ended_unix_ms = Some(unix_ms());
                 m.reader = None;
                 let _ = std::fs::remove_file(&m.ring);
@@ -340,14 +340,6 @@ fn take_hello(watch: &Watch, command: &mut Vec<String>, info: &mut ProcessInfo) 
         *command = c.clone();
         *info = process.clone();
     }
-}
-
-/// Whether process `pid` runs (exists and is not a zombie).
-fn runs(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().to_string()))
-        .is_some_and(|r| !r.starts_with('Z') && !r.starts_with('X'))
 }
 
 fn parent_of(pid: u32) -> Option<u32> {

@@ -345,7 +345,7 @@ fn leave_outside(outside: &mut Option<Outside>, watch: &mut Watch) {
 
 /// Whether process `pid` still runs (exists and is not a zombie): a writer that left because the
 /// job ended is the end, not a hand-over to outside sampling.
-fn still_runs(pid: u32) -> bool {
+pub(crate) fn still_runs(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
