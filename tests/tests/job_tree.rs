@@ -404,11 +404,13 @@ fn a_child_started_without_memsight_is_said_to_be_unmeasured() {
     let Some(bin) = venv_bin() else { return };
     let dir = scratch("unmeasured");
     let report = dir.join("r.json");
-    // The job starts a child with LD_PRELOAD cleared: it has no heap of its own to report.
+    // The job starts a child with LD_PRELOAD cleared: it has no heap of its own to report. It lives
+    // 4 s, so that the process tree (read at most every 20× its read time) sees it twice over
+    // 500 ms apart even on a busy machine.
     let script = "import os, subprocess, sys\n\
                   env = {k: v for k, v in os.environ.items() if k != 'LD_PRELOAD'}\n\
                   subprocess.run([sys.executable, '-c', \
-                  'import time; x = bytearray(64 << 20); time.sleep(1.5)'], env=env, check=True)\n";
+                  'import time; x = bytearray(64 << 20); time.sleep(4)'], env=env, check=True)\n";
     succeeds(
         Command::new(memsight_bin())
             .args(["run", "--interval", "50ms", "--report"])
