@@ -142,7 +142,7 @@ impl JobRings {
             if r.writer_gone(&m.ring) {
                 m.watch.drain(r, true, out);
                 m.exit_code = r.exit_code();
-                m.exec_d = m.exit_code.is_none() && crate::run::still_runs(m.pid);
+                m.exec_d = m.exit_code.is_none() && still_runs(m.pid);
                 m.ended_unix_ms = Some(unix_ms());
                 m.reader = None;
                 let _ = std::fs::remove_file(&m.ring);
@@ -340,6 +340,18 @@ fn take_hello(watch: &Watch, command: &mut Vec<String>, info: &mut ProcessInfo) 
         *command = c.clone();
         *info = process.clone();
     }
+}
+
+/// Whether process `pid` still runs (exists and is not a zombie): a writer that left because the
+/// job ended is the end, not a hand-over to outside sampling.
+pub(crate) fn still_runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().to_string())
+        })
+        .is_some_and(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
 }
 
 fn parent_of(pid: u32) -> Option<u32> {

@@ -5,7 +5,7 @@
 use crate::delivery::{
     check_report_path, deliver, lock_report, shell_code, to_stdout, RunOutcome, SidecarError,
 };
-use crate::job::JobRings;
+use crate::job::{still_runs, JobRings};
 use crate::outputs::Outputs;
 use crate::outside::Outside;
 use crate::watch::Watch;
@@ -341,16 +341,4 @@ fn leave_outside(outside: &mut Option<Outside>, watch: &mut Watch) {
     }
     // What the ring says is told to viewers (the outside samples kept quiet were never shown).
     watch.quiet = false;
-}
-
-/// Whether process `pid` still runs (exists and is not a zombie): a writer that left because the
-/// job ended is the end, not a hand-over to outside sampling.
-pub(crate) fn still_runs(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().to_string())
-        })
-        .is_some_and(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
 }
