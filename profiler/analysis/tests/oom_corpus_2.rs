@@ -393,6 +393,133 @@ fn caffe2_checks_thc_err_lost_parens_and_short_pod_rows_keep_their_facts() {
     }
 }
 
+/// Blind set 10's general misses, each from its real message (source in the record of the same
+/// id in `blind-10.jsonl`): PHP's memory limit, MXNet's and TensorRT-LLM's failed CUDA calls, R's
+/// vector sizes, Windows' memory codes, OpenCV's status code, TensorRT's requested size, vLLM's
+/// KV-cache error re-wrapped, Slurm's node-named daemon and srun's step, a word wrapped by
+/// kubectl, Paddle's `BadAlloc`, and DeepSpeed naming the training workload in any case.
+#[test]
+fn blind_set_ten_wordings_keep_their_facts() {
+    // faved-4: PHP's limit and request.
+    let (k, f, v, _) = one("Fatal error: Allowed memory size of 134217728 bytes exhausted (tried to allocate 81513688 bytes) in /var/www/html/framework/responses/PageResponse.php on line 46");
+    assert_eq!(
+        (
+            k.as_str(),
+            f["memory_limit_bytes"].as_u64(),
+            f["requested_bytes"].as_u64(),
+            v.as_str()
+        ),
+        (
+            "generic_oom",
+            Some(134_217_728),
+            Some(81_513_688),
+            "host_oom"
+        )
+    );
+    // friendica-13023: a terminal's padding splits `bytes`.
+    let pad = " ".repeat(100);
+    let (_, f, _, _) = one(&format!("[26-Apr-2023 10:59:07 UTC] PHP Fatal error:  Allowed memory size of 3221225472 b{pad}ytes exhausted (tried to allocate 20480 bytes) in /var/www/html/src/Database/Dat{pad}abase.php on line 588"));
+    assert_eq!(f["memory_limit_bytes"], 3_221_225_472u64, "{f}");
+    // mxnet-675 and insightface-1240: the failed call after a logger's header.
+    let (k, f, _, _) = one("mxnet.base.MXNetError: [11:18:15] src/storage/./pooled_storage_manager.h:157: cudaMalloc failed: out of memory");
+    assert_eq!(k, "cuda_driver_oom");
+    assert_eq!(
+        (
+            f["exception_type"].as_str(),
+            f["failed_call"].as_str(),
+            f.get("location")
+        ),
+        (Some("mxnet.base.MXNetError"), Some("cudaMalloc"), None)
+    );
+    let (_, f, _, _) = one("`MXNetError: cudaMalloc retry failed: out of memory`");
+    assert_eq!(f["failed_call"], "cudaMalloc");
+    // tllm-backend-281: the failed expression and where it was checked.
+    let (k, f, _, _) = one("[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocAsync(ptr, n, mCudaStream->get()): out of memory (/app/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmBuffers.h:112)");
+    assert_eq!(
+        (
+            k.as_str(),
+            f["failed_call"].as_str(),
+            f["location"].as_str()
+        ),
+        (
+            "cuda_driver_oom",
+            Some("::cudaMallocAsync(ptr, n, mCudaStream->get())"),
+            Some("/app/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmBuffers.h:112")
+        )
+    );
+    // R: a vector's size in R's binary units, also with `can not` and the unit glued.
+    let (_, f, v, _) = one("Error: cannot allocate vector of size 4.5 Gb");
+    assert_eq!(
+        (f["requested_bytes"].as_u64(), v.as_str()),
+        (Some(4_831_838_208), "host_oom")
+    );
+    let (_, f, _, _) = one(
+        "I am getting this error \" can not allocate vector of size 20.3Mb\" after running SAM",
+    );
+    assert_eq!(f["requested_bytes"], 21_286_093u64);
+    // weclip-5 and diff-svc-24: Windows' commit limit in any language is host memory, though a
+    // cuDNN library is being loaded.
+    for line in [
+        "OSError: [WinError 1455] 页面文件太小，无法完成操作。 Error loading \"D:\\Anaconda3\\lib\\site-packages\\torch\\lib\\cudnn_cnn_infer64_8.dll\" or one of its dependencies.",
+        "OSError: [WinError 1455] The paging file is too small for this operation to complete. Error loading \"C:\\torch\\lib\\cudnn_adv_infer64_8.dll\" or one of its dependencies.",
+    ] {
+        let (k, f, v, _) = one(line);
+        assert_eq!(
+            (k.as_str(), f["error_code"].as_i64(), v.as_str()),
+            ("generic_oom", Some(1455), "host_oom"),
+            "{line}"
+        );
+    }
+    // goresym-51: Go's failed VirtualAlloc, then its fatal error: one failure.
+    let (_, f, _, _) = one("runtime: VirtualAlloc of 299704320 bytes failed with errno=1455\nfatal error: out of memory");
+    assert_eq!(
+        (f["requested_bytes"].as_u64(), f["error_code"].as_i64()),
+        (Some(299_704_320), Some(1455))
+    );
+    // daformer-89: OpenCV's status code.
+    let (_, f, _, _) = one("cv2.error: OpenCV(4.4.0) C:\\opencv\\modules\\core\\src\\alloc.cpp:73: error: (-4:Insufficient memory) Failed to allocate 6291456 bytes in function 'cv::OutOfMemoryError'");
+    assert_eq!(
+        (f["requested_bytes"].as_u64(), f["error_code"].as_i64()),
+        (Some(6_291_456), Some(-4))
+    );
+    // optimum-nvidia-146: TensorRT's requested size.
+    let (_, f, _, _) = one("[08/11/2024-06:10:36] [TRT] [E] [virtualMemoryBuffer.cpp::resizePhysical::151] Error Code 2: OutOfMemory (Requested size was 16654532608 bytes.)");
+    assert_eq!(f["requested_bytes"], 16_654_532_608u64, "{f}");
+    // kaito-2132: vLLM's KV-cache error re-wrapped, its `(` dropped.
+    let (k, f, _, _) = one("ValueError: To serve at least one request with the model's max seq len (1048576),\n22.5 GiB KV cache is needed, which is larger than the available KV cache memory (17.39 GiB).\nBased on the available memory, the estimated maximum model length is 810208.");
+    assert_eq!(
+        (k.as_str(), f["estimated_max_model_len"].as_u64()),
+        ("vllm_kv_cache", Some(810_208))
+    );
+    // openbabel-2658: the daemon names its node; the figures are kilobytes.
+    let (k, f, _, _) = one("slurmstepd-falkor7: error: Step 1141810.0 exceeded memory limit (52917772 > 20971520), being killed\nsrun: Exceeded job memory limit");
+    assert_eq!(
+        (
+            k.as_str(),
+            f["step_id"].as_str(),
+            f["memory_limit_bytes"].as_u64()
+        ),
+        (
+            "oom_kill_report",
+            Some("1141810.0"),
+            Some(20_971_520 * 1024)
+        )
+    );
+    // geofetch-13: srun names the step; slurmstepd's repeat is the same report.
+    let (_, f, _, _) = one("slurmstepd: error: Exceeded job memory limit at some point.\nsrun: error: udc-ba26-19: task 0: Out Of Memory\nsrun: Terminating job step 2750598.0\nslurmstepd: error: Exceeded job memory limit at some point.");
+    assert_eq!(f["step_id"], "2750598.0");
+    // treetracker-49: kubectl wrapped `exceeds` inside the word.
+    let (_, f, _, _) = one("Message:        The node was low on resource: memory. Container treetracker-pgpool was using 1275700Ki, which e\nxceeds its request of 0.");
+    assert_eq!(f["memory_used_bytes"], 1_275_700u64 * 1024, "{f}");
+    // paddle-42341: Paddle's allocation failure, camel case.
+    let (k, _, _, _) = one("terminate called after throwing an instance of 'paddle::memory::allocation::BadAlloc'\n  what():");
+    assert_eq!(k, "generic_oom");
+    // gpt4llm-16: `DeepSpeed` names the training workload.
+    let found = diagnose("OutOfMemoryError: CUDA out of memory. Tried to allocate 172.00 MiB (GPU 0; 79.35 GiB total capacity; 73.95 GiB already allocated; 12.19 MiB free; 76.80 GiB reserved in total by PyTorch)\n\nDeepSpeed: ZeRO3", &Context::default());
+    let d: Value = serde_json::from_str(&serde_json::to_string(&found[0]).unwrap()).unwrap();
+    assert_eq!(d["workload"], "training");
+}
+
 /// A deterministic stream of ordinary training-log lines: HF Trainer and Lightning progress,
 /// loss lines, tqdm bars, NCCL INFO lines, DeepSpeed and vLLM memory reports, and warnings that
 /// mention memory harmlessly.

@@ -66,6 +66,23 @@ static GGML_ALLOC: Pattern = LazyLock::new(|| {
     )
 });
 
+/// A CUDA or HIP call named as the one that failed: MXNet's `cudaMalloc failed: out of memory` /
+/// `cudaMalloc retry failed: out of memory` (after its exception type and a logger's `[time]
+/// file:line:` header, which is not a fact). ggml's `allocating X on device N: cudaMalloc failed`
+/// (group 2) is read by [`GGML_ALLOC`].
+static CALL_FAILED: Pattern = LazyLock::new(|| {
+    compile(&format!(
+        r"{EXC}(?:\[[^\]\n]{{1,40}}\] [^\s:]+:[0-9]+: )?(on device [0-9]+: )?\b((?:cuda|cu|hip)[A-Z]\w*)(?: retry)? failed: (out of memory)"
+    ))
+});
+/// A CUDA check that names the failed expression and where it was made (TensorRT-LLM's `CUDA
+/// runtime error in ::cudaMallocAsync(ptr, n, stream): out of memory (tllmBuffers.h:112)`).
+static ERROR_IN: Pattern = LazyLock::new(|| {
+    compile(&format!(
+        r"{EXC}(?:\[[^\]\n]{{1,40}}\])*\s*CUDA (?:runtime |driver )?error in ([^\n]+?): (out of memory)(?: \(([^\s()]+:[0-9]+)\))?"
+    ))
+});
+
 /// The canonical form of a driver error token (a copied token may hold a stray space).
 fn token(c: &regex::Captures, i: usize) -> Option<String> {
     str_at(c, i).map(|t| t.split_whitespace().collect())
@@ -165,6 +182,26 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
         // Pinned host memory the driver could not allocate: the host ran out, not the device.
         p.notes.host = str_at(c, 5) == Some("host");
         out.push(p);
+    });
+    each(&CALL_FAILED, text, |c, s, e| {
+        if c.get(2).is_some() {
+            return;
+        }
+        let mut f = Facts::default();
+        f.opt_text("exception_type", str_at(c, 1));
+        f.opt_text("failed_call", str_at(c, 3));
+        f.opt_text("error_string", words_at(c, 4).as_deref());
+        // Its own message, or the same failure told again by a caller (ollama's runner error
+        // repeating ggml's `cudaMalloc failed: out of memory`).
+        out.push(Piece::part(s, e, kind, f, true));
+    });
+    each(&ERROR_IN, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_text("exception_type", str_at(c, 1));
+        f.opt_text("failed_call", str_at(c, 2));
+        f.opt_text("error_string", words_at(c, 3).as_deref());
+        f.opt_text("location", str_at(c, 4));
+        out.push(Piece::message(s, e, kind, f));
     });
     each(&GGML_ALLOC, text, |c, s, e| {
         let mut f = Facts::default();

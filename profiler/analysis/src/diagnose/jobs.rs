@@ -16,10 +16,10 @@ static SLURM: Pattern = LazyLock::new(|| {
     )
 });
 /// Older slurmstepd wordings: `Exceeded job memory limit`, `Job N exceeded memory limit (used >
-/// limit), being killed` (kilobytes).
+/// limit), being killed` (kilobytes); the daemon may name its node (`slurmstepd-falkor7:`).
 static SLURM_LIMIT: Pattern = LazyLock::new(|| {
     compile(
-        r"(?i)slurmstepd: (?:error: )?(?:Exceeded (?:job|step) memory limit|(?:Job|Step) ([0-9][0-9.]*) exceeded memory limit \(([0-9]+) > ([0-9]+)\), being killed)",
+        r"(?i)slurmstepd(?:-[\w.-]+)?: (?:error: )?(?:Exceeded (?:job|step) memory limit|(?:Job|Step) ([0-9][0-9.]*) exceeded memory limit \(([0-9]+) > ([0-9]+)\), being killed)",
     )
 });
 /// Slurm's job state `OUT_OF_MEMORY` (`sacct` truncates it to `OUT_OF_ME+`), and `seff`'s
@@ -35,6 +35,9 @@ static K8S_EVICTED: Pattern = LazyLock::new(|| {
 });
 static SRUN: Pattern =
     LazyLock::new(|| compile(r"srun: error: (?:\S+: tasks? [0-9][0-9,-]*: )?Out Of Memory"));
+/// srun ending the step whose memory ran out (`srun: Terminating job step 2750598.0`): the step.
+static SRUN_STEP: Pattern =
+    LazyLock::new(|| compile(r"srun: Terminating job step ([0-9]+(?:\.[A-Za-z0-9_]+)?)"));
 static K8S_ROW: Pattern = LazyLock::new(|| {
     compile(
         r"(?m)^[\t\x20]*`?(?:[a-z0-9][a-z0-9-]*[\t\x20]+)?([A-Za-z0-9][\w./-]*)[\t\x20]+[0-9]+/[0-9]+[\t\x20]+OOMKilled(?:[\t\x20]+([0-9]+)|[\t\x20]*(?:`|$))",
@@ -201,12 +204,14 @@ fn slurm(text: &str, out: &mut Vec<Piece>) {
         f.opt_text("step_id", str_at(c, 2));
         out.push(Piece::message(s, e, Kind::OomKillReport, f));
     });
+    // Its own report, or a step's report told again (slurmstepd repeats `Exceeded job memory
+    // limit` after srun's lines).
     each(&SLURM_LIMIT, text, |c, s, e| {
         let mut f = reporter("slurm");
         f.opt_text("step_id", str_at(c, 1));
         f.opt_int("memory_used_bytes", int_at(c, 2).map(|k| k * 1024));
         f.opt_int("memory_limit_bytes", int_at(c, 3).map(|k| k * 1024));
-        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+        out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
     });
     each(&SLURM_STATE, text, |_, s, e| {
         out.push(Piece::message(s, e, Kind::OomKillReport, reporter("slurm")));
@@ -226,6 +231,12 @@ fn slurm(text: &str, out: &mut Vec<Piece>) {
             reporter("slurm"),
             true,
         ));
+    });
+    // Names the step of the report before it; alone it reports nothing.
+    each(&SRUN_STEP, text, |c, s, e| {
+        let mut f = reporter("slurm");
+        f.opt_text("step_id", str_at(c, 1));
+        out.push(Piece::part(s, e, Kind::OomKillReport, f, false));
     });
 }
 

@@ -36,7 +36,7 @@ static VLLM_TOKENS: Pattern = LazyLock::new(|| {
 });
 static VLLM_BYTES: Pattern = LazyLock::new(|| {
     compile(
-        r"max seq len \(([0-9]+)\), \({SIZE} KV cache is needed, which is larger than the available KV cache memory \({SIZE}\)(?:\. Based on the available memory, the estimated maximum model length is ([0-9]+))?",
+        r"max seq len \(([0-9]+)\), \(?{SIZE} KV cache is needed, which is larger than the available KV cache memory \({SIZE}\)(?:\. Based on the available memory, the estimated maximum model length is ([0-9]+))?",
     )
 });
 

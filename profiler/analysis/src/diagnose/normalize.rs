@@ -65,6 +65,7 @@ const WORDS: &[&str] = &[
     "drivererror",
     "enough",
     "error",
+    "exceeds",
     "exhausted",
     "expandable_segments",
     "fail",

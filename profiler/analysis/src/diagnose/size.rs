@@ -6,10 +6,12 @@
 fn unit_bytes(unit: &str) -> Option<u128> {
     Some(match unit {
         "bytes" | "byte" | "B" | "" => 1,
-        "KiB" | "KB" | "kB" | "K" | "k" => 1 << 10,
-        "MiB" | "MB" | "M" | "Mi" => 1 << 20,
-        "GiB" | "GB" | "G" | "Gi" => 1 << 30,
-        "TiB" | "TB" | "T" => 1 << 40,
+        // R prints `Kb`, `Mb` and `Gb` for sizes divided by 1024 (`cannot allocate vector of size
+        // 4.5 Gb`).
+        "KiB" | "KB" | "kB" | "K" | "k" | "Kb" => 1 << 10,
+        "MiB" | "MB" | "M" | "Mi" | "Mb" => 1 << 20,
+        "GiB" | "GB" | "G" | "Gi" | "Gb" => 1 << 30,
+        "TiB" | "TB" | "T" | "Tb" => 1 << 40,
         "PiB" | "PB" | "P" => 1 << 50,
         _ => return None,
     })
@@ -47,6 +49,8 @@ mod tests {
         assert_eq!(exact_bytes("168424", "kB"), Some(172466176));
         assert_eq!(exact_bytes("17179869184.00", "GiB"), Some(1u128 << 64));
         assert_eq!(exact_bytes("48.5", "KiB"), Some(49664));
+        assert_eq!(exact_bytes("4.5", "Gb"), Some(4831838208));
+        assert_eq!(exact_bytes("20.3", "Mb"), Some(21286093));
     }
 
     #[test]

@@ -32,7 +32,13 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|(?i:\bsystemd-oomd killed\b|\bkilled\b[^\n]{0,300}?\bdue to memory pressure\b)",
         r"|(?i:\bbeyond (?:the )?(?:physical|virtual) memory limit)",
         r"|(?i:\bmem(?:ory)? (?:limit )?(?:exceeded|exhausted)|\bmem(?:ory)? \S+ exceeded (?:the )?limit|\bTERM_MEMLIMIT\b|\bGC overhead limit exceeded|\bpaging file is too small)",
-        r"|\bMemoryError\b|\bbad_alloc\b",
+        // A limit's size between the words (PHP's `Allowed memory size of 134217728 bytes
+        // exhausted`).
+        r"|(?i:\bmemory (?:size|limit) of [0-9][0-9,.]*(?: ?[KMGTP]?i?B| bytes)? (?:exhausted|exceeded))",
+        // Windows' memory error codes: not enough memory (8), out of memory (14), the commit
+        // limit (1455: the paging file is too small), whatever language the message is in.
+        r"|(?i:\[winerror (?:8|14|1455)\]|\bos error (?:8|14|1455)\b|\berrno[= ]1455\b)",
+        r"|\bMemoryError\b|\bbad_alloc\b|\bBadAlloc\b",
         r"|(?i:\b(?:insufficient|not enough|no available|no free|low on|ran out of|running out of|run out of|runs out of) (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
         r"|(?i:\b(?:used|using|use) all (?:the )?available (?:memory|ram|vram)\b)",
         r"|(?i:\bmemory allocation\b[^\n]{0,40}?\bfailed)",
@@ -123,6 +129,11 @@ const HOST_WORDS: &[&str] = &[
     "system memory",
     "system ram",
     "on host",
+    // Windows' commit limit: the paging file backs host memory.
+    "paging file",
+    "winerror 1455",
+    "os error 1455",
+    "errno=1455",
 ];
 
 /// A runtime asking to lower its own settings (vLLM's `Please try lowering max_num_seqs`).
@@ -164,22 +175,23 @@ const NEAR: usize = 6;
 /// A size after `allocate`, `requested` (also a label: `requestedSpace: 148560384 B`,
 /// `requested size: 2 GiB`), `amount of memory (`, ….
 static SIZE_AFTER: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)(?:allocate|allocating|allocation of|failed to map|requested(?:[a-z_ ]{0,16}?[:=])?|request(?:ing)? of|tried to allocate|amount of (?:gpu |device |host )?memory \(|requires? more (?:\w+ ){0,2}memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?\s?(bytes|byte|[KMGTP]i?B|B)\b").ok()
+    Regex::new(r"(?i)(?:allocate|allocating|alloc(?:ation)? of|failed to map|requested(?:[a-z_ ]{0,16}?(?:[:=]| was\b| is\b))?|request(?:ing)? of|tried to allocate|amount of (?:gpu |device |host )?memory \(|requires? more (?:\w+ ){0,2}memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?\s?(bytes|byte|[KMGTP]i?B|B)\b").ok()
 });
-/// A size after `buffer of size` (llama.cpp's `failed to allocate CPU buffer of size 84940800`):
-/// bytes when no unit follows.
+/// A size after `buffer of size` (llama.cpp's `failed to allocate CPU buffer of size 84940800`,
+/// R's `cannot allocate vector of size 4.5 Gb`): bytes when no unit follows.
 static SIZE_OF: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:buffer|block|array|tensor|chunk|region|allocation) of size\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|B)?\b").ok()
+    Regex::new(r"(?i)\b(?:buffer|block|array|tensor|chunk|region|allocation|vector) of size\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT]b|B)?\b").ok()
 });
-/// The limit a process passed (`memory limit of 134217728 bytes`, `Worker memory limit: 4.29 GB`).
+/// The limit a process passed (`memory limit of 134217728 bytes`, `Worker memory limit: 4.29 GB`,
+/// PHP's `Allowed memory size of 134217728 bytes exhausted`).
 static LIMIT: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\bmemory (?:usage )?limit(?: of|:|=| is)?\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B)\b").ok()
+    Regex::new(r"(?i)\b(?:memory (?:usage )?limit|allowed memory size)(?: of|:|=| is)?\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B)\b").ok()
 });
 static SHAPE: Pattern = LazyLock::new(|| {
     Regex::new(r"with shape \(([0-9,\s]+)\)(?: and data type ([A-Za-z0-9_]+))?").ok()
 });
 static ERRNO: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b").ok()
+    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)").ok()
 });
 static DEVICE: Pattern = LazyLock::new(|| {
     Regex::new(r"(?i)\b(?:on device(?: ordinal)?|device ordinal|gpu|npu|xpu|cuda:|device=|device_id=|device )\s?([0-9]+)\b")
@@ -375,7 +387,7 @@ fn attribute(line: &str) -> (Kind, Facts) {
         f.opt_text("dtype", c.get(2).map(|m| m.as_str()));
     }
     if let Some(c) = cap(&ERRNO) {
-        let code = (1..=3)
+        let code = (1..=6)
             .find_map(|i| c.get(i))
             .and_then(|m| m.as_str().parse::<i128>().ok());
         f.opt_int("error_code", code);
