@@ -41,6 +41,10 @@ pub struct Args {
     /// A budget file (TOML, `version = 1`; see docs/budget.example.toml).
     #[arg(long, value_name = "FILE.toml")]
     budget: Option<PathBuf>,
+    /// Gate the whole run, the shutdown after training included (by default a report with a
+    /// training window is gated on that window: see docs/report.md, `training`).
+    #[arg(long)]
+    whole_run: bool,
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -78,17 +82,32 @@ pub fn run(a: Args) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
-    let violations = budgets.check(&report);
+    let window = match &report.training {
+        Some(w) if !a.whole_run => format!(
+            " (the training window, to {}; --whole-run adds the shutdown after it)",
+            w.last_step
+                .map_or("the interpreter's exit".to_string(), |s| format!(
+                    "step {s}"
+                ))
+        ),
+        _ => String::new(),
+    };
+    let gated = if a.whole_run {
+        report
+    } else {
+        report.within_training()
+    };
+    let violations = budgets.check(&gated);
     if violations.is_empty() {
         println!(
-            "memsight check: {}: every budget holds",
+            "memsight check: {}: every budget holds{window}",
             text::line(&a.report.display().to_string())
         );
         ExitCode::SUCCESS
     } else {
         // Violations name phases, which come from the job: no escape sequence reaches the terminal.
         for v in &violations {
-            println!("{}", text::line(v));
+            println!("{}{window}", text::line(v));
         }
         ExitCode::from(1)
     }

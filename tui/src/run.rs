@@ -62,6 +62,11 @@ pub struct Args {
     /// profilers also want.
     #[arg(long, conflicts_with = "no_preload")]
     cupti: bool,
+    /// Do not mark steps and phases in a PyTorch job automatically (by default a job that imports
+    /// torch gets its steps from the optimizer and the phases forward, backward, optimizer, data
+    /// and eval from PyTorch's global hooks; a job's own `memsight.step`/`phase` calls take over).
+    #[arg(long)]
+    no_auto_steps: bool,
     /// The job: `-- CMD ARGS…`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -188,6 +193,7 @@ pub fn run(a: Args) -> ExitCode {
         on_spawn: live.then_some(tx),
         preload: !a.no_preload,
         cupti: a.cupti,
+        auto_steps: !a.no_auto_steps,
     };
     let result = if live {
         // The sidecar's thread holds the only sender: when it fails before the job starts, it

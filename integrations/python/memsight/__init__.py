@@ -56,10 +56,17 @@ def _load():
         f.restype = ctypes.c_int
     lib.memsight_device_oom.argtypes = [ctypes.c_char_p]
     lib.memsight_device_oom.restype = ctypes.c_int
+    end = getattr(lib, "memsight_training_end", None)  # a library older than the package: absent
+    if end is not None:
+        end.argtypes = []
+        end.restype = ctypes.c_int
     return lib
 
 
 _lib = _load()
+
+#: Whether the job marks steps / phases itself (its own calls take over from the automatic ones).
+_explicit = {"steps": False, "phases": False}
 
 
 def active():
@@ -72,6 +79,7 @@ def step(n):
     n = int(n)
     if n < 0:
         raise ValueError("memsight.step: the step is a count from 0, got %d" % n)
+    _explicit["steps"] = True
     if _lib is not None:
         _lib.memsight_step(n)
 
@@ -90,6 +98,7 @@ class phase:
         self._handles = []
 
     def __enter__(self):
+        _explicit["phases"] = True
         handle = None
         if _lib is not None:
             handle = _lib.memsight_phase_enter(self.name.encode("utf-8"))
@@ -109,6 +118,13 @@ class phase:
                 return fn(*args, **kwargs)
 
         return wrapped
+
+
+def _training_end():
+    """Ends the training window: what follows is the ``shutdown`` phase (see memsight._startup)."""
+    end = getattr(_lib, "memsight_training_end", None)
+    if end is not None:
+        end()
 
 
 def snapshot():

@@ -9,6 +9,9 @@ pub fn markdown(r: &Report) -> String {
     let mut s = String::new();
     header(&mut s, r);
     metrics(&mut s, r);
+    if let Some(note) = r.shutdown_note() {
+        let _ = writeln!(s, "\n{note}.");
+    }
     process_tree(&mut s, r);
     post_mortem(&mut s, r);
     phases(&mut s, r);

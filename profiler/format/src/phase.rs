@@ -14,8 +14,14 @@ pub struct PhaseStats {
     pub total_ms: f64,
     /// Highest live heap bytes reached inside the phase.
     pub peak_bytes: u64,
-    /// Step during which that peak was reached.
+    /// The first step during which the phase came within 0.5% of that peak
+    /// (`report::build::PEAK_REACHED_WITHIN`): where it was first reached, as the report's
+    /// headline says of the run's peak.
     pub peak_step: u64,
+    /// The phase's peak when `peak_step` was set (kept in-process only, to move `peak_step` when
+    /// a later occurrence rises past it by more than 0.5%).
+    #[serde(skip)]
+    pub peak_step_bytes: u64,
     /// Sum over occurrences of (live at exit − live at entry): memory the phase kept (leak signal).
     pub net_bytes: i64,
     /// Largest single-occurrence peak growth above the live bytes at entry.

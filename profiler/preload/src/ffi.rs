@@ -30,6 +30,14 @@ pub extern "C" fn memsight_step(n: u64) {
     }
 }
 
+/// Marks the end of training (the interpreter is starting to exit): the peaks so far become the
+/// report's training window and what follows is the `shutdown` phase. Returns 1 the first time,
+/// else 0.
+#[no_mangle]
+pub extern "C" fn memsight_training_end() -> c_int {
+    c_int::from(measured_here() && memsight::end_training_by("interpreter exit"))
+}
+
 /// Opens a phase named `name` inside the current one; returns the handle to close it with
 /// [`memsight_phase_exit`] (null when nothing was opened).
 ///

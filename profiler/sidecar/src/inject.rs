@@ -209,20 +209,34 @@ fn make_injection_dir(dir: &Path) -> std::io::Result<std::fs::File> {
     Ok(held)
 }
 
-/// Writes the package to `dir/memsight/` (a new directory, readable by this user only).
+/// The `sitecustomize` put first on the job's `PYTHONPATH`: every Python process of the job runs
+/// memsight's start-up (automatic PyTorch steps and phases, the end of training at exit), which
+/// runs the `sitecustomize` this one hides.
+const SITECUSTOMIZE: &str = "# Written by `memsight run` (see memsight/_startup.py).\n\
+    import memsight._startup\n\
+    memsight._startup.start()\n";
+
+/// Writes the package to `dir/memsight/` and its start-up to `dir/sitecustomize.py` (new files,
+/// readable by this user only).
 fn write_python_package(dir: &Path) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::DirBuilderExt;
     let pkg = dir.join("memsight");
     std::fs::DirBuilder::new().mode(0o700).create(&pkg)?;
     for &(name, text) in PYTHON_PACKAGE {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(pkg.join(name))?
-            .write_all(text.as_bytes())?;
+        write_new(&pkg.join(name), text)?;
     }
-    Ok(())
+    write_new(&dir.join("sitecustomize.py"), SITECUSTOMIZE)
+}
+
+/// Writes `text` to `path`, a file that must not exist yet (no link is followed).
+fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?
+        .write_all(text.as_bytes())
 }

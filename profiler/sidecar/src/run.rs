@@ -41,6 +41,8 @@ pub struct RunOptions {
     /// Count the preloaded job's device memory through CUPTI (every `cuMemAlloc`/`cuMemFree`-family
     /// call of any library): the CUDA driver loads the preloaded library as its injection library.
     pub cupti: bool,
+    /// Mark a PyTorch job's steps and phases from PyTorch's global hooks (memsight/_auto.py).
+    pub auto_steps: bool,
 }
 
 /// The environment that sets the job's heap sampling (memsight's heap sampler reads it) and says
@@ -88,7 +90,8 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
             "MEMSIGHT_INTERVAL_MS",
             opts.interval.as_millis().max(1).to_string(),
         )
-        .envs(heap_profile_env(opts));
+        .envs(heap_profile_env(opts))
+        .env("MEMSIGHT_AUTO_STEPS", if opts.auto_steps { "1" } else { "0" });
     let _injected = opts
         .preload
         .then(|| crate::inject::prepare(&mut cmd, &dir, &tag, opts.cupti));

@@ -102,6 +102,7 @@ pub fn build(p: Parts) -> Report {
         heap_profile: None,
         processes: Vec::new(),
         ranks: Vec::new(),
+        training: None,
     };
     report.tips = tips::derive(&report);
     report
@@ -114,7 +115,7 @@ pub const PEAK_REACHED_WITHIN: f64 = 0.005;
 
 /// The first step and the innermost phase whose peak windows (read by `step_peak` and
 /// `phase_peak`) came within [`PEAK_REACHED_WITHIN`] of `peak`: where it was first reached.
-fn where_peaked(
+pub(crate) fn where_peaked(
     steps: &[StepStats],
     phases: &[PhaseStats],
     peak: u64,
@@ -126,10 +127,23 @@ fn where_peaked(
         .iter()
         .find(|s| step_peak(s).is_some_and(|v| v >= peak))
         .map(|s| s.step);
-    let phase = phases
+    // The phase: the innermost one that came within reach during that step (a phase's
+    // `peak_step` follows the same first-reached rule), else the one that came within reach
+    // first. Several phases of a flat heap all come within reach; the step decides among them.
+    let reached: Vec<&PhaseStats> = phases
         .iter()
         .filter(|ph| phase_peak(ph).is_some_and(|v| v >= peak))
-        .max_by_key(|ph| ph.path.matches('/').count())
+        .collect();
+    let depth = |ph: &PhaseStats| ph.path.matches('/').count();
+    let phase = reached
+        .iter()
+        .filter(|ph| step.is_none_or(|s| ph.peak_step == s))
+        .max_by_key(|ph| (depth(ph), phase_peak(ph)))
+        .or_else(|| {
+            reached
+                .iter()
+                .min_by_key(|ph| (ph.peak_step, std::cmp::Reverse(depth(ph))))
+        })
         .map(|ph| ph.path.clone());
     (step, phase)
 }

@@ -8,8 +8,10 @@ mod error;
 pub mod leak;
 mod postmortem;
 pub mod tips;
+mod training;
 
 pub use error::ReportError;
+pub use training::{TrainingWindow, SHUTDOWN_PHASE};
 
 /// How `check` and `summary` say where a peak was when [`Report::heap_peaked_outside_marks`].
 pub const OUTSIDE_MARKS: &str = "outside every step and phase";
@@ -86,6 +88,11 @@ pub struct Report {
     /// The ranks side by side (a distributed job): one row per rank, lowest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<crate::process::JobProcess>,
+    /// When training ended and its peaks (a Python job under `memsight run`, or a program that
+    /// called `memsight::end_training`); what follows is the `shutdown` phase. Budgets gate this
+    /// window by default ([`Report::within_training`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training: Option<TrainingWindow>,
 }
 
 /// The profiled process.

@@ -76,8 +76,16 @@ fn growth_site_sentence(r: &Report) -> String {
         .unwrap_or_default()
 }
 
-/// Derives the tips for a report (its `tips` field is ignored).
+/// Derives the tips for a report (its `tips` field is ignored), from its training window where
+/// it has one: an interpreter's teardown is no reason to change the training job.
 pub fn derive(r: &Report) -> Vec<Tip> {
+    let window;
+    let r = if r.training.is_some() {
+        window = r.within_training();
+        &window
+    } else {
+        r
+    };
     let mut tips = Vec::new();
     fragmentation_tip(r, &mut tips);
     backward_peak_tip(r, &mut tips);

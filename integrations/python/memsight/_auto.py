@@ -1,0 +1,196 @@
+"""Steps and phases of an unmodified PyTorch job, from PyTorch's own global hooks.
+
+``memsight run`` turns this on when the job imports torch (``--no-auto-steps`` turns it off):
+
+- **steps** are the optimizer's: step ``k`` starts at the first training forward (or backward)
+  after the ``k``-th ``optimizer.step()`` (``torch.optim.Optimizer``'s global step hooks), so
+  gradient accumulation's micro-batches fall in one step and several optimizers stepped together
+  count once;
+- **phases**, flat and one at a time: ``forward`` (a root module's call: the global module
+  forward hooks, with a per-thread depth so only the outermost module counts), ``backward``
+  (``torch.autograd.backward``, which ``Tensor.backward`` calls), ``optimizer`` (between the
+  optimizer's global pre and post hooks; a closure's forward and backward, as Lightning runs them,
+  are their own phases), ``data`` (waiting on a ``DataLoader`` iterator) and ``eval`` (from a root
+  forward outside training — eval mode or no grad — until the next training forward, backward or
+  optimizer step).
+
+A job's own ``memsight.step`` calls, or the framework callbacks, take over steps; its own
+``memsight.phase`` takes over phases (auto phases then stop opening). Only the thread that ran the
+first root forward drives them (``DataParallel``'s replicas run on threads of their own).
+"""
+
+import threading
+
+_tls = threading.local()
+
+
+class _Auto:
+    """The hooks' state: one per process."""
+
+    def __init__(self, lib, explicit):
+        self.lib = lib
+        self.explicit = explicit  # {"steps": bool, "phases": bool}, set by memsight.step/phase
+        self.step = -1
+        self.step_pending = True
+        self.open_name = None
+        self.open_handle = None
+        self.owner = None
+
+    # -- phases: at most one of ours open at a time ------------------------------------------
+    def open(self, name):
+        if self.open_name is not None or self.explicit["phases"]:
+            return False
+        handle = self.lib.memsight_phase_enter(name.encode())
+        self.open_name, self.open_handle = name, handle
+        return True
+
+    def close(self, name=None):
+        if self.open_name is None or (name is not None and self.open_name != name):
+            return
+        handle, self.open_name, self.open_handle = self.open_handle, None, None
+        if handle:
+            self.lib.memsight_phase_exit(handle)
+
+    def close_all(self):
+        """Closes whatever phase of ours is open (training is ending)."""
+        self.close()
+
+    # -- steps -------------------------------------------------------------------------------
+    def training_event(self):
+        """A training forward or backward: ends an open eval, starts the next step if due."""
+        self.close("eval")
+        if self.step_pending and not self.explicit["steps"]:
+            self.step += 1
+            self.step_pending = False
+            self.lib.memsight_step(self.step)
+
+    def mine(self):
+        """True on the thread that drives the steps (the first to run a root forward)."""
+        me = threading.get_ident()
+        if self.owner is None:
+            self.owner = me
+        return self.owner == me
+
+
+def _depth():
+    return getattr(_tls, "depth", 0)
+
+
+def install(torch, lib, explicit):
+    """Registers the hooks on ``torch`` (already imported); returns the state, or None when this
+    torch lacks the global hooks (older than 2.0)."""
+    import importlib
+
+    modules = importlib.import_module("torch.nn.modules.module")
+    optim = importlib.import_module("torch.optim.optimizer")
+    if not all(
+        hasattr(m, n)
+        for m, n in (
+            (modules, "register_module_forward_pre_hook"),
+            (modules, "register_module_forward_hook"),
+            (optim, "register_optimizer_step_pre_hook"),
+            (optim, "register_optimizer_step_post_hook"),
+        )
+    ):
+        return None
+    auto = _Auto(lib, explicit)
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+    def forward_pre(module, args):
+        if compiling():
+            return None
+        depth = _depth()
+        _tls.depth = depth + 1
+        if depth == 0 and auto.mine():
+            _tls.opened = False
+            if module.training and torch.is_grad_enabled():
+                auto.training_event()
+                _tls.opened = auto.open("forward")
+            elif auto.open_name != "eval":
+                auto.open("eval")
+        return None
+
+    def forward_post(module, args, output):
+        if compiling():
+            return None
+        depth = _depth() - 1
+        _tls.depth = max(depth, 0)
+        if depth == 0 and getattr(_tls, "opened", False):
+            _tls.opened = False
+            auto.close("forward")
+        return None
+
+    modules.register_module_forward_pre_hook(forward_pre)
+    try:
+        modules.register_module_forward_hook(forward_post, always_call=True)
+    except TypeError:  # torch < 2.1: no always_call
+        modules.register_module_forward_hook(forward_post)
+
+    def optimizer_pre(optimizer, args, kwargs):
+        if not auto.mine():
+            return None
+        auto.close("eval")
+        auto.close("forward")
+        auto.open("optimizer")
+        # `args` are the step method's, the optimizer itself first.
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if closure is None or auto.open_name != "optimizer":
+            return None
+
+        def closure_outside_the_optimizer_phase(*a, **k):
+            auto.close("optimizer")
+            try:
+                return closure(*a, **k)
+            finally:
+                auto.open("optimizer")
+
+        if "closure" in kwargs:
+            return args, dict(kwargs, closure=closure_outside_the_optimizer_phase)
+        return (args[0], closure_outside_the_optimizer_phase) + tuple(args[2:]), kwargs
+
+    def optimizer_post(optimizer, args, kwargs):
+        if not auto.mine():
+            return
+        auto.close("optimizer")
+        auto.step_pending = True
+
+    optim.register_optimizer_step_pre_hook(optimizer_pre)
+    optim.register_optimizer_step_post_hook(optimizer_post)
+
+    autograd = torch.autograd
+    backward = autograd.backward
+
+    def backward_phase(*args, **kwargs):
+        opened = False
+        if auto.mine():
+            auto.training_event()
+            opened = auto.open("backward")
+        try:
+            return backward(*args, **kwargs)
+        finally:
+            if opened:
+                auto.close("backward")
+
+    backward_phase.__wrapped__ = backward
+    backward_phase.__doc__ = backward.__doc__
+    autograd.backward = backward_phase
+
+    try:
+        from torch.utils.data import dataloader
+    except ImportError:
+        dataloader = None
+    base = getattr(dataloader, "_BaseDataLoaderIter", None)
+    if base is not None:
+        next_batch = base.__next__
+
+        def next_with_phase(self):
+            opened = auto.mine() and auto.open("data")
+            try:
+                return next_batch(self)
+            finally:
+                if opened:
+                    auto.close("data")
+
+        next_with_phase.__wrapped__ = next_batch
+        base.__next__ = next_with_phase
+    return auto

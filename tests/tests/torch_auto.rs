@@ -1,0 +1,332 @@
+//! Unmodified PyTorch jobs under `memsight run` (issue 37): steps from the optimizer and the phases
+//! forward, backward, optimizer, data and eval from PyTorch's own hooks, with no line of the job
+//! changed — nanoGPT's `train.py` as its README runs it on a CPU, and a Hugging Face `Trainer` —
+//! and the training window: the interpreter's shutdown is its own phase, which budgets do not gate
+//! by default. Needs the torch virtual environment and the preloaded library (`make build`); each
+//! test skips, saying why, without them.
+
+use memsight_e2e::{memsight_bin, scratch, torch_python};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MIB: u64 = 1 << 20;
+
+fn ready() -> Option<PathBuf> {
+    let Some(py) = torch_python() else {
+        println!("SKIP: no torch venv (the set-up script creates it; make build runs it)");
+        return None;
+    };
+    memsight_e2e::preload_built().then_some(py)
+}
+
+/// Whether `module` imports in the venv (skips, saying so, when not).
+fn has(py: &Path, module: &str) -> bool {
+    let ok = Command::new(py)
+        .args(["-c", &format!("import {module}")])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        println!("SKIP: {module} is not installed in {}", py.display());
+    }
+    ok
+}
+
+/// `memsight run [extra…] --report r.json -- ARGS…` in `dir`: exit code, output, report.
+fn run_in(dir: &Path, extra: &[&str], args: &[&str]) -> (i32, String, Value) {
+    let report = dir.join("r.json");
+    let out = Command::new(memsight_bin())
+        .current_dir(dir)
+        .arg("run")
+        .args(extra)
+        .arg("--report")
+        .arg(&report)
+        .arg("--")
+        .args(args)
+        .env("PYTHONWARNINGS", "ignore")
+        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
+        .output()
+        .expect("memsight runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = std::fs::read_to_string(&report)
+        .unwrap_or_else(|e| panic!("no report ({e}); memsight said:\n{text}"));
+    (
+        out.status.code().unwrap_or(-1),
+        text,
+        serde_json::from_str(&report).expect("a JSON report"),
+    )
+}
+
+fn steps(r: &Value) -> Vec<u64> {
+    r["steps"]
+        .as_array()
+        .map(|v| v.iter().filter_map(|s| s["step"].as_u64()).collect())
+        .unwrap_or_default()
+}
+
+fn phase_counts(r: &Value) -> BTreeMap<String, u64> {
+    r["phases"]
+        .as_array()
+        .map(|v| {
+            v.iter()
+                .map(|p| {
+                    (
+                        p["path"].as_str().unwrap_or("").to_string(),
+                        p["count"].as_u64().unwrap_or(0),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// nanoGPT's files (unmodified, tests/python_jobs/nanogpt) and random tokens in `dir`.
+fn nanogpt_in(dir: &Path, py: &Path) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python_jobs/nanogpt");
+    std::fs::create_dir_all(dir.join("config")).unwrap();
+    for f in [
+        "train.py",
+        "model.py",
+        "configurator.py",
+        "config/train_shakespeare_char.py",
+    ] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let made = Command::new(py)
+        .current_dir(dir)
+        .args([
+            "-c",
+            "import os, pickle, numpy as np\n\
+             os.makedirs('data/shakespeare_char', exist_ok=True)\n\
+             rng = np.random.default_rng(0)\n\
+             for n, k in (('train', 20000), ('val', 4000)):\n\
+             \x20   rng.integers(0, 65, k, dtype=np.uint16).tofile('data/shakespeare_char/%s.bin' % n)\n\
+             pickle.dump({'vocab_size': 65}, open('data/shakespeare_char/meta.pkl', 'wb'))\n",
+        ])
+        .status()
+        .unwrap();
+    assert!(made.success(), "the token files were not written");
+}
+
+/// nanoGPT's README's CPU command, smaller: 7 iterations (0..=6) of 2 micro-steps, evaluation at
+/// iterations 0, 3 and 6.
+const NANOGPT_ARGS: &[&str] = &[
+    "train.py",
+    "config/train_shakespeare_char.py",
+    "--device=cpu",
+    "--compile=False",
+    "--eval_iters=2",
+    "--log_interval=1",
+    "--block_size=32",
+    "--batch_size=4",
+    "--n_layer=2",
+    "--n_head=2",
+    "--n_embd=64",
+    "--max_iters=6",
+    "--lr_decay_iters=6",
+    "--dropout=0.0",
+    "--eval_interval=3",
+    "--gradient_accumulation_steps=2",
+];
+
+fn lines_starting(out: &str, prefix: &str) -> u64 {
+    out.lines().filter(|l| l.starts_with(prefix)).count() as u64
+}
+
+#[test]
+fn unmodified_nanogpt_gets_its_iterations_as_steps_and_pytorch_phases() {
+    let Some(py) = ready() else { return };
+    let dir = scratch("auto-nanogpt");
+    nanogpt_in(&dir, &py);
+    let mut args = vec![py.to_str().unwrap()];
+    args.extend_from_slice(NANOGPT_ARGS);
+    let (code, out, r) = run_in(&dir, &[], &args);
+    assert_eq!(code, 0, "{out}");
+    let iterations = lines_starting(&out, "iter ");
+    let evaluations = lines_starting(&out, "step ");
+    assert_eq!((iterations, evaluations), (7, 3), "{out}");
+    assert_eq!(steps(&r), (0..iterations).collect::<Vec<_>>(), "{out}");
+    let phases = phase_counts(&r);
+    let want: BTreeMap<String, u64> = [
+        ("forward", iterations * 2),
+        ("backward", iterations * 2),
+        ("optimizer", iterations),
+        ("eval", evaluations),
+        ("shutdown", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    assert_eq!(phases, want, "{out}");
+    assert_eq!(r["training"]["last_step"], iterations - 1);
+    assert_eq!(r["training"]["ended_by"], "interpreter exit");
+    assert_ne!(r["peaks"]["heap_peak_phase"], "shutdown");
+
+    // The flag turns it off: no steps, and no phase but the shutdown.
+    let (code, out, r) = run_in(&dir, &["--no-auto-steps"], &args);
+    assert_eq!(code, 0, "{out}");
+    assert!(steps(&r).is_empty(), "{:?}", steps(&r));
+    assert_eq!(
+        phase_counts(&r).into_keys().collect::<Vec<_>>(),
+        ["shutdown"]
+    );
+}
+
+const HF_TRAINER: &str = "
+import os, torch, transformers
+torch.manual_seed(0)
+config = transformers.GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=2,
+                                 n_head=2, bos_token_id=0, eos_token_id=0)
+data = [{'input_ids': ids, 'labels': ids} for ids in torch.randint(0, 64, (32, 16))]
+args = transformers.TrainingArguments(
+    output_dir='out', max_steps=6, per_device_train_batch_size=2, gradient_accumulation_steps=2,
+    per_device_eval_batch_size=4, eval_strategy='steps', eval_steps=3, save_strategy='no',
+    report_to=[], use_cpu=True, disable_tqdm=True, logging_strategy='no', dataloader_num_workers=0)
+trainer = transformers.Trainer(model=transformers.GPT2LMHeadModel(config), args=args,
+                               train_dataset=data, eval_dataset=data[:8])
+trainer.train()
+print('global_step', trainer.state.global_step)
+";
+
+#[test]
+fn an_unmodified_hugging_face_trainer_gets_its_global_steps_and_phases() {
+    let Some(py) = ready() else { return };
+    if !has(&py, "transformers") {
+        return;
+    }
+    let dir = scratch("auto-hf");
+    let (code, out, r) = run_in(&dir, &[], &[py.to_str().unwrap(), "-c", HF_TRAINER]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("global_step 6"), "{out}");
+    assert_eq!(steps(&r), (0..6).collect::<Vec<_>>(), "{out}");
+    let phases = phase_counts(&r);
+    assert_eq!(phases.get("forward"), Some(&12), "{phases:?}");
+    assert_eq!(phases.get("backward"), Some(&12), "{phases:?}");
+    assert_eq!(phases.get("optimizer"), Some(&6), "{phases:?}");
+    assert_eq!(phases.get("eval"), Some(&2), "{phases:?}"); // after steps 3 and 6
+    assert!(phases.get("data").is_some_and(|&n| n >= 12), "{phases:?}");
+}
+
+#[test]
+fn a_jobs_own_steps_and_phases_take_over() {
+    let Some(py) = ready() else { return };
+    let dir = scratch("auto-explicit");
+    let code = "
+import memsight, torch
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for n in range(3):
+    memsight.step(10 * n)
+    with memsight.phase('train'):
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+";
+    let (status, out, r) = run_in(&dir, &[], &[py.to_str().unwrap(), "-c", code]);
+    assert_eq!(status, 0, "{out}");
+    assert_eq!(steps(&r), [0, 10, 20], "{out}");
+    assert_eq!(
+        phase_counts(&r).into_keys().collect::<Vec<_>>(),
+        ["shutdown", "train"]
+    );
+}
+
+/// A job whose training holds about 40 MiB and whose own `atexit` handler, run at shutdown,
+/// allocates and touches 300 MiB.
+const SHUTDOWN_SPIKE: &str = "
+import atexit, time, memsight
+held = []
+def at_exit():
+    big = bytearray(300 << 20)
+    for i in range(0, len(big), 4096):
+        big[i] = 1
+    time.sleep(0.3)
+atexit.register(at_exit)
+for n in range(4):
+    memsight.step(n)
+    held.append(bytearray(10 << 20))
+    time.sleep(0.05)
+";
+
+#[test]
+fn the_shutdown_is_its_own_phase_and_budgets_gate_the_training_window() {
+    let Some(py) = ready() else { return };
+    let dir = scratch("auto-shutdown");
+    let (code, out, r) = run_in(&dir, &[], &[py.to_str().unwrap(), "-c", SHUTDOWN_SPIKE]);
+    assert_eq!(code, 0, "{out}");
+    let whole = r["peaks"]["heap_peak_bytes"].as_u64().unwrap();
+    let training = r["training"]["heap_peak_bytes"].as_u64().unwrap();
+    assert!(whole > 300 * MIB, "whole run {whole}");
+    assert!(
+        (40 * MIB..100 * MIB).contains(&training),
+        "training window {training}"
+    );
+    assert_eq!(r["peaks"]["heap_peak_phase"], "shutdown");
+    assert_eq!(r["training"]["last_step"], 3);
+    // The last step is not credited with the shutdown.
+    let last = r["steps"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["step"], 3);
+    assert!(last["peak_bytes"].as_u64().unwrap() < 100 * MIB, "{last}");
+
+    let report = dir.join("r.json");
+    let check = |extra: &[&str]| {
+        let mut args = vec![
+            "check",
+            report.to_str().unwrap(),
+            "--max-host-peak",
+            "200MiB",
+        ];
+        args.extend_from_slice(extra);
+        memsight_e2e::run_memsight(&args, None)
+    };
+    let window = check(&[]);
+    assert_eq!(window.code, 0, "{}{}", window.out, window.err);
+    assert!(window.out.contains("training window"), "{}", window.out);
+    let all = check(&["--whole-run"]);
+    assert_eq!(all.code, 1, "{}{}", all.out, all.err);
+    assert!(all.out.contains("shutdown"), "{}", all.out);
+
+    let summary = memsight_e2e::run_memsight(&["summary", report.to_str().unwrap()], None);
+    assert!(
+        summary
+            .out
+            .contains("the shutdown after training raised the"),
+        "{}",
+        summary.out
+    );
+}
+
+#[test]
+fn the_environments_own_sitecustomize_still_runs() {
+    let Some(py) = ready() else { return };
+    let dir = scratch("auto-sitecustomize");
+    let theirs = dir.join("theirs");
+    std::fs::create_dir_all(&theirs).unwrap();
+    std::fs::write(
+        theirs.join("sitecustomize.py"),
+        "import os\nos.environ['THEIR_SITECUSTOMIZE'] = 'ran'\n",
+    )
+    .unwrap();
+    let report = dir.join("r.json");
+    let out = Command::new(memsight_bin())
+        .current_dir(&dir)
+        .args(["run", "--report"])
+        .arg(&report)
+        .arg("--")
+        .arg(&py)
+        .args([
+            "-c",
+            "import os; print('theirs:', os.environ.get('THEIR_SITECUSTOMIZE'))",
+        ])
+        .env("PYTHONPATH", &theirs)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("theirs: ran"), "{text}");
+}
