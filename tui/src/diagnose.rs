@@ -50,6 +50,8 @@ pub fn run(a: Args) -> ExitCode {
     };
     if let Some(r) = &report {
         ctx.leak = r.leak.clone();
+        // Remedies that fit the job the report describes (its language, PyTorch, workers).
+        ctx.job = Some(memsight_format::job_context::JobContext::of(r));
     }
     let caught = |r: &Report| {
         let path = a

@@ -217,9 +217,10 @@ impl Budgets {
                     l.warmup_steps
                 )),
                 Some(_) => {}
-                None => out.push(
-                    "leak per step cannot be checked: fewer than 5 steps after warm-up were recorded (call memsight::step)".into(),
-                ),
+                None => out.push(format!(
+                    "leak per step cannot be checked: fewer than 5 steps after warm-up were recorded (call {} once per step)",
+                    memsight_format::job_context::JobContext::of(r).step_call()
+                )),
             }
         }
         self.check_tensors_and_devices(r, &mut out);

@@ -84,13 +84,14 @@ fn metrics(s: &mut String, r: &Report) {
     if r.heap_measured() {
         let _ = writeln!(
             s,
-            "| process heap | {} | {} | live heap of all code: Rust, C and C++ (`malloc`, `new`), usable sizes |",
+            "| process heap | {} | {} | {}, usable sizes |",
             fmt_bytes(p.heap_peak_bytes),
             if r.heap_peaked_outside_marks() {
                 memsight_format::report::OUTSIDE_MARKS.to_string()
             } else {
                 at(p.heap_peak_step, p.heap_peak_phase.as_deref())
-            }
+            },
+            memsight_format::job_context::JobContext::of(r).heap_words()
         );
     } else {
         let _ = writeln!(
@@ -158,7 +159,7 @@ fn metrics(s: &mut String, r: &Report) {
             .unwrap_or_else(|| "unlimited".into());
         let _ = writeln!(
             s,
-            "| cgroup usage | {} | | the container's memory charge, limit {} |",
+            "| cgroup usage (whole cgroup) | {} | | every process in the job's memory cgroup (the container's, unless the job has one of its own) and their page cache, not only the job's; limit {} |",
             fmt_bytes(c.bytes),
             lim
         );

@@ -19,6 +19,7 @@ pub mod heap;
 pub mod heap_profile;
 pub mod host;
 pub mod input;
+pub mod job_context;
 pub mod phase;
 pub mod process;
 pub mod report;

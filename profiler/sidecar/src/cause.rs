@@ -3,7 +3,8 @@
 //! a plain exit).
 
 use crate::watch::Watch;
-use memsight_analysis::diagnose::{judge, Context, Facts, Finding, Kind};
+use memsight_analysis::diagnose::{host_failure_kind, judge, Context, Facts, Finding, Kind};
+use memsight_format::job_context::JobContext;
 use memsight_format::report::{PostMortemFinding, Report};
 use memsight_format::units::fmt_bytes;
 use std::path::Path;
@@ -81,8 +82,14 @@ impl Seen {
         report: &Report,
         w: &Watch,
     ) -> (&'static str, String, Vec<PostMortemFinding>) {
+        // What the job is (its language, PyTorch, workers, the memory it could have): the
+        // findings' kinds and remedies fit it.
+        let mut job = JobContext::of(report);
+        job.memory_bytes = machine_memory().or(job.memory_bytes);
+        let failed_kind = host_failure_kind(&job);
         let ctx = Context {
             leak: report.leak.clone(),
+            job: Some(job),
             ..Context::from_env()
         };
         let mut findings = Vec::new();
@@ -95,7 +102,7 @@ impl Seen {
         let (cause, description) = if survived {
             let mut f = Facts::default();
             f.int("requested_bytes", failed_bytes);
-            findings.push(finding(Kind::RustAllocFailure, f, &ctx));
+            findings.push(finding(failed_kind, f, &ctx));
             let (cause, text) = self.plain_end();
             let what = match failures {
                 1 => format!("an allocation of {} failed", fmt_bytes(failed_bytes)),
@@ -108,17 +115,23 @@ impl Seen {
         } else if failures > 0 {
             let mut f = Facts::default();
             f.int("requested_bytes", failed_bytes);
-            findings.push(finding(Kind::RustAllocFailure, f, &ctx));
+            findings.push(finding(failed_kind, f, &ctx));
             let how = self.after_failure("aborted with");
-            let machine = machine_memory();
-            let description = match machine.filter(|&m| failed_bytes > m) {
+            let job = ctx.job.as_ref();
+            let limit = job.and_then(|j| j.limit_bytes);
+            let capacity = job.and_then(JobContext::capacity_bytes);
+            let description = match capacity.filter(|&m| failed_bytes > m) {
                 // Not a memory shortage: no amount of freeing could have served it.
                 Some(m) => format!(
-                    "a single {} allocation failed{}, more than this machine's {} of memory and \
-                     swap: a request that can never fit here; it {how}",
+                    "a single {} allocation failed{}, more than {}: a request that can never \
+                     fit here; it {how}",
                     fmt_bytes(failed_bytes),
                     self.place,
-                    fmt_bytes(m)
+                    if limit == Some(m) {
+                        format!("the memory cgroup's limit of {}", fmt_bytes(m))
+                    } else {
+                        format!("this machine's {} of memory and swap", fmt_bytes(m))
+                    }
                 ),
                 None => format!(
                     "the job ran out of memory: a {} allocation failed{}; it {how}",

@@ -32,6 +32,19 @@ pub use render::render;
 pub use verdict::{Context, Verdict, VerdictKind};
 pub use workload::{infer as infer_workload, Workload};
 
+use memsight_format::job_context::{JobContext, Language};
+
+/// The kind of a failed host allocation memsight counted in a job (a post-mortem's finding): a
+/// Rust program's, PyTorch's CPU allocator's in a job that uses PyTorch, else a plain host
+/// allocation failure (a Python or C/C++ program).
+pub fn host_failure_kind(job: &JobContext) -> Kind {
+    match job.language {
+        Some(Language::Rust) => Kind::RustAllocFailure,
+        _ if job.torch => Kind::TorchCpuOom,
+        _ => Kind::HostAllocFailure,
+    }
+}
+
 use serde::{Deserialize, Serialize};
 
 /// The family of an OOM message (the corpus's `kind`).
@@ -48,6 +61,9 @@ pub enum Kind {
     TorchMpsOom,
     /// Rust's `memory allocation of N bytes failed`.
     RustAllocFailure,
+    /// A failed host allocation memsight counted in a job that is neither a Rust program nor
+    /// known to use PyTorch (a Python or C/C++ program it was preloaded into): post-mortems only.
+    HostAllocFailure,
     /// The Linux kernel's OOM killer (global or memory cgroup).
     LinuxOomKiller,
     /// A CUDA driver/runtime error (`CUDA error: out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`).
@@ -82,6 +98,7 @@ impl Kind {
             Kind::TorchCpuOom => "torch_cpu_oom",
             Kind::TorchMpsOom => "torch_mps_oom",
             Kind::RustAllocFailure => "rust_alloc_failure",
+            Kind::HostAllocFailure => "host_alloc_failure",
             Kind::LinuxOomKiller => "linux_oom_killer",
             Kind::CudaDriverOom => "cuda_driver_oom",
             Kind::CandleOrCudarcOom => "candle_or_cudarc_oom",
@@ -171,7 +188,7 @@ pub fn judge(f: Finding, ctx: &Context) -> Diagnosis {
 
 fn judge_found(f: Finding, ctx: &Context, notes: scan::Notes) -> Diagnosis {
     let (verdict, remedies) = verdict::judge(f.kind, &f.facts, ctx, notes);
-    let workload = workload::of(f.kind, ctx.workload);
+    let workload = workload::of(f.kind, ctx.workload());
     Diagnosis {
         kind: f.kind,
         facts: f.facts,

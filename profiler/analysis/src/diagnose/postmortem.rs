@@ -7,7 +7,7 @@
 //! report names as failed first, so a worker gets a worker's remedies, each with its reason.
 
 use super::facts::Facts;
-use super::{judge, Context, Diagnosis, Finding, Kind, VerdictKind};
+use super::{judge, Context, Diagnosis, Finding, Kind, Remedy, VerdictKind};
 use memsight_format::process::JobProcess;
 use memsight_format::report::{PostMortemFinding, Report};
 use std::path::Path;
@@ -30,7 +30,11 @@ pub fn host_findings(report: &Report, ctx: &Context) -> Vec<Diagnosis> {
 fn is_host(kind: Kind) -> bool {
     matches!(
         kind,
-        Kind::LinuxOomKiller | Kind::OomKillReport | Kind::RustAllocFailure | Kind::TorchCpuOom
+        Kind::LinuxOomKiller
+            | Kind::OomKillReport
+            | Kind::RustAllocFailure
+            | Kind::HostAllocFailure
+            | Kind::TorchCpuOom
     )
 }
 
@@ -59,6 +63,20 @@ fn diagnosis(kind: Kind, pm: &PostMortemFinding, report: &Report, ctx: &Context)
     }
     // The job already ran under memsight: "profile it" is no advice here.
     d.remedies.retain(|r| r.id != "profile");
+    // A failed allocation's size is the sidecar's alone (the report keeps no facts of it): its
+    // remedies, chosen with that size for this job, stand.
+    if kind != Kind::LinuxOomKiller && !pm.remedies.is_empty() {
+        d.remedies = pm
+            .remedies
+            .iter()
+            .map(|action| Remedy {
+                id: "post_mortem",
+                action: action.clone(),
+                why: "the sidecar's advice when the job ended, from the size that failed".into(),
+                saving_bytes: None,
+            })
+            .collect();
+    }
     d
 }
 

@@ -243,3 +243,48 @@ pub fn framework(id: &'static str, action: &str, why: &str) -> Remedy {
         saving_bytes: None,
     }
 }
+
+/// A request larger than all the memory the job could have: its size is the thing to check.
+pub fn check_size(requested: u128, capacity: u128) -> Remedy {
+    Remedy {
+        id: "check_size",
+        action: "check how the size was computed (a shape taken from data, a wrong dimension or \
+                 dtype, a length read from a file)"
+            .into(),
+        why: format!(
+            "one {} request is more than the {} this job can ever have",
+            b(requested),
+            b(capacity)
+        ),
+        saving_bytes: None,
+    }
+}
+
+/// PyTorch: build a tensor too large for host memory in pieces.
+pub fn torch_chunk() -> Remedy {
+    Remedy {
+        id: "torch_chunk",
+        action: "build or process the tensor in pieces (torch.split / torch.chunk over the batch, \
+                 a loop over slices written into a memory-mapped file with torch.from_file or \
+                 numpy.memmap), or keep it on disk"
+            .into(),
+        why: "PyTorch's CPU allocator needs the whole tensor in one block of host memory".into(),
+        saving_bytes: None,
+    }
+}
+
+/// PyTorch: keep fewer CPU tensors alive.
+pub fn torch_host_memory() -> Remedy {
+    Remedy {
+        id: "torch_host_memory",
+        action: "keep fewer CPU tensors alive: drop references you no longer need (lists of \
+                 outputs or losses kept across steps; call .item() on logged values), evaluate \
+                 under torch.inference_mode(), and load checkpoints with torch.load(mmap=True) \
+                 (from_pretrained(low_cpu_mem_usage=True))"
+            .into(),
+        why: "every live CPU tensor is host memory the failed request competed with; a loaded \
+              checkpoint is held twice until the model takes its weights"
+            .into(),
+        saving_bytes: None,
+    }
+}

@@ -254,7 +254,11 @@ const TIME_SLICED: [&str; 4] = ["timeslicing", "time-slicing", "time-sliced", "t
 fn context_notes(text: &str, start: usize, end: usize, f: &Finding) -> Notes {
     let device = !matches!(
         f.kind,
-        Kind::LinuxOomKiller | Kind::OomKillReport | Kind::RustAllocFailure | Kind::TorchCpuOom
+        Kind::LinuxOomKiller
+            | Kind::OomKillReport
+            | Kind::RustAllocFailure
+            | Kind::HostAllocFailure
+            | Kind::TorchCpuOom
     );
     if !device {
         return Notes::default();

@@ -6,6 +6,7 @@ use super::remedy::{self, Remedy};
 use super::scan::Notes;
 use super::workload::{self, Workload};
 use super::{dataloader, families, gpu, Kind};
+use memsight_format::job_context::JobContext;
 use memsight_format::report::leak::LeakEstimate;
 use memsight_format::units::fmt_bytes;
 use serde::{Deserialize, Serialize};
@@ -26,6 +27,9 @@ pub enum VerdictKind {
     Leak,
     /// One request is larger than the whole device: no setting will help.
     RequestExceedsDevice,
+    /// One host request is larger than all the memory the job could have (the machine's memory
+    /// and swap, or its memory cgroup's limit): it can never fit there, whatever else is freed.
+    RequestExceedsMemory,
     /// The device had enough free memory; a cap on the process refused the request.
     AllocatorLimit,
     /// The message states too little to tell.
@@ -55,6 +59,9 @@ pub struct Context {
     /// The device's memory when the log states it outside the message (a GPU model, a runtime's
     /// device listing); inferred from the log when unset.
     pub device_total: Option<u128>,
+    /// What the report tells of the job (language, PyTorch, workers, memory): remedies that do
+    /// not fit it are left out, and a host request larger than its memory is judged so.
+    pub job: Option<JobContext>,
 }
 
 impl Context {
@@ -66,6 +73,12 @@ impl Context {
                 .ok(),
             ..Context::default()
         }
+    }
+
+    /// The workload: the one given, else the one the job's report shows.
+    pub(crate) fn workload(&self) -> Option<Workload> {
+        self.workload
+            .or_else(|| self.job.as_ref().and_then(workload::of_job))
     }
 
     /// The leak slope when it is a confident, positive trend.
@@ -97,7 +110,12 @@ pub(crate) fn v(verdict: VerdictKind, evidence: String) -> Verdict {
 
 /// Judges one finding, with what the text says about it beyond its facts.
 pub(crate) fn judge(kind: Kind, f: &Facts, ctx: &Context, notes: Notes) -> (Verdict, Vec<Remedy>) {
-    let workload = workload::of(kind, ctx.workload);
+    let (verdict, remedies) = judge_kind(kind, f, ctx, notes);
+    (verdict, workload::fit_job(ctx.job.as_ref(), remedies))
+}
+
+fn judge_kind(kind: Kind, f: &Facts, ctx: &Context, notes: Notes) -> (Verdict, Vec<Remedy>) {
+    let workload = workload::of(kind, ctx.workload());
     if notes.non_fatal {
         return workload::rank(workload, self::non_fatal(kind, f));
     }
@@ -122,8 +140,10 @@ pub(crate) fn judge(kind: Kind, f: &Facts, ctx: &Context, notes: Notes) -> (Verd
         Some(judged) => judged,
         None => match kind {
             Kind::TorchCudaOomNew | Kind::TorchCudaOomOld => gpu::judge(f, ctx),
-            Kind::TorchCpuOom | Kind::RustAllocFailure => host_request(f),
-            Kind::LinuxOomKiller => killed(f),
+            Kind::TorchCpuOom | Kind::RustAllocFailure | Kind::HostAllocFailure => {
+                host_request(kind, f, ctx.job.as_ref())
+            }
+            Kind::LinuxOomKiller => killed(f, ctx.job.as_ref()),
             Kind::TorchMpsOom => mps(f),
             _ => other(kind, f, ctx),
         },
@@ -168,7 +188,8 @@ pub(crate) fn judge(kind: Kind, f: &Facts, ctx: &Context, notes: Notes) -> (Verd
     }
 }
 
-fn host_request(f: &Facts) -> (Verdict, Vec<Remedy>) {
+fn host_request(kind: Kind, f: &Facts, job: Option<&JobContext>) -> (Verdict, Vec<Remedy>) {
+    let torch = (kind == Kind::TorchCpuOom && job.is_some()) || job.is_some_and(|j| j.torch);
     let Some(r) = f.bytes("requested_bytes") else {
         return (
             v(VerdictKind::HostOom, "a host allocation failed".into()),
@@ -184,17 +205,46 @@ fn host_request(f: &Facts) -> (Verdict, Vec<Remedy>) {
             vec![remedy::shrink_request(r, None, true)],
         );
     }
+    // More than the job could ever have: no amount of freeing serves it.
+    if let Some(cap) = job
+        .and_then(JobContext::capacity_bytes)
+        .map(u128::from)
+        .filter(|&c| r > c)
+    {
+        let of = match job.and_then(|j| j.limit_bytes).map(u128::from) {
+            Some(l) if l == cap => format!("the memory cgroup's limit ({})", b(l)),
+            _ => format!("this machine's memory ({})", b(cap)),
+        };
+        let mut rs = vec![remedy::check_size(r, cap)];
+        rs.push(if torch {
+            remedy::torch_chunk()
+        } else {
+            remedy::shrink_request(r, Some(cap), false)
+        });
+        return (
+            v(
+                VerdictKind::RequestExceedsMemory,
+                format!("a single {} host allocation failed: it is larger than {of}, a request that can never fit, whatever else is freed", b(r)),
+            ),
+            rs,
+        );
+    }
+    let mut rs = Vec::new();
+    if torch {
+        rs.push(remedy::torch_host_memory());
+    }
+    rs.extend([
+        remedy::data_loader(),
+        remedy::profile_host(),
+        remedy::memory_limit(None, None),
+        remedy::first_layers(),
+    ]);
     (
         v(
             VerdictKind::HostOom,
             format!("a {} host allocation failed: the process reached the machine's or its limit's memory", b(r)),
         ),
-        vec![
-            remedy::data_loader(),
-            remedy::profile_host(),
-            remedy::memory_limit(None, None),
-            remedy::first_layers(),
-        ],
+        rs,
     )
 }
 
@@ -227,7 +277,7 @@ fn kill_scope(f: &Facts) -> Option<bool> {
     }
 }
 
-fn killed(f: &Facts) -> (Verdict, Vec<Remedy>) {
+fn killed(f: &Facts, job: Option<&JobContext>) -> (Verdict, Vec<Remedy>) {
     let who = f
         .str("process_name")
         .or_else(|| f.str("selected_process_name"))
@@ -268,14 +318,12 @@ fn killed(f: &Facts) -> (Verdict, Vec<Remedy>) {
             dataloader::worker_remedies(limit, usage),
         );
     }
-    (
-        v(VerdictKind::HostOom, evidence),
-        vec![
-            remedy::data_loader(),
-            remedy::memory_limit(limit, usage),
-            remedy::profile_host(),
-        ],
-    )
+    let mut rs = vec![remedy::data_loader(), remedy::memory_limit(limit, usage)];
+    if job.is_some_and(|j| j.torch) {
+        rs.push(remedy::torch_host_memory());
+    }
+    rs.push(remedy::profile_host());
+    (v(VerdictKind::HostOom, evidence), rs)
 }
 
 /// A warning the runtime recovered from.

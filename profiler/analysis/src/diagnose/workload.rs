@@ -5,6 +5,7 @@
 
 use super::remedy::{self, Remedy};
 use super::verdict::{Verdict, VerdictKind};
+use memsight_format::job_context::{JobContext, Language};
 use regex::Regex;
 use serde::Serialize;
 use std::sync::LazyLock;
@@ -98,6 +99,44 @@ pub(crate) fn of(kind: super::Kind, known: Option<Workload>) -> Option<Workload>
             None
         }
         _ => known,
+    }
+}
+
+/// The workload a report's job shows: a server or other inference its command names, a Rust
+/// program (without PyTorch), training when it marked steps.
+pub(crate) fn of_job(job: &JobContext) -> Option<Workload> {
+    let named = infer(&job.command.join(" "));
+    match named {
+        Some(Workload::Training | Workload::Rust) | None => {}
+        Some(w) => return Some(w),
+    }
+    if job.language == Some(Language::Rust) && !job.torch {
+        return Some(Workload::Rust);
+    }
+    named.or(job.training.then_some(Workload::Training))
+}
+
+/// Whether the remedy `id` fits the job: data-loader advice only for a job that has (or may have)
+/// workers, Rust advice only for a Rust program, PyTorch advice only for a job that uses PyTorch.
+fn fits(id: &str, job: &JobContext) -> bool {
+    if id == "data_loader" {
+        return job.workers != Some(0);
+    }
+    if id.starts_with("rust_") {
+        return job.language.is_none_or(|l| l == Language::Rust);
+    }
+    if id.starts_with("torch_") {
+        return job.torch;
+    }
+    true
+}
+
+/// The remedies that fit the job the report describes, in their order (all of them when no
+/// report is known).
+pub(crate) fn fit_job(job: Option<&JobContext>, remedies: Vec<Remedy>) -> Vec<Remedy> {
+    match job {
+        Some(job) => remedies.into_iter().filter(|r| fits(r.id, job)).collect(),
+        None => remedies,
     }
 }
 

@@ -314,11 +314,21 @@ fn cgroup_tip(r: &Report, tips: &mut Vec<Tip>) {
                     fmt_bytes(usage.bytes),
                     fmt_bytes(limit)
                 ),
-                "The kernel OOM killer fires at the limit. Cgroup usage includes page cache, which is \
-                 reclaimed first; if RSS is also close, reduce the batch size, data-loader workers or \
-                 prefetch depth, or raise the limit."
-                    .into(),
-                &[("usage_peak_bytes", usage.bytes.into()), ("limit_bytes", limit.into()), ("step", usage.step.into())],
+                format!(
+                    "The kernel OOM killer fires at the limit. Cgroup usage counts every process \
+                     in the cgroup and its page cache, which is reclaimed first; if RSS is also \
+                     close, reduce {}, or raise the limit.",
+                    if crate::job_context::JobContext::of(r).workers == Some(0) {
+                        "the batch size or the host memory the job keeps"
+                    } else {
+                        "the batch size, data-loader workers or prefetch depth"
+                    }
+                ),
+                &[
+                    ("usage_peak_bytes", usage.bytes.into()),
+                    ("limit_bytes", limit.into()),
+                    ("step", usage.step.into()),
+                ],
             ));
         }
     }
