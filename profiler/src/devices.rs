@@ -83,7 +83,7 @@ pub fn statuses() -> Vec<SourceStatus> {
 /// sidecar has it even if the job dies next. Call from outside allocator locks.
 pub fn record_oom(mut oom: DeviceOom) {
     oom.step = crate::phases::current_step();
-    oom.phase = crate::phases::current_phase();
+    oom.phase = crate::phases::process_phase();
     if let Some(t_ms) = crate::flight::session_ms() {
         oom.t_ms = t_ms;
         crate::flight::append(&Record::DeviceOom(Box::new(oom.clone())));

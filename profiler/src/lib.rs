@@ -28,7 +28,10 @@
 //! - Heap sampling (allocation sites, [`heapprof`]) starts when the program loads, after the shared
 //!   libraries' own initialisers; their start-up allocations have no sites.
 //! - The peak is within 64 KiB per allocating thread of the true peak (see [`alloc`]).
-//! - Phases form one process-wide stack, meant to be driven from the training loop's thread.
+//! - Phases are per thread: each thread nests its own ([`phase`]); a phase's peak is the process
+//!   heap's over the phase's time. An async task's phases follow the thread that polls it (the
+//!   `memsight-tracing` layer opens them per poll).
+//! - [`testing`] measures the calling thread only (work handed to other threads is not in it).
 //! - jemalloc statistics refresh only on an epoch advance, done once per sample.
 //!
 //! # Crates
@@ -40,8 +43,8 @@
 //! `memsight-format` ← `memsight` ← `memsight-sidecar` ← `memsight-tui`.
 //!
 //! Inside, each module imports only modules listed before it (no circles):
-//! `sys` → `alloc`, `collect`, `tensors`, `flight` → `heapprof`, `phases` → `devices` →
-//! `session`.
+//! `sys` → `alloc`, `collect`, `tensors`, `flight`, `testing` → `heapprof`, `phases` → `devices` →
+//! `training` → `session`.
 
 pub mod alloc;
 pub mod collect;
@@ -52,6 +55,8 @@ mod phases;
 mod session;
 mod sys;
 pub mod tensors;
+pub mod testing;
+mod training;
 
 pub use memsight_format::{report, safe_file, snapshot, timeline, units, wire};
 
@@ -62,6 +67,7 @@ pub use phases::{
 };
 pub use report::Report;
 pub use session::{print_snapshot, snapshot, Session, SessionBuilder, SessionError};
+pub use training::{end_training, end_training_by};
 
 /// What the preloaded library tells the session about its process (a fork, an exit).
 pub mod process {

@@ -13,8 +13,10 @@ static LIVE: AtomicU64 = AtomicU64::new(0);
 static PEAK: AtomicU64 = AtomicU64::new(0);
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 static FREES: AtomicU64 = AtomicU64::new(0);
-static PHASE_PEAK: AtomicU64 = AtomicU64::new(0);
 static STEP_PEAK: AtomicU64 = AtomicU64::new(0);
+/// The phase peak windows of tensor bytes, under the same indices as the heap's
+/// (`counters::PHASE_WINDOWS`): one per thread with open phases.
+pub(crate) static PHASE_WINDOWS: crate::sys::PeakWindows = crate::sys::PeakWindows::new();
 
 /// Marks the tensor series as present (a backend is installed); snapshots then carry it.
 pub fn enable() {
@@ -31,7 +33,7 @@ pub fn enabled() -> bool {
 pub fn tensor_alloc(bytes: u64) {
     let live = LIVE.fetch_add(bytes, Relaxed).wrapping_add(bytes);
     raise(&PEAK, live);
-    raise(&PHASE_PEAK, live);
+    PHASE_WINDOWS.raise(live as i64);
     raise(&STEP_PEAK, live);
     ALLOCS.fetch_add(1, Relaxed);
 }
@@ -68,27 +70,17 @@ pub fn reset_peak() {
     PEAK.store(LIVE.load(Relaxed), Relaxed);
 }
 
-/// Which peak window to swap.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Window {
-    Phase,
-    Step,
+/// Starts the step window at the current live bytes and returns the old window's peak.
+pub(crate) fn swap_step_window() -> u64 {
+    STEP_PEAK.swap(LIVE.load(Relaxed), Relaxed)
 }
 
-fn window(w: Window) -> &'static AtomicU64 {
-    match w {
-        Window::Phase => &PHASE_PEAK,
-        Window::Step => &STEP_PEAK,
-    }
+/// The current step window's peak.
+pub(crate) fn step_window_peak() -> u64 {
+    STEP_PEAK.load(Relaxed).max(LIVE.load(Relaxed))
 }
 
-/// Starts a new window at `max(current live, floor)` and returns the old window's peak.
-pub(crate) fn swap_window(w: Window, floor: u64) -> u64 {
-    let live = LIVE.load(Relaxed);
-    window(w).swap(live.max(floor), Relaxed)
-}
-
-/// The current window's peak.
-pub(crate) fn window_peak(w: Window) -> u64 {
-    window(w).load(Relaxed).max(LIVE.load(Relaxed))
+/// Live tensor bytes now.
+pub(crate) fn live() -> u64 {
+    LIVE.load(Relaxed)
 }

@@ -28,7 +28,7 @@
 //! separately, outside the hot path).
 
 use super::registry;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 
 pub use memsight_format::heap::HISTOGRAM_BUCKETS;
 /// A thread publishes its live bytes once they moved this far from what it last published.
@@ -121,6 +121,14 @@ pub(crate) struct Local {
     /// This thread's heap-sample points.
     #[cfg(feature = "jemalloc")]
     pub(crate) sample: super::sampling::Points,
+    /// Measuring scopes open on this thread (`crate::testing`): while any is, every call takes the
+    /// slow path, which keeps this thread's peaks exactly.
+    pub(crate) probes: AtomicU32,
+    /// The highest of this thread's Rust live bytes (allocated − freed) while measured.
+    pub(crate) rust_peak: AtomicI64,
+    /// The highest of this thread's process-heap live bytes (jemalloc's counters of it) while
+    /// measured.
+    pub(crate) heap_peak: AtomicI64,
 }
 
 impl Local {
@@ -136,10 +144,14 @@ impl Local {
             je: super::process_heap::JeView::new(),
             #[cfg(feature = "jemalloc")]
             sample: super::sampling::Points::new(),
+            probes: AtomicU32::new(0),
+            rust_peak: AtomicI64::new(0),
+            heap_peak: AtomicI64::new(0),
         }
     }
 
-    /// Sends every later call of this thread to the slow path (registration failed, or retiring).
+    /// Sends every later call of this thread to the slow path (registration failed, retiring, or
+    /// measured by a scope).
     fn close_fast_path(&self) {
         self.alloc_mark.store(0, Relaxed);
         self.free_mark.store(0, Relaxed);
@@ -151,7 +163,7 @@ impl Local {
         live - self.flushed.swap(live, Relaxed)
     }
 
-    fn live(&self) -> i64 {
+    pub(crate) fn live(&self) -> i64 {
         let a = self.counts.bytes_allocated.load(Relaxed);
         a.wrapping_sub(self.counts.bytes_freed.load(Relaxed)) as i64
     }
@@ -176,16 +188,19 @@ pub(crate) static SHARED: Counts = Counts::new();
 #[cfg(not(feature = "jemalloc"))]
 static LIVE: AtomicI64 = AtomicI64::new(0);
 
-/// Which peak tracker: the resettable process peak, the current phase window, the current step
-/// window, and the run's peak (never reset: the report's).
+/// Which peak tracker: the resettable process peak, the current step window, and the session's
+/// peak (reset only when a session finishes: the report's). Phases have windows of their own, one
+/// per thread with open phases ([`PHASE_WINDOWS`]).
 #[derive(Clone, Copy)]
 pub(crate) enum Tracker {
     Global = 0,
-    Phase = 1,
-    Step = 2,
-    Run = 3,
+    Step = 1,
+    Run = 2,
 }
-static PEAKS: [AtomicI64; 4] = [const { AtomicI64::new(0) }; 4];
+static PEAKS: [AtomicI64; 3] = [const { AtomicI64::new(0) }; 3];
+
+/// The phase peak windows of the process heap, one per thread with open phases.
+pub(crate) static PHASE_WINDOWS: crate::sys::PeakWindows = crate::sys::PeakWindows::new();
 
 #[inline(always)]
 fn bucket_of(size: usize) -> usize {
@@ -230,6 +245,7 @@ pub(crate) fn raise_peaks(live: i64) {
             p.fetch_max(live, Relaxed);
         }
     }
+    PHASE_WINDOWS.raise(live);
 }
 
 /// Adds `d` to the published live bytes and raises the peaks when it grew — when these counters
@@ -491,6 +507,44 @@ fn settle(l: &Local) {
         }
         super::process_heap::settle(l);
     }
+    if l.probes.load(Relaxed) != 0 {
+        probe(l);
+    }
+}
+
+/// A measured thread after a settle: raises its peaks to its live bytes now and sends its next
+/// call to the slow path again (both its Rust marks and its process-heap marks), so that every
+/// call of the thread passes here while it is measured.
+#[cold]
+#[inline(never)]
+pub(crate) fn probe(l: &Local) {
+    let live = l.live();
+    if live > l.rust_peak.load(Relaxed) {
+        l.rust_peak.store(live, Relaxed);
+    }
+    #[cfg(feature = "jemalloc")]
+    {
+        let heap = super::process_heap::thread_live(l);
+        if heap > l.heap_peak.load(Relaxed) {
+            l.heap_peak.store(heap, Relaxed);
+        }
+        super::process_heap::close_marks(l);
+    }
+    l.close_fast_path();
+}
+
+/// This thread's counters, for a measuring scope (`crate::testing`): `None` when the thread counts
+/// in the shared block (no registry entry) or its storage is gone. Registers the thread first.
+pub(crate) fn with_own_block<R>(f: impl FnOnce(&Local) -> R) -> Option<R> {
+    LOCAL
+        .try_with(|l| {
+            if l.state.load(Relaxed) == state::NEW && register_this(l) {
+                settle(l);
+            }
+            (l.state.load(Relaxed) == state::REGISTERED).then(|| f(l))
+        })
+        .ok()
+        .flatten()
 }
 
 /// A thread's publishing state for one pair of cumulative counters.

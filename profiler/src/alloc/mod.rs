@@ -14,7 +14,7 @@ pub mod foreign;
 #[cfg(feature = "jemalloc")]
 mod interpose;
 #[cfg(feature = "jemalloc")]
-mod process_heap;
+pub(crate) mod process_heap;
 mod registry;
 #[cfg(feature = "jemalloc")]
 mod sample_heap;
@@ -318,17 +318,26 @@ pub fn restart_peaks_after_fork() -> u64 {
     let live = counters::heap_live();
     for t in [
         counters::Tracker::Global,
-        counters::Tracker::Phase,
         counters::Tracker::Step,
         counters::Tracker::Run,
     ] {
         counters::swap_peak(t, live);
     }
+    counters::PHASE_WINDOWS.restart_used(live as i64);
     live
 }
 
+/// Starts the run's peak and the peak [`stats`] reads back over at the current live bytes (a
+/// session finished: the next one's report has a peak of its own).
+pub(crate) fn restart_run_peak() {
+    let live = counters::heap_live();
+    counters::swap_peak(counters::Tracker::Run, live);
+    counters::swap_peak(counters::Tracker::Global, live);
+}
+
 /// Resets the peak that [`stats`] reads back to the current live bytes. The run's peak
-/// ([`HeapStats::run_peak_bytes`], the one reports and budgets use) is never reset.
+/// ([`HeapStats::run_peak_bytes`], the one reports and budgets use) is not; both start over when a
+/// session finishes (the next session reports a peak of its own).
 pub fn reset_peak() {
     counters::swap_peak(counters::Tracker::Global, counters::heap_live());
 }

@@ -212,7 +212,12 @@ fn slow_path(l: &Local) {
                 fold_shared(l);
             }
         }
-        state::REGISTERED => settle(l),
+        state::REGISTERED => {
+            settle(l);
+            if l.probes.load(Relaxed) != 0 {
+                counters::probe(l);
+            }
+        }
         // Calls made while registering: jemalloc's counters hold them, the registration adopts
         // them.
         state::REGISTERING => {}
@@ -232,6 +237,18 @@ pub(crate) fn settle(l: &Local) {
         free: &v.free_mark,
     };
     counters::settle_marks(a, f, marks, publish);
+}
+
+/// This thread's live bytes in jemalloc's counters of it (allocated − freed, usable sizes).
+pub(crate) fn thread_live(l: &Local) -> i64 {
+    let (a, f) = l.je.read();
+    a.wrapping_sub(f) as i64
+}
+
+/// Sends this thread's next C call to the slow path (a measured thread).
+pub(crate) fn close_marks(l: &Local) {
+    l.je.alloc_mark.store(0, Relaxed);
+    l.je.free_mark.store(0, Relaxed);
 }
 
 /// Adds what a thread counting in the shared totals allocated and freed since its last call.

@@ -350,9 +350,11 @@ impl Stack {
 /// library) starts at its first session.
 pub(crate) fn start_at_load(setting: Option<&str>) {
     unwind::note_main_thread();
+    // A value that is neither `off` nor a size samples at the default rate (the session says so
+    // when it starts: nothing can be printed this early).
     let rate = match setting {
         None => Some(DEFAULT_RATE),
-        Some(v) => parse_rate(v).ok().flatten(),
+        Some(v) => parse_rate(v).unwrap_or(Some(DEFAULT_RATE)),
     };
     // Made ready even when off, so that the fork handlers are registered now: after jemalloc's
     // (its prepare step then runs after the sampler's) and before any shared library's.
@@ -374,11 +376,26 @@ fn parse_rate(v: &str) -> Result<Option<u64>, String> {
 }
 
 /// The rate `MEMSIGHT_HEAP_SAMPLE` asks for: `Some(bytes)`, `None` for `off`, `default` when it
-/// is unset; `Err` for anything else.
+/// is unset — and `default` too, said once on stderr, for a value that is neither (a bad setting
+/// never turns sampling off). Never `Err` (kept for callers that match on it).
 pub fn rate_from_env(default: u64) -> Result<Option<u64>, String> {
-    match std::env::var("MEMSIGHT_HEAP_SAMPLE") {
-        Ok(v) => parse_rate(&v),
-        Err(_) => Ok(Some(default)),
+    let Some(v) = std::env::var_os("MEMSIGHT_HEAP_SAMPLE") else {
+        return Ok(Some(default));
+    };
+    match v.to_str().map(parse_rate) {
+        Some(Ok(rate)) => Ok(rate),
+        _ => {
+            crate::sys::warn_env_once(
+                "MEMSIGHT_HEAP_SAMPLE",
+                &v,
+                &format!(
+                    "it is neither `off` nor a size (e.g. 512KiB); sampling one allocation per {} \
+                     on average",
+                    memsight_format::units::fmt_bytes(default)
+                ),
+            );
+            Ok(Some(default))
+        }
     }
 }
 

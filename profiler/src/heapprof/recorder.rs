@@ -44,13 +44,23 @@ struct Recorder {
 
 static RECORDER: Mutex<Option<Recorder>> = Mutex::new(None);
 
+/// The milliseconds the environment variable `name` says, or `default` (said once on stderr when
+/// it holds something else than a number).
 fn env_ms(name: &str, default: u64) -> Duration {
-    Duration::from_millis(
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(default),
-    )
+    let Some(v) = std::env::var_os(name) else {
+        return Duration::from_millis(default);
+    };
+    match v.to_str().and_then(|s| s.trim().parse().ok()) {
+        Some(ms) => Duration::from_millis(ms),
+        None => {
+            crate::sys::warn_env_once(
+                name,
+                &v,
+                &format!("it is not a number of milliseconds; using {default}"),
+            );
+            Duration::from_millis(default)
+        }
+    }
 }
 
 /// Starts recording into `dir` (created component by component, never through another user's

@@ -1,46 +1,71 @@
 //! Steps and phases: `memsight::step(n)`, nestable `memsight::phase(name)` guards, per-phase and
 //! per-step statistics, and the scoped monitor (seed 000's PerformanceMonitor).
 //!
-//! Phases form one process-wide stack (a training loop drives them from one thread); a guard
-//! dropped out of order closes every phase opened after it. Each phase's peak comes from a peak
-//! window in the allocator counters: entering a phase opens a new window, leaving it folds the
-//! window back into the enclosing one, so nested peaks are exact up to the allocator's flush bound.
+//! Each thread has a stack of phases of its own: a phase opened on a data-loading thread is not
+//! nested under the training loop's. A guard closes its own phase and nothing else — phases opened
+//! inside it and still open stay open, and a guard whose phase is already closed closes nothing.
+//! Each phase's peak comes from its thread's peak window in the allocator counters
+//! (`counters::PHASE_WINDOWS`, raised by every published heap change): entering a phase starts the
+//! window over, leaving it folds the window back into the enclosing phase's, so nested peaks are
+//! exact up to the allocator's flush bound. A phase's peak is the process heap's (memory is shared
+//! by the threads), over the phase's own time.
+//!
+//! A session that finishes clears the statistics ([`reset`]), so a second session in the process
+//! starts from none.
 
-use crate::alloc::counters::{self, Tracker};
-use crate::tensors::{self, Window};
-pub use memsight_format::phase::{PhaseStats, StepStats};
+mod steps;
+
+use crate::alloc::counters;
+use crate::tensors;
+pub use memsight_format::phase::PhaseStats;
+use memsight_format::report::build::PEAK_REACHED_WITHIN;
 use memsight_format::units::{fmt_bytes, fmt_signed_bytes};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+pub(crate) use steps::end_step;
+pub use steps::{current_step, step, step_stats, StepStats};
 
 /// Most distinct phase paths kept; later new paths are counted under `(other)`.
 const MAX_PHASES: usize = 256;
-/// Most step records kept; beyond it pairs of old records merge (the higher peak survives).
-const MAX_STEPS: usize = 4096;
 
 struct Frame {
+    id: u64,
     path: String,
     start: Instant,
     live_at_entry: u64,
-    outer_window: u64,
-    outer_tensor_window: u64,
+    /// The thread window's value when this frame started it over: the enclosing phase's peak
+    /// up to here.
+    outer_window: i64,
+    outer_tensor_window: i64,
 }
 
-struct State {
-    stack: Vec<Frame>,
+/// One thread's open phases, innermost last, and the peak window they share.
+struct Stack {
+    thread: u64,
+    window: usize,
+    frames: Vec<Frame>,
+}
+
+pub(crate) struct State {
+    stacks: Vec<Stack>,
     phases: Vec<PhaseStats>,
     steps: Vec<StepStats>,
     step_open: bool,
+    /// Step numbers went backwards once already (said on stderr).
+    said_backwards: bool,
+    next_id: u64,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
-    stack: Vec::new(),
+    stacks: Vec::new(),
     phases: Vec::new(),
     steps: Vec::new(),
     step_open: false,
+    said_backwards: false,
+    next_id: 0,
 });
-static STEP: AtomicU64 = AtomicU64::new(0);
 
 fn state() -> MutexGuard<'static, State> {
     // A panic while holding the lock leaves consistent data (every update is a push or a field
@@ -52,60 +77,55 @@ fn live_now() -> u64 {
     counters::heap_live()
 }
 
-/// Marks the start of training step `n`; the previous step's peak and end live bytes are recorded.
-pub fn step(n: u64) {
-    let live = live_now();
+/// This thread's number (1, 2, …, in the order threads first open a phase; 0 once its storage is
+/// gone).
+fn thread_number() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static NUMBER: Cell<u64> = const { Cell::new(0) };
+    }
+    NUMBER
+        .try_with(|n| {
+            if n.get() == 0 {
+                n.set(NEXT.fetch_add(1, Relaxed));
+            }
+            n.get()
+        })
+        .unwrap_or(0)
+}
+
+/// Clears the phase and step statistics and the step number (a session finished: the next one
+/// starts from none). Phases still open stay open.
+pub(crate) fn reset() {
     let mut st = state();
-    if st.step_open {
-        let peak = counters::swap_peak(Tracker::Step, live);
-        let tensor_peak = tensors::swap_window(Window::Step, 0);
-        let prev = STEP.load(Relaxed);
-        push_step(
-            &mut st.steps,
-            StepStats {
-                step: prev,
-                peak_bytes: peak,
-                live_end_bytes: live,
-                tensor_peak_bytes: tensors::enabled().then_some(tensor_peak),
-            },
-        );
-    } else {
-        counters::swap_peak(Tracker::Step, live);
-        tensors::swap_window(Window::Step, 0);
-        st.step_open = true;
-    }
-    STEP.store(n, Relaxed);
-    drop(st);
-    crate::heapprof::on_step(n);
+    st.phases.clear();
+    st.steps.clear();
+    st.step_open = false;
+    st.said_backwards = false;
+    steps::STEP.store(0, Relaxed);
 }
 
-fn push_step(steps: &mut Vec<StepStats>, s: StepStats) {
-    if steps.len() >= MAX_STEPS {
-        // Merge the older half pairwise; keep the record with the higher peak.
-        let half = steps.len() / 2;
-        let mut merged: Vec<StepStats> = steps[..half]
-            .chunks(2)
-            .map(|c| {
-                c.iter()
-                    .max_by_key(|s| s.peak_bytes)
-                    .cloned()
-                    .unwrap_or_default()
-            })
-            .collect();
-        merged.extend_from_slice(&steps[half..]);
-        *steps = merged;
-    }
-    steps.push(s);
-}
-
-/// The current training step.
-pub fn current_step() -> u64 {
-    STEP.load(Relaxed)
-}
-
-/// The innermost open phase path, if any.
+/// The innermost open phase of the calling thread, if any.
 pub fn current_phase() -> Option<String> {
-    state().stack.last().map(|f| f.path.clone())
+    let me = thread_number();
+    let st = state();
+    let s = st.stacks.iter().find(|s| s.thread == me)?;
+    s.frames.last().map(|f| f.path.clone())
+}
+
+/// The phase the process is in, for a snapshot or an event: the calling thread's innermost open
+/// phase; on a thread without one (the sampler's), the innermost of the phase opened last.
+pub(crate) fn process_phase() -> Option<String> {
+    let me = thread_number();
+    let st = state();
+    if let Some(s) = st.stacks.iter().find(|s| s.thread == me) {
+        return s.frames.last().map(|f| f.path.clone());
+    }
+    st.stacks
+        .iter()
+        .filter_map(|s| s.frames.last())
+        .max_by_key(|f| f.id)
+        .map(|f| f.path.clone())
 }
 
 /// What a phase measured when it closed.
@@ -139,15 +159,18 @@ impl std::fmt::Display for PhaseMeasurement {
     }
 }
 
-/// An open phase; closes when dropped (or with [`PhaseGuard::finish`]).
+/// An open phase; closes when dropped (or with [`PhaseGuard::finish`]). It may be dropped on
+/// another thread than the one that opened it (an async task that moved): it still closes its own
+/// phase, on the stack of the thread that opened it.
 #[must_use = "a phase lasts as long as its guard: bind it, e.g. `let _g = memsight::phase(\"forward\");`"]
 pub struct PhaseGuard {
-    depth: usize,
+    id: u64,
     print: bool,
     done: bool,
 }
 
-/// Opens a phase named `name` inside the current one. Nestable; the path joins names with `/`.
+/// Opens a phase named `name` inside the calling thread's current one. Nestable; the path joins
+/// names with `/`.
 pub fn phase(name: &str) -> PhaseGuard {
     enter(name, false)
 }
@@ -159,15 +182,37 @@ pub fn monitor(name: &str) -> PhaseGuard {
 }
 
 fn enter(name: &str, print: bool) -> PhaseGuard {
+    let me = thread_number();
     let live = live_now();
+    // Raise every window to the exact live bytes first: the enclosing phase's peak includes now.
+    counters::raise_peaks(live as i64);
+    let tensor_live = tensors::live() as i64;
+    tensors::PHASE_WINDOWS.raise(tensor_live);
     let mut st = state();
-    let path = match st.stack.last() {
+    st.next_id += 1;
+    let id = st.next_id;
+    let idx = match st.stacks.iter().position(|s| s.thread == me) {
+        Some(i) => i,
+        None => {
+            let window = counters::PHASE_WINDOWS.claim();
+            tensors::PHASE_WINDOWS.claim_at(window);
+            st.stacks.push(Stack {
+                thread: me,
+                window,
+                frames: Vec::new(),
+            });
+            st.stacks.len() - 1
+        }
+    };
+    let stack = &mut st.stacks[idx];
+    let path = match stack.frames.last() {
         Some(parent) => format!("{}/{name}", parent.path),
         None => name.to_string(),
     };
-    let outer_window = counters::swap_peak(Tracker::Phase, live);
-    let outer_tensor_window = tensors::swap_window(Window::Phase, 0);
-    st.stack.push(Frame {
+    let outer_window = counters::PHASE_WINDOWS.start(stack.window, live as i64);
+    let outer_tensor_window = tensors::PHASE_WINDOWS.start(stack.window, tensor_live);
+    stack.frames.push(Frame {
+        id,
         path,
         start: Instant::now(),
         live_at_entry: live,
@@ -175,24 +220,24 @@ fn enter(name: &str, print: bool) -> PhaseGuard {
         outer_tensor_window,
     });
     PhaseGuard {
-        depth: st.stack.len(),
+        id,
         print,
         done: false,
     }
 }
 
 impl PhaseGuard {
-    /// Closes the phase (and any phase opened inside it) and returns what it measured.
+    /// Closes the phase and returns what it measured (`None` when it was closed already).
     pub fn finish(mut self) -> Option<PhaseMeasurement> {
         self.done = true;
-        close(self.depth)
+        close(self.id)
     }
 }
 
 impl Drop for PhaseGuard {
     fn drop(&mut self) {
         if !self.done {
-            if let Some(m) = close(self.depth) {
+            if let Some(m) = close(self.id) {
                 if self.print {
                     eprintln!("memsight monitor · {m}");
                 }
@@ -201,30 +246,59 @@ impl Drop for PhaseGuard {
     }
 }
 
-/// Closes frames down to `depth - 1`; returns the measurement of the frame at `depth`.
-fn close(depth: usize) -> Option<PhaseMeasurement> {
+/// Closes the frame `id` (only it) and returns its measurement; `None` when no such frame is open.
+fn close(id: u64) -> Option<PhaseMeasurement> {
+    let live = live_now();
+    counters::raise_peaks(live as i64);
+    tensors::PHASE_WINDOWS.raise(tensors::live() as i64);
     let mut st = state();
-    let mut result = None;
-    while st.stack.len() >= depth && depth > 0 {
-        let frame = st.stack.pop()?;
-        let live = live_now();
-        let window = counters::peak(Tracker::Phase, live);
-        // Fold this window into the enclosing one.
-        counters::swap_peak(Tracker::Phase, frame.outer_window.max(window));
-        let tensor_window = tensors::window_peak(Window::Phase);
-        tensors::swap_window(Window::Phase, frame.outer_tensor_window.max(tensor_window));
-        let m = PhaseMeasurement {
-            path: frame.path,
-            elapsed: frame.start.elapsed(),
-            net_bytes: live as i64 - frame.live_at_entry as i64,
-            peak_rise_bytes: window.saturating_sub(frame.live_at_entry),
-            peak_bytes: window,
-            tensor_peak_bytes: tensors::enabled().then_some(tensor_window),
-        };
-        record(&mut st.phases, &m);
-        result = Some(m);
+    let (s, i) = st.stacks.iter().enumerate().find_map(|(s, stack)| {
+        let i = stack.frames.iter().position(|f| f.id == id)?;
+        Some((s, i))
+    })?;
+    let stack = &mut st.stacks[s];
+    let w = stack.window;
+    // The frame's window: the thread window since the innermost frame started it, and what each
+    // frame opened inside this one saved of it when it started it over.
+    let inner = &stack.frames[i + 1..];
+    let window = inner
+        .iter()
+        .map(|f| f.outer_window)
+        .fold(counters::PHASE_WINDOWS.read(w), i64::max)
+        .max(0) as u64;
+    let tensor_window = inner
+        .iter()
+        .map(|f| f.outer_tensor_window)
+        .fold(tensors::PHASE_WINDOWS.read(w), i64::max)
+        .max(0) as u64;
+    let frame = stack.frames.remove(i);
+    // Fold this frame's window into the enclosing one's: through the thread window when it was
+    // innermost, else through the saved value of the frame opened inside it.
+    match stack.frames.get_mut(i) {
+        None => {
+            counters::PHASE_WINDOWS.start(w, frame.outer_window.max(window as i64));
+            tensors::PHASE_WINDOWS.start(w, frame.outer_tensor_window.max(tensor_window as i64));
+        }
+        Some(next) => {
+            next.outer_window = next.outer_window.max(frame.outer_window);
+            next.outer_tensor_window = next.outer_tensor_window.max(frame.outer_tensor_window);
+        }
     }
-    result
+    if stack.frames.is_empty() {
+        counters::PHASE_WINDOWS.release(w);
+        tensors::PHASE_WINDOWS.release(w);
+        st.stacks.swap_remove(s);
+    }
+    let m = PhaseMeasurement {
+        path: frame.path,
+        elapsed: frame.start.elapsed(),
+        net_bytes: live as i64 - frame.live_at_entry as i64,
+        peak_rise_bytes: window.saturating_sub(frame.live_at_entry),
+        peak_bytes: window,
+        tensor_peak_bytes: tensors::enabled().then_some(tensor_window),
+    };
+    record(&mut st.phases, &m);
+    Some(m)
 }
 
 fn record(phases: &mut Vec<PhaseStats>, m: &PhaseMeasurement) {
@@ -253,7 +327,13 @@ fn record(phases: &mut Vec<PhaseStats>, m: &PhaseMeasurement) {
     p.total_ms += m.elapsed.as_secs_f64() * 1000.0;
     if m.peak_bytes > p.peak_bytes || p.count == 1 {
         p.peak_bytes = m.peak_bytes;
-        p.peak_step = STEP.load(Relaxed);
+    }
+    // Where the phase first came within PEAK_REACHED_WITHIN of its peak: the run's headline
+    // places its peak by the same rule, so the two say the same step.
+    let reached = p.peak_bytes - (p.peak_bytes as f64 * PEAK_REACHED_WITHIN) as u64;
+    if p.count == 1 || (p.peak_step_bytes < reached && m.peak_bytes >= reached) {
+        p.peak_step = current_step();
+        p.peak_step_bytes = m.peak_bytes;
     }
     if let Some(t) = m.tensor_peak_bytes {
         p.tensor_peak_bytes = Some(p.tensor_peak_bytes.unwrap_or(0).max(t));
@@ -264,21 +344,10 @@ fn record(phases: &mut Vec<PhaseStats>, m: &PhaseMeasurement) {
 
 /// Per-phase statistics so far.
 pub fn phase_stats() -> Vec<PhaseStats> {
-    state().phases.clone()
-}
-
-/// Per-step statistics so far, plus the step still running (its peak so far).
-pub fn step_stats() -> Vec<StepStats> {
-    let live = live_now();
-    let st = state();
-    let mut v = st.steps.clone();
-    if st.step_open {
-        v.push(StepStats {
-            step: STEP.load(Relaxed),
-            peak_bytes: counters::peak(Tracker::Step, live),
-            live_end_bytes: live,
-            tensor_peak_bytes: tensors::enabled().then(|| tensors::window_peak(Window::Step)),
-        });
+    let mut v = state().phases.clone();
+    // In-process bookkeeping that reports do not carry: a report reads back as it was built.
+    for p in &mut v {
+        p.peak_step_bytes = 0;
     }
     v
 }

@@ -1,13 +1,19 @@
 //! The session: a builder, the sampler thread that fills the timeline, and the final report.
 //!
-//! Environment overrides (so `memsight run` can switch a binary's session without code changes):
-//! `MEMSIGHT_REPORT` (report path), `MEMSIGHT_INTERVAL_MS` (sampling interval), `MEMSIGHT_QUIET=1`
-//! (no snapshot blocks on stderr), `MEMSIGHT_RING` (the flight-recorder ring's path, set by
-//! `memsight run`; `off` for none), `MEMSIGHT_PROFILE_DIR` (where heap profiles go; by default
-//! beside the report, see [`crate::heapprof::dir_for_report`]), `MEMSIGHT_HEAP_SAMPLE` (`off` or
-//! the mean bytes between heap samples). They take precedence over the builder. Without
-//! `MEMSIGHT_RING` a session writes its ring to `ring-<pid>.bin` in the runtime directory, where `memsight attach`
-//! finds it, and removes it when it finishes.
+//! Environment overrides (so `memsight run` can switch a binary's session without code changes;
+//! every `MEMSIGHT_*` variable is in one table, docs/environment.md): `MEMSIGHT_REPORT` (report
+//! path), `MEMSIGHT_INTERVAL_MS` (sampling interval), `MEMSIGHT_QUIET=1` (no snapshot blocks on
+//! stderr), `MEMSIGHT_RING` (the flight-recorder ring's path, set by `memsight run`; `off` for
+//! none), `MEMSIGHT_PROFILE_DIR` (where heap profiles go; by default beside the report, see
+//! [`crate::heapprof::dir_for_report`]), `MEMSIGHT_HEAP_SAMPLE` (`off` or the mean bytes between
+//! heap samples). They take precedence over the builder; a value that cannot be used is said once
+//! on stderr and the default (or the builder's setting) is kept — never a lost job. Without
+//! `MEMSIGHT_RING` a session writes its ring to `ring-<pid>.bin` in the runtime directory, where
+//! `memsight attach` finds it, and removes it when it finishes.
+//!
+//! The report's destination is checked when the session starts (its directory exists and a file
+//! can be created there; nothing is created), and opened then: the report is written into that
+//! directory at the end.
 
 use crate::alloc;
 use crate::collect::{HostCollector, HostSample};
@@ -17,9 +23,11 @@ use crate::heapprof;
 use crate::phases;
 use crate::sys::{lock, unix_ms};
 use memsight_format::report::{self, Job, JobExit, Report, ReportError};
+use memsight_format::safe_dir::Dir;
 use memsight_format::snapshot::Snapshot;
 use sampler::{append_snapshot, Shared};
 
+mod panicked;
 mod place;
 mod sampler;
 use memsight_format::timeline::{Timeline, DEFAULT_CAPACITY};
@@ -47,6 +55,14 @@ pub enum SessionError {
     Spawn(std::io::Error),
     /// The report could not be written.
     Report(ReportError),
+    /// The report path set with [`SessionBuilder::report_path`] cannot be written (found when the
+    /// session starts; nothing was created).
+    ReportPath {
+        /// The report path.
+        path: PathBuf,
+        /// Why it cannot be written.
+        source: std::io::Error,
+    },
 }
 
 impl fmt::Display for SessionError {
@@ -60,6 +76,11 @@ impl fmt::Display for SessionError {
             }
             SessionError::Spawn(e) => write!(f, "cannot start the memsight sampler thread: {e}"),
             SessionError::Report(e) => write!(f, "cannot write the memsight report: {e}"),
+            SessionError::ReportPath { path, source } => write!(
+                f,
+                "the memsight report cannot be written to {}: {source}",
+                path.display()
+            ),
         }
     }
 }
@@ -74,6 +95,9 @@ pub struct SessionBuilder {
     timeline_capacity: usize,
     quiet: bool,
     ring: RingChoice,
+    /// The report path came from `MEMSIGHT_REPORT` (a path that cannot be written is then a
+    /// warning, not an error).
+    report_from_env: bool,
 }
 
 /// Where the session's flight recorder goes.
@@ -95,6 +119,7 @@ impl Default for SessionBuilder {
             timeline_capacity: DEFAULT_CAPACITY,
             quiet: false,
             ring: RingChoice::Default,
+            report_from_env: false,
         }
     }
 }
@@ -110,7 +135,9 @@ impl SessionBuilder {
         self
     }
 
-    /// Where [`Session::finish`] writes the JSON report (default: no file).
+    /// Where [`Session::finish`] writes the JSON report (default: no file). [`Self::start`] fails
+    /// when it cannot be written there (a missing directory, a directory at the path), and creates
+    /// nothing that was not asked for.
     ///
     /// ```
     /// let b = memsight::Session::builder().report_path("memsight-report.json");
@@ -143,21 +170,33 @@ impl SessionBuilder {
     fn apply_env(mut self) -> Result<Self, SessionError> {
         if let Some(p) = std::env::var_os("MEMSIGHT_REPORT").filter(|p| !p.is_empty()) {
             self.report_path = Some(p.into());
+            self.report_from_env = true;
         }
         if let Some(ms) = std::env::var_os("MEMSIGHT_INTERVAL_MS") {
             // A bad value costs a warning, never the job (it reached the job through its
             // environment, often from a script far from the code that starts the session).
             match ms.to_str().and_then(|m| m.trim().parse::<u64>().ok()) {
                 Some(ms) if ms > 0 => self.interval = Duration::from_millis(ms),
-                _ => eprintln!(
-                    "memsight: MEMSIGHT_INTERVAL_MS={ms:?} is not a number of milliseconds; \
-                     sampling every {} ms",
-                    self.interval.as_millis()
+                _ => crate::sys::warn_env_once(
+                    "MEMSIGHT_INTERVAL_MS",
+                    &ms,
+                    &format!(
+                        "it is not a number of milliseconds above 0; sampling every {} ms",
+                        self.interval.as_millis()
+                    ),
                 ),
             }
         }
-        if std::env::var("MEMSIGHT_QUIET").is_ok_and(|v| v == "1") {
-            self.quiet = true;
+        if let Some(q) = std::env::var_os("MEMSIGHT_QUIET") {
+            match q.to_str().map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+                Some("1" | "true" | "yes" | "on") => self.quiet = true,
+                Some("0" | "false" | "no" | "off" | "") => {}
+                _ => crate::sys::warn_env_once(
+                    "MEMSIGHT_QUIET",
+                    &q,
+                    "it is neither 1 nor 0; the session prints as set in the code",
+                ),
+            }
         }
         match std::env::var_os("MEMSIGHT_RING").filter(|p| !p.is_empty()) {
             Some(p) if p == "off" => self.ring = RingChoice::Off,
@@ -184,18 +223,34 @@ impl SessionBuilder {
         Ok(self)
     }
 
-    /// Starts sampling. Fails if a session is already running in this process.
+    /// Starts sampling. Fails if a session is already running in this process, or when the
+    /// report path the builder was given cannot be written (one `MEMSIGHT_REPORT` gave is a warning
+    /// on stderr and no report file instead).
     pub fn start(self) -> Result<Session, SessionError> {
-        let cfg = self.apply_env()?;
+        let mut cfg = self.apply_env()?;
         if cfg.interval < Duration::from_millis(1) {
             return Err(SessionError::InvalidConfig(format!(
                 "interval {:?} is below 1 ms",
                 cfg.interval
             )));
         }
+        let report_dir = match open_report_dir(cfg.report_path.as_deref()) {
+            Ok(dir) => dir,
+            Err((path, source)) if cfg.report_from_env => {
+                eprintln!(
+                    "memsight: MEMSIGHT_REPORT={}: cannot write a report there ({source}); the job \
+                     runs without a report file",
+                    path.display()
+                );
+                cfg.report_path = None;
+                None
+            }
+            Err((path, source)) => return Err(SessionError::ReportPath { path, source }),
+        };
         if ACTIVE.swap(true, Ordering::SeqCst) {
             return Err(SessionError::AlreadyRunning);
         }
+        panicked::install();
         let started_unix_ms = unix_ms();
         // The job never fails because its watcher's ring cannot be made: it says so and runs on.
         let ring_path = match &cfg.ring {
@@ -248,7 +303,9 @@ impl SessionBuilder {
                     d
                 }
             })
-            .or_else(|| cfg.report_path.as_deref().map(heapprof::dir_for_report));
+            .or_else(|| cfg.report_path.as_deref().map(heapprof::dir_for_report))
+            // The report names its profiles by absolute path: a reader started elsewhere finds them.
+            .map(|d| std::path::absolute(&d).unwrap_or(d));
         let heap_profile = match &profile_dir {
             Some(dir) => heapprof::start(dir, started, ring, phases::current_step()).inspect_err(
                 // Said even in a quiet session: a refused directory is a choice the user must see
@@ -292,6 +349,7 @@ impl SessionBuilder {
             shared,
             sampler: Some(sampler),
             cfg,
+            report_dir,
             finished: false,
         })
     }
@@ -302,13 +360,65 @@ pub struct Session {
     shared: Arc<Shared>,
     sampler: Option<JoinHandle<()>>,
     cfg: SessionBuilder,
+    /// The report's directory, opened at start.
+    report_dir: Option<Arc<Dir>>,
     finished: bool,
+}
+
+/// Checks that a report can be written at `path` (a regular file or nothing there, and a file can
+/// be created in its directory; nothing is left behind) and opens its directory.
+fn open_report_dir(
+    path: Option<&std::path::Path>,
+) -> Result<Option<Arc<Dir>>, (PathBuf, std::io::Error)> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let fail = |e| (path.to_path_buf(), e);
+    memsight_format::safe_file::check_writable(path).map_err(fail)?;
+    Dir::parent_of(path)
+        .map(|d| Some(Arc::new(d)))
+        .map_err(fail)
+}
+
+/// Writes `report` under `path`'s file name into `dir` (its directory, opened at start): complete
+/// or not at all, only over a regular file.
+fn write_report(
+    report: &Report,
+    dir: &Arc<Dir>,
+    path: &std::path::Path,
+) -> Result<(), SessionError> {
+    use std::io::Write;
+    let io = |source| {
+        SessionError::Report(ReportError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| io(std::io::Error::other("the report path names no file")))?;
+    let json = report.to_json().map_err(SessionError::Report)?;
+    let mut pending =
+        memsight_format::safe_file::Pending::in_dir(Arc::clone(dir), name).map_err(io)?;
+    pending.file().write_all(&json).map_err(io)?;
+    pending.file().sync_data().map_err(io)?;
+    pending.commit().map(drop).map_err(io)
 }
 
 impl Session {
     /// A builder with the defaults (100 ms interval, no report file).
     pub fn builder() -> SessionBuilder {
         SessionBuilder::default()
+    }
+
+    /// Marks the start of training step `n` (as [`crate::step`]).
+    pub fn step(&self, n: u64) {
+        phases::step(n)
+    }
+
+    /// Opens a phase on the calling thread (as [`crate::phase`]).
+    pub fn phase(&self, name: &str) -> phases::PhaseGuard {
+        phases::phase(name)
     }
 
     /// The report path in effect (builder or `MEMSIGHT_REPORT`).
@@ -379,6 +489,7 @@ impl Session {
         if let Some(r) = &self.shared.ring {
             append_snapshot(r, &last);
         }
+        let training = crate::training::close();
         self.shared.record_phases();
         let dumps = heapprof::finish(phases::current_step());
         let report = {
@@ -403,11 +514,19 @@ impl Session {
                         .collect(),
                     start_unix_ms: self.shared.started_unix_ms,
                     end_unix_ms,
-                    exit: JobExit {
-                        kind: "finished".into(),
-                        code: None,
-                        signal: None,
-                        description: "session finished in-process".into(),
+                    exit: match panicked::unwinding() {
+                        Some(why) => JobExit {
+                            kind: "panicked".into(),
+                            code: None,
+                            signal: None,
+                            description: format!("the job panicked: {why}"),
+                        },
+                        None => JobExit {
+                            kind: "finished".into(),
+                            code: None,
+                            signal: None,
+                            description: "session finished in-process".into(),
+                        },
                     },
                 },
                 interval_ms: self.cfg.interval.as_millis() as u64,
@@ -426,6 +545,10 @@ impl Session {
         // to read them.
         let report = {
             let mut report = report;
+            if training.is_some() {
+                report.training = training;
+                report.tips = report::tips::derive(&report);
+            }
             if !matches!(self.cfg.ring, RingChoice::At(_)) && !dumps.is_empty() {
                 report.set_heap_profile(self.heap_profile_section(dumps));
             }
@@ -433,9 +556,12 @@ impl Session {
         };
         *lock(&CURRENT) = None;
         flight::remove();
+        // A later session in this process starts from no steps, phases or peak of this one.
+        phases::reset();
+        alloc::restart_run_peak();
         ACTIVE.store(false, Ordering::SeqCst);
-        if let Some(p) = &self.cfg.report_path {
-            report.save(p).map_err(SessionError::Report)?;
+        if let (Some(p), Some(dir)) = (&self.cfg.report_path, &self.report_dir) {
+            write_report(&report, dir, p)?;
             if !self.cfg.quiet {
                 eprintln!("memsight · report written to {}", p.display());
             }
@@ -494,7 +620,7 @@ fn own_snapshot(t_ms: u64, host: HostSample) -> Snapshot {
     let mut s = Snapshot::new(
         t_ms,
         phases::current_step(),
-        phases::current_phase(),
+        phases::process_phase(),
         alloc::stats(),
         host,
     );

@@ -31,10 +31,12 @@ pub fn estimate(steps: &[StepStats]) -> Option<LeakEstimate> {
         return None;
     }
     let stride = rest.len().div_ceil(MAX_POINTS);
+    let xs = run_positions(steps);
     let pts: Vec<(f64, f64)> = rest
         .iter()
+        .zip(&xs[warmup..])
         .step_by(stride)
-        .map(|s| (s.step as f64, s.live_end_bytes as f64))
+        .map(|(s, &x)| (x, s.live_end_bytes as f64))
         .collect();
     let mut slopes = Vec::with_capacity(pts.len() * pts.len() / 2);
     for (i, a) in pts.iter().enumerate() {
@@ -69,6 +71,24 @@ pub fn estimate(steps: &[StepStats]) -> Option<LeakEstimate> {
     })
 }
 
+/// Each record's position on one axis of steps: its step number, shifted so that a step number
+/// lower than the one before (a second epoch counting from 0, a restarted loop) starts a new run
+/// right after the previous one instead of going back in time.
+fn run_positions(steps: &[StepStats]) -> Vec<f64> {
+    let mut offset = 0u64;
+    let mut prev: Option<u64> = None;
+    steps
+        .iter()
+        .map(|s| {
+            if let Some(p) = prev.filter(|&p| s.step < p) {
+                offset = offset.saturating_add(p + 1 - s.step);
+            }
+            prev = Some(s.step);
+            s.step.saturating_add(offset) as f64
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,5 +119,24 @@ mod tests {
         let e = estimate(&steps(|i| 1_000_000 + (i % 3) * 10)).unwrap();
         assert!(e.slope_bytes_per_step.abs() < 10.0);
         assert!(estimate(&steps(|_| 5)[..6]).is_none());
+    }
+
+    #[test]
+    fn step_numbers_that_go_backwards_keep_the_slope_of_a_leak() {
+        // Three epochs counting steps from 0 again, 256 KiB kept every step throughout.
+        let v: Vec<StepStats> = (0..150u64)
+            .map(|i| StepStats {
+                step: i % 50,
+                peak_bytes: 0,
+                live_end_bytes: (100 << 20) + i * (256 << 10),
+                tensor_peak_bytes: None,
+            })
+            .collect();
+        let e = estimate(&v).unwrap();
+        assert!(
+            (e.slope_bytes_per_step - (256 << 10) as f64).abs() < 1.0,
+            "{e:?}"
+        );
+        assert!(e.confidence > 0.99, "{e:?}");
     }
 }

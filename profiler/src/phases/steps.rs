@@ -1,0 +1,107 @@
+//! Training steps: `memsight::step(n)` closes the running step (its peak and end live bytes are
+//! recorded) and opens step `n`. Step numbers that go backwards (a second epoch counting from 0, a
+//! restarted loop) are kept as they are and said once on stderr; the report's leak slope reads
+//! them as a new run of steps (`memsight_format::report::leak`).
+
+use super::{live_now, state, State};
+use crate::alloc::counters::{self, Tracker};
+use crate::tensors;
+pub use memsight_format::phase::StepStats;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Most step records kept; beyond it pairs of old records merge (the higher peak survives).
+const MAX_STEPS: usize = 4096;
+
+pub(super) static STEP: AtomicU64 = AtomicU64::new(0);
+
+/// Marks the start of training step `n`; the previous step's peak and end live bytes are recorded.
+pub fn step(n: u64) {
+    let live = live_now();
+    let mut st = state();
+    if st.step_open {
+        let prev = STEP.load(Relaxed);
+        close_running(&mut st, live);
+        if n < prev && !st.said_backwards {
+            st.said_backwards = true;
+            eprintln!(
+                "memsight: step {n} follows step {prev}: step numbers went backwards; the steps \
+                 from here count as a new run (the leak slope reads them so)"
+            );
+        }
+    } else {
+        counters::swap_peak(Tracker::Step, live);
+        tensors::swap_step_window();
+    }
+    st.step_open = true;
+    STEP.store(n, Relaxed);
+    drop(st);
+    crate::heapprof::on_step(n);
+}
+
+/// Records the running step as ended at `live` bytes.
+fn close_running(st: &mut State, live: u64) {
+    let peak = counters::swap_peak(Tracker::Step, live);
+    let tensor_peak = tensors::swap_step_window();
+    push_step(
+        &mut st.steps,
+        StepStats {
+            step: STEP.load(Relaxed),
+            peak_bytes: peak,
+            live_end_bytes: live,
+            tensor_peak_bytes: tensors::enabled().then_some(tensor_peak),
+        },
+    );
+}
+
+/// Ends the running step (its peak and end live bytes are recorded) without starting another;
+/// returns its number, or `None` when no step was running.
+pub(crate) fn end_step() -> Option<u64> {
+    let live = live_now();
+    let mut st = state();
+    if !st.step_open {
+        return None;
+    }
+    close_running(&mut st, live);
+    st.step_open = false;
+    Some(STEP.load(Relaxed))
+}
+
+fn push_step(steps: &mut Vec<StepStats>, s: StepStats) {
+    if steps.len() >= MAX_STEPS {
+        // Merge the older half pairwise; keep the record with the higher peak.
+        let half = steps.len() / 2;
+        let mut merged: Vec<StepStats> = steps[..half]
+            .chunks(2)
+            .map(|c| {
+                c.iter()
+                    .max_by_key(|s| s.peak_bytes)
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect();
+        merged.extend_from_slice(&steps[half..]);
+        *steps = merged;
+    }
+    steps.push(s);
+}
+
+/// The current training step.
+pub fn current_step() -> u64 {
+    STEP.load(Relaxed)
+}
+
+/// Per-step statistics so far, plus the step still running (its peak so far).
+pub fn step_stats() -> Vec<StepStats> {
+    let live = live_now();
+    let st = state();
+    let mut v = st.steps.clone();
+    if st.step_open {
+        v.push(StepStats {
+            step: STEP.load(Relaxed),
+            peak_bytes: counters::peak(Tracker::Step, live),
+            live_end_bytes: live,
+            tensor_peak_bytes: tensors::enabled().then(tensors::step_window_peak),
+        });
+    }
+    v
+}
