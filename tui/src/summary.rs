@@ -30,7 +30,10 @@ pub struct Args {
 /// Renders the summary; exit 2 on bad input.
 pub fn run(a: Args) -> ExitCode {
     let report = match Report::load(&a.report) {
-        Ok(r) => r,
+        Ok(mut r) => {
+            memsight_analysis::heapprof::complete(&mut r, &a.report);
+            r
+        }
         Err(e) => {
             eprintln!("memsight summary: {e}");
             return ExitCode::from(2);

@@ -319,8 +319,11 @@ pub fn live(socket: &std::path::Path) -> ExitCode {
 /// `memsight view`.
 pub fn view(a: ViewArgs) -> ExitCode {
     match Report::load(&a.report) {
-        Ok(r) => run_ui(
-            ViewerState::from_report(&a.report.display().to_string(), r),
+        Ok(mut r) => run_ui(
+            {
+                memsight_analysis::heapprof::complete(&mut r, &a.report);
+                ViewerState::from_report(&a.report.display().to_string(), r)
+            },
             None,
         ),
         Err(e) => {

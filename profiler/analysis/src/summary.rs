@@ -295,6 +295,12 @@ fn heap_profile(s: &mut String, r: &Report) {
             if let Some(svg) = &p.flamegraph_file {
                 let _ = writeln!(s, "\nFlamegraph: `{svg}`");
             }
+        } else if !hp.notes.is_empty() {
+            // Profiles that could not be read here: how to list their sites.
+            let _ = writeln!(s, "\n### Allocation sites\n");
+            for n in &hp.notes {
+                let _ = writeln!(s, "- {n}");
+            }
         }
         if let Some(g) = hp.growth.as_ref().filter(|g| !g.sites.is_empty()) {
             let _ = writeln!(

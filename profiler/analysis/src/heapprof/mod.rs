@@ -2,6 +2,7 @@
 //! alike): symbolized into the sites that hold the bytes, a pprof file, flamegraphs, the growth
 //! between two profiles, and the report's heap-profile section.
 
+pub mod complete;
 pub mod dump;
 pub mod flame;
 pub mod pprof;
@@ -13,4 +14,5 @@ pub use memsight_format::heap_profile::{
     DumpKind, DumpRecord, Growth, HeapProfile, ProfileView, Site, SiteGrowth, SourceSite,
 };
 pub use profile::{growth, Profile};
+pub use complete::complete;
 pub use summary::{sites_view, summarize};
