@@ -1,7 +1,8 @@
 //! What the Overview and the other screens state at 80×24 and 160×45, replayed and live: the job's
 //! peaks in figures, each with its step and phase (the report's); legends under the plots, never on
-//! a curve; the whole command line; and live, what the report will show at the end (histogram,
-//! tips, tensor peaks per phase, the device's peak and fragmentation as the report defines it).
+//! a curve; the command line (its program and last arguments); and live, what the report will show
+//! at the end (histogram, tips, tensor peaks per phase, the device's peak and fragmentation as the
+//! report defines it).
 
 use memsight::devices::DeviceSample;
 use memsight_format::units::fmt_bytes;
@@ -175,8 +176,10 @@ fn legends_sit_under_the_plots_never_on_a_curve() {
     }
 }
 
+/// A long command line wraps; where it would take more than two rows of a small terminal (four of
+/// a tall one) its middle is left out, never its program or its last arguments.
 #[test]
-fn the_whole_command_line_is_shown_wrapped() {
+fn a_long_command_line_keeps_its_program_and_last_argument() {
     let mut r = report("recorded-report.json");
     r.job.command = std::iter::once("torchrun".to_string())
         .chain((0..14).map(|i| format!("--option-{i}=value-{i}")))

@@ -1,6 +1,7 @@
 //! `memsight summary --format svg`: the memory timeline drawn with plotters (feature `plot`): the
 //! series that dominate an ML job (device reserved and allocated, tensors, process heap, RSS, the
-//! process tree's PSS, jemalloc resident) and the cgroup limit, seconds below and steps above,
+//! process tree's PSS, jemalloc resident) and the cgroup limit where it applied with the cgroup's
+//! usage (what the limit bounds), on an axis that holds them all, seconds below and steps above,
 //! a marker at each device OOM and at the job's end when it was killed or ran out of memory, and
 //! the legend beside the plot, never over it.
 
@@ -148,6 +149,37 @@ pub fn limit_in_view(limit: u64, max_bytes: u64) -> bool {
     limit < max_bytes.saturating_mul(4)
 }
 
+/// Beside a drawn cgroup limit, the cgroup's usage: what the limit bounds (every process in the
+/// cgroup, page cache included). RSS is not: it counts the file pages the process maps, also those
+/// charged to another cgroup (libraries loaded before the job entered its cgroup), so it can pass
+/// a limit the cgroup never reached; its legend then says so.
+fn with_cgroup_usage(tl: &[Snapshot], limit: u64, series: &mut Vec<Series>) {
+    let usage = line(
+        tl,
+        "cgroup usage (all its processes)",
+        RGBColor(90, 90, 90),
+        |s| s.cgroup.map(|c| c.usage),
+    );
+    // The limit each sample ran under: none before the job entered its cgroup when some samples
+    // name one, the run's when none does.
+    let sampled = tl.iter().any(|s| s.cgroup.and_then(|c| c.limit).is_some());
+    let limit_at = |t: f64| {
+        tl.iter()
+            .find(|s| secs(s.t_ms) == t)
+            .and_then(|s| s.cgroup.and_then(|c| c.limit))
+            .unwrap_or(if sampled { u64::MAX } else { limit })
+    };
+    let usage_crossed = usage.points.iter().any(|p| p.1 > limit_at(p.0));
+    if let Some(rss) = series.iter_mut().find(|s| s.name == "RSS") {
+        if !usage_crossed && rss.points.iter().any(|p| p.1 > limit_at(p.0)) {
+            rss.name = "RSS (with pages charged elsewhere)".into();
+        }
+    }
+    if !usage.points.is_empty() {
+        series.push(usage);
+    }
+}
+
 /// The step at `t` seconds: that of the last sample at or before it.
 fn step_at(tl: &[Snapshot], t: f64) -> Option<u64> {
     let i = tl.partition_point(|s| secs(s.t_ms) <= t + 1e-9);
@@ -158,7 +190,7 @@ fn draw(r: &Report, root: &Area<'_>) -> Result<(), Box<dyn std::error::Error>> {
     root.fill(&WHITE)?;
     let (plot_area, legend_area) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
     let tl = &r.timeline;
-    let series = series(r);
+    let mut series = series(r);
     let markers = markers(r);
     let max_bytes = series
         .iter()
@@ -169,7 +201,16 @@ fn draw(r: &Report, root: &Area<'_>) -> Result<(), Box<dyn std::error::Error>> {
         .peaks
         .cgroup_limit_bytes
         .filter(|&l| limit_in_view(l, max_bytes));
-    let top = max_bytes.max(limit.unwrap_or(0));
+    if let Some(l) = limit {
+        with_cgroup_usage(tl, l, &mut series);
+    }
+    // The axis holds every series and the limit.
+    let top = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .chain(limit)
+        .max()
+        .unwrap_or(0);
     let (unit, div) = if top >= 1 << 30 {
         ("GiB", (1u64 << 30) as f64)
     } else {
@@ -226,10 +267,18 @@ fn draw(r: &Report, root: &Area<'_>) -> Result<(), Box<dyn std::error::Error>> {
         chart.draw_series(LineSeries::new(pts, s.color.stroke_width(2)))?;
     }
     if let Some(l) = limit {
-        chart.draw_series(LineSeries::new(
-            vec![(0.0, y(l)), (x_max, y(l))],
-            BLACK.stroke_width(1),
-        ))?;
+        // Where the samples say which limit applied (a job that entered its cgroup while it ran has
+        // none before), else across the run.
+        let applied: Vec<(f64, f64)> = tl
+            .iter()
+            .filter_map(|s| s.cgroup.and_then(|c| c.limit).map(|v| (secs(s.t_ms), y(v))))
+            .collect();
+        let pts = if applied.is_empty() {
+            vec![(0.0, y(l)), (x_max, y(l))]
+        } else {
+            applied
+        };
+        chart.draw_series(LineSeries::new(pts, BLACK.stroke_width(1)))?;
     }
     for m in &markers {
         chart.draw_series(LineSeries::new(
@@ -333,6 +382,50 @@ mod tests {
             ..Default::default()
         });
         r
+    }
+
+    /// Issue 37: a job that entered a 512 MiB cgroup after its libraries were loaded: its RSS
+    /// (600 MiB, file pages charged to the cgroup it came from) passes a limit the cgroup's usage
+    /// (300 MiB) never reached.
+    #[test]
+    fn rss_above_a_limit_the_cgroup_never_reached_is_said_and_the_usage_is_drawn() {
+        let mib = 1u64 << 20;
+        let timeline: Vec<Snapshot> = (0..20)
+            .map(|i| Snapshot {
+                t_ms: i * 500,
+                process: Some(ProcessMemory {
+                    rss: 600 * mib,
+                    ..Default::default()
+                }),
+                cgroup: Some(memsight_format::host::CgroupMemory {
+                    version: 1,
+                    limit: (i >= 5).then_some(512 * mib),
+                    usage: if i >= 5 { 300 * mib } else { 2048 * mib },
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect();
+        let mut r = Report {
+            timeline,
+            ..Default::default()
+        };
+        r.peaks.cgroup_limit_bytes = Some(512 * mib);
+        let svg = svg(&r).expect("an svg");
+        for want in [
+            "cgroup limit",
+            "cgroup usage (all its processes)",
+            "RSS (with pages charged elsewhere)",
+        ] {
+            assert!(svg.contains(want), "{want} missing");
+        }
+        // Before the job entered the cgroup no limit applied: the usage of 2 GiB then is not a
+        // crossing, and the axis holds it (GiB).
+        let axis = svg
+            .split("</text>")
+            .filter_map(|t| t.rsplit('>').next())
+            .any(|t| t.trim() == "GiB");
+        assert!(axis, "the axis is not in GiB");
     }
 
     #[test]

@@ -19,7 +19,6 @@ pub mod heap;
 pub mod heap_profile;
 pub mod host;
 pub mod input;
-pub mod job_context;
 pub mod phase;
 pub mod process;
 pub mod report;
@@ -31,5 +30,7 @@ pub mod timeline;
 pub mod units;
 pub mod wire;
 
+/// What a report tells of its job (its language, PyTorch, workers), for advice that fits it.
+pub use report::job_context;
 pub use report::Report;
 pub use snapshot::Snapshot;

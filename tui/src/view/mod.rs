@@ -258,11 +258,17 @@ pub fn render(f: &mut Frame, s: &ViewerState, ui: &Ui) {
         (Source::Live { .. }, _) => "live".into(),
         (Source::Replay { .. }, _) => "replay".into(),
     };
-    // The connection's state first: a narrow terminal cuts the end of the line.
-    let keys = format!(
-        " {state} · q quit · Tab/1-5 screens · w window {} · space pause · ←/→ scroll · ? help",
-        ui.window.label()
-    );
+    // The connection's state first; shorter words where the whole line does not fit.
+    let w = ui.window.label();
+    let keys = [
+        format!(" {state} · q quit · Tab/1-5 screens · w window {w} · space pause · ←/→ scroll · ? help"),
+        format!(" {state} · q quit · Tab/1-5 screens · w {w} · space pause · ←/→ scroll · ? help"),
+        format!(" {state} · q quit · Tab screens · w {w} · space pause · ←/→ · ? help"),
+        format!(" {state} · q quit · ? help"),
+    ]
+    .into_iter()
+    .find(|k| k.chars().count() <= footer.width as usize)
+    .unwrap_or_else(|| format!(" {state} · ? help"));
     f.render_widget(
         Paragraph::new(keys).style(Style::default().fg(Color::DarkGray)),
         footer,

@@ -1,10 +1,11 @@
-//! Overview: who and where (pid, the whole command, uptime, step, phase, rate, dropped samples),
-//! the job's peaks in figures (device, tensors, process heap, RSS, process tree: each with the step
-//! and phase where it was first reached, live and replayed), the memory timeline (process heap,
-//! jemalloc resident, RSS, cgroup limit; tensors and device 0 when present) with peaks and its
-//! legend under the plot, the process tree's workers (PSS, USS, RSS) when the job was sampled from outside,
-//! host fragmentation (the run's, at its resident peak) and device fragmentation (at the device's
-//! peak, as the report defines it), and headroom.
+//! Overview: who and where (pid, the command in at most two rows of a small terminal, uptime,
+//! step, phase, rate, dropped samples), the job's peaks in figures (device, tensors, process heap,
+//! RSS, process tree: each with the step and phase where it was first reached, live and replayed),
+//! the memory timeline (process heap, jemalloc resident, RSS, cgroup limit; tensors and device 0
+//! when present) with peaks and its legend under the plot, the process tree's workers (PSS, USS,
+//! RSS; replayed, while they ran), host fragmentation (the run's, at its resident peak) and device
+//! fragmentation (at the device's peak, as the report defines it), and headroom (the memory
+//! cgroup's, which counts all its processes, else the machine's).
 
 use super::chart::{self, series, Series};
 use super::{bytes, Ui};
@@ -20,7 +21,10 @@ use ratatui::Frame;
 pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
     let samples = ui.visible(s);
     let last = samples.last();
-    let head = head_lines(s, samples);
+    // The command line takes at most two rows on a small terminal (four on a tall one): the
+    // middle is left out, the program and the last arguments stay (the report has it whole).
+    let command_rows = if area.height < 30 { 2 } else { 4 };
+    let head = head_lines(s, samples, area.width.max(1) as usize, command_rows);
     let figures = peak_lines(s);
     let width = area.width.max(1) as usize;
     let rows = |lines: &[Line]| -> u16 {
@@ -42,21 +46,17 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
         peaks_area,
     );
 
-    // The latest tree: the sidecar reads one only as often as its cost allows (every second or so).
     // Shown for a job of several processes (one process is the RSS line above) and only where the
     // chart keeps room for its curves.
-    let tree = samples
-        .iter()
-        .rev()
-        .find_map(|x| x.tree.as_ref())
-        .filter(|t| t.processes.len() > 1 && body.height >= super::tree::height(t) + 8);
+    let tree = shown_tree(s, samples, ui)
+        .filter(|(t, _)| t.processes.len() > 1 && body.height >= super::tree::height(t) + 8);
     let [body, tree_area] = Layout::vertical([
         Constraint::Min(3),
-        Constraint::Length(tree.map_or(0, super::tree::height)),
+        Constraint::Length(tree.as_ref().map_or(0, |(t, _)| super::tree::height(t))),
     ])
     .areas(body);
-    if let Some(t) = tree {
-        super::tree::render(f, tree_area, t);
+    if let Some((t, when)) = tree {
+        super::tree::render(f, tree_area, t, &when);
     }
     let max = body.width as usize * 2;
     let all = [
@@ -160,37 +160,38 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
             })),
         frag,
     );
-    let (ratio, label) =
-        match last.and_then(|l| l.cgroup.and_then(|c| c.limit.map(|lim| (c.usage, lim)))) {
-            Some((u, lim)) => (
-                u as f64 / lim.max(1) as f64,
+    let limited = last.and_then(|l| l.cgroup.and_then(|c| c.limit.map(|lim| (c.usage, lim))));
+    let cgroup = limited.is_some();
+    let (ratio, label) = match limited {
+        Some((u, lim)) => (
+            u as f64 / lim.max(1) as f64,
+            fit(
+                head_room.width,
+                &format!(
+                    "{} of {} limit used, {} left",
+                    bytes(Some(u)),
+                    bytes(Some(lim)),
+                    bytes(Some(lim.saturating_sub(u)))
+                ),
+                &format!("{} left", bytes(Some(lim.saturating_sub(u)))),
+            ),
+        ),
+        None => match last.and_then(|l| l.system) {
+            Some(sys) => (
+                1.0 - sys.available as f64 / sys.total.max(1) as f64,
                 fit(
                     head_room.width,
                     &format!(
-                        "{} of {} limit used, {} left",
-                        bytes(Some(u)),
-                        bytes(Some(lim)),
-                        bytes(Some(lim.saturating_sub(u)))
+                        "{} available of {}",
+                        bytes(Some(sys.available)),
+                        bytes(Some(sys.total))
                     ),
-                    &format!("{} left", bytes(Some(lim.saturating_sub(u)))),
+                    &format!("{} available", bytes(Some(sys.available))),
                 ),
             ),
-            None => match last.and_then(|l| l.system) {
-                Some(sys) => (
-                    1.0 - sys.available as f64 / sys.total.max(1) as f64,
-                    fit(
-                        head_room.width,
-                        &format!(
-                            "{} available of {}",
-                            bytes(Some(sys.available)),
-                            bytes(Some(sys.total))
-                        ),
-                        &format!("{} available", bytes(Some(sys.available))),
-                    ),
-                ),
-                None => (0.0, "—".into()),
-            },
-        };
+            None => (0.0, "—".into()),
+        },
+    };
     let color = if ratio > 0.9 {
         Color::Red
     } else if ratio > 0.75 {
@@ -200,11 +201,17 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState, ui: &Ui) {
     };
     f.render_widget(
         Gauge::default()
-            .block(Block::default().borders(Borders::ALL).title(fit(
-                head_room.width,
-                " memory used / OOM risk ",
-                " OOM risk ",
-            )))
+            .block(Block::default().borders(Borders::ALL).title(if cgroup {
+                // The cgroup's usage counts every process in it (the whole container's, unless the
+                // job has a cgroup of its own), not only the job's.
+                fit(
+                    head_room.width,
+                    " memory cgroup, all its processes / OOM risk ",
+                    " cgroup (all processes) ",
+                )
+            } else {
+                fit(head_room.width, " machine memory / OOM risk ", " OOM risk ")
+            }))
             .gauge_style(Style::default().fg(color))
             .ratio(ratio.clamp(0.0, 1.0))
             .label(label),
@@ -221,9 +228,15 @@ fn fit(width: u16, long: &str, short: &str) -> String {
     }
 }
 
-/// The header: pid and the whole command line (wrapped, never cut), dropped and missed samples;
-/// uptime, step, phase, sampling rate; how the job ended or what it holds now.
-fn head_lines<'a>(s: &ViewerState, samples: &[memsight_format::Snapshot]) -> Vec<Line<'a>> {
+/// The header: pid and the command line (wrapped in at most `command_rows` rows of `width`, the
+/// middle left out where it needs more), dropped and missed samples; uptime, step, phase, sampling
+/// rate; how the job ended or what it holds now.
+fn head_lines<'a>(
+    s: &ViewerState,
+    samples: &[memsight_format::Snapshot],
+    width: usize,
+    command_rows: usize,
+) -> Vec<Line<'a>> {
     let last = samples.last();
     let rate = s
         .interval_ms
@@ -234,11 +247,15 @@ fn head_lines<'a>(s: &ViewerState, samples: &[memsight_format::Snapshot]) -> Vec
         .map_or("—".to_string(), |ms| {
             format!("{:.1} Hz", 1000.0 / ms.max(1) as f64)
         });
-    let mut line1 = vec![Span::raw(format!(
-        "pid {}  {}  ",
-        s.pid,
-        s.command.join(" ")
-    ))];
+    let mut lines: Vec<Line> = wrap_command(
+        &format!("pid {}  {}", s.pid, s.command.join(" ")),
+        width,
+        command_rows,
+    )
+    .into_iter()
+    .map(Line::raw)
+    .collect();
+    let mut line1 = Vec::new();
     if s.dropped > 0 {
         line1.push(Span::styled(
             format!("dropped {} samples  ", s.dropped),
@@ -275,7 +292,113 @@ fn head_lines<'a>(s: &ViewerState, samples: &[memsight_format::Snapshot]) -> Vec
             bytes(last.and_then(|l| l.process.map(|p| p.rss))),
         )),
     };
-    vec![Line::from(line1), Line::raw(line2), line3]
+    if !line1.is_empty() {
+        lines.push(Line::from(line1));
+    }
+    lines.extend([Line::raw(line2), line3]);
+    lines
+}
+
+/// `text` wrapped at its spaces into rows of at most `width` characters (a longer word split),
+/// at most `max_rows` of them: where it needs more, the last row holds `…` and the end of the
+/// text, so the program and the last arguments stay in view.
+fn wrap_command(text: &str, width: usize, max_rows: usize) -> Vec<String> {
+    let width = width.max(4);
+    let len = |s: &str| s.chars().count();
+    let mut rows: Vec<String> = vec![String::new()];
+    for word in text.split(' ') {
+        let mut word: String = word.to_string();
+        loop {
+            let row = rows.last_mut().map_or(0, |r| len(r));
+            let gap = usize::from(row > 0);
+            if row + gap + len(&word) <= width {
+                if let Some(r) = rows.last_mut() {
+                    if gap == 1 {
+                        r.push(' ');
+                    }
+                    r.push_str(&word);
+                }
+                break;
+            }
+            if row > 0 {
+                rows.push(String::new());
+                continue;
+            }
+            // A word longer than a row: split it.
+            let head: String = word.chars().take(width).collect();
+            word = word.chars().skip(width).collect();
+            if let Some(r) = rows.last_mut() {
+                r.push_str(&head);
+            }
+            rows.push(String::new());
+        }
+    }
+    rows.retain(|r| !r.is_empty());
+    if rows.len() <= max_rows.max(1) {
+        return rows;
+    }
+    rows.truncate(max_rows.max(1) - 1);
+    let mut tail: Vec<&str> = Vec::new();
+    let mut used = 2;
+    for word in text.split(' ').rev() {
+        let need = len(word) + usize::from(!tail.is_empty());
+        if used + need > width {
+            break;
+        }
+        used += need;
+        tail.push(word);
+    }
+    tail.reverse();
+    let end = if tail.is_empty() {
+        let n = len(text);
+        text.chars().skip(n.saturating_sub(width - 2)).collect()
+    } else {
+        tail.join(" ")
+    };
+    rows.push(format!("… {end}"));
+    rows
+}
+
+/// The process tree to show and when it was read. Live: the latest (a worker that ended is not
+/// shown as running). Replayed: the tree at its highest footprint (the report's) when it has
+/// several processes and the window reaches it, else the latest tree of several processes in the
+/// window (data-loader workers end before the job does), else the latest.
+fn shown_tree<'a>(
+    s: &'a ViewerState,
+    samples: &'a [memsight_format::Snapshot],
+    ui: &Ui,
+) -> Option<(&'a memsight_format::host::ProcessTree, String)> {
+    let latest = samples.iter().rev().find_map(|x| x.tree.as_ref());
+    if !matches!(s.source, crate::state::Source::Replay { .. }) {
+        return latest.map(|t| (t, "latest".to_string()));
+    }
+    let at = |ms: u64| format!("at {:.1}s", ms as f64 / 1000.0);
+    let (start, end) = match (samples.first(), samples.last()) {
+        (Some(a), Some(b)) => (a.t_ms, b.t_ms),
+        _ => return None,
+    };
+    let peak = s
+        .report
+        .as_ref()
+        .and_then(|r| r.process_tree.as_ref())
+        .filter(|p| p.tree.processes.len() > 1)
+        .filter(|p| ui.scroll == 0 || (start..=end).contains(&p.at.t_ms));
+    if let Some(p) = peak {
+        return Some((
+            &p.tree,
+            format!("at its peak, {:.1}s", p.at.t_ms as f64 / 1000.0),
+        ));
+    }
+    samples
+        .iter()
+        .rev()
+        .find_map(|x| {
+            x.tree
+                .as_ref()
+                .filter(|t| t.processes.len() > 1)
+                .map(|t| (t, at(x.t_ms)))
+        })
+        .or_else(|| latest.map(|t| (t, "latest".to_string())))
 }
 
 /// One line per headline peak (the report's figures): what, how much, where first reached.

@@ -1,5 +1,5 @@
 //! The process-tree panel of the overview: the job and its workers (data-loader processes and
-//! other children) at the latest sample, each with its role in the job (rank N, worker, launcher…)
+//! other children) at the latest sample (replayed: at the tree's peak), each with its role in the job (rank N, worker, launcher…)
 //! and exact heap where it carries memsight, PSS (its share of every page it maps), USS (pages
 //! only it maps) and RSS, and the tree's totals.
 
@@ -19,7 +19,7 @@ pub fn height(tree: &ProcessTree) -> u16 {
 }
 
 /// Renders `tree` as one row per process and a totals row.
-pub fn render(f: &mut Frame, area: Rect, tree: &ProcessTree) {
+pub fn render(f: &mut Frame, area: Rect, tree: &ProcessTree, when: &str) {
     let mut rows: Vec<Row> = tree
         .processes
         .iter()
@@ -62,9 +62,9 @@ pub fn render(f: &mut Frame, area: Rect, tree: &ProcessTree) {
     f.render_widget(
         Table::new(rows, widths)
             .header(header)
-            .block(Block::default().borders(Borders::ALL).title(
-            " process tree: PSS = footprint, USS = private, RSS counts shared pages per process ",
-        )),
+            .block(Block::default().borders(Borders::ALL).title(format!(
+                " process tree ({when}): PSS = footprint, USS = private, RSS counts shared pages per process "
+            ))),
         area,
     );
 }

@@ -5,6 +5,7 @@
 
 pub mod build;
 mod error;
+pub mod job_context;
 pub mod leak;
 mod postmortem;
 pub mod tips;

@@ -318,7 +318,7 @@ fn cgroup_tip(r: &Report, tips: &mut Vec<Tip>) {
                     "The kernel OOM killer fires at the limit. Cgroup usage counts every process \
                      in the cgroup and its page cache, which is reclaimed first; if RSS is also \
                      close, reduce {}, or raise the limit.",
-                    if crate::job_context::JobContext::of(r).workers == Some(0) {
+                    if super::job_context::JobContext::of(r).workers == Some(0) {
                         "the batch size or the host memory the job keeps"
                     } else {
                         "the batch size, data-loader workers or prefetch depth"

@@ -4,7 +4,7 @@
 //! advice fits the job (no "use fewer data-loader workers" for a job without any, no Rust
 //! remedies for a Python job).
 
-use crate::report::Report;
+use super::Report;
 use std::path::Path;
 
 /// The language of the job's own code.
