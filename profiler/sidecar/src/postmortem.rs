@@ -107,10 +107,15 @@ pub(crate) fn final_report(e: Ending) -> Report {
     // Where the sampled heap first came within reach of its highest value: the rule the report's
     // headline and phase table follow, so all three name the same step.
     let samples = w.timeline.samples();
-    let heap_peak = samples.iter().map(|s| s.heap.live_bytes).max().and_then(|top| {
-        let near = top - (top as f64 * memsight_format::report::build::PEAK_REACHED_WITHIN) as u64;
-        samples.iter().find(|s| s.heap.live_bytes >= near).map(at)
-    });
+    let heap_peak = samples
+        .iter()
+        .map(|s| s.heap.live_bytes)
+        .max()
+        .and_then(|top| {
+            let near =
+                top - (top as f64 * memsight_format::report::build::PEAK_REACHED_WITHIN) as u64;
+            samples.iter().find(|s| s.heap.live_bytes >= near).map(at)
+        });
     let signal = status.and_then(|s| s.signal());
     let ending = cause::Seen {
         end: e.end,
