@@ -76,7 +76,12 @@ impl JobContext {
     /// What `r` tells of its job.
     pub fn of(r: &Report) -> JobContext {
         let source = |name: &str| r.sources.iter().find(|s| s.name == name);
-        let linked = source("jemalloc").is_some_and(|s| s.available);
+        // A job that links memsight runs on its jemalloc (statistics in the samples) and counts
+        // Rust's allocations apart; one it is preloaded into has neither.
+        let linked = source("jemalloc").is_some_and(|s| s.available)
+            || r.timeline
+                .iter()
+                .any(|s| s.jemalloc.is_some() || s.heap.rust_live_bytes > 0);
         let commands =
             std::iter::once(&r.job.command).chain(r.processes.iter().map(|p| &p.command));
         let python = commands.clone().any(|c| runs_python(c))
@@ -191,7 +196,26 @@ fn is_torch(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::runs_python;
+    use super::{runs_python, JobContext, Language};
+    use crate::report::Report;
+    use crate::Snapshot;
+
+    #[test]
+    fn a_linked_job_rebuilt_from_its_ring_is_rust() {
+        // No `jemalloc` source (a report rebuilt after the job died): its samples tell.
+        let mut r = Report::default();
+        r.job.command = vec!["./stepping_job".into(), "oom".into()];
+        let mut s = Snapshot::default();
+        s.heap.rust_live_bytes = 1 << 20;
+        s.heap.allocations = 10;
+        r.timeline.push(s);
+        assert_eq!(JobContext::of(&r).language, Some(Language::Rust));
+        r.timeline[0].heap.rust_live_bytes = 0;
+        r.peaks.heap_peak_bytes = 1 << 20;
+        assert_eq!(JobContext::of(&r).language, Some(Language::Native));
+        r.job.command = vec!["python3".into(), "train.py".into()];
+        assert_eq!(JobContext::of(&r).language, Some(Language::Python));
+    }
 
     fn cmd(s: &str) -> Vec<String> {
         s.split(' ').map(str::to_string).collect()
