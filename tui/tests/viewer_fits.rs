@@ -151,3 +151,16 @@ fn the_cgroup_gauge_says_it_counts_every_process_in_the_cgroup() {
         assert!(text.contains(words), "at {w}x{h}:\n{text}");
     }
 }
+
+#[test]
+fn the_devices_screen_tells_a_python_job_the_python_way_to_turn_devices_on() {
+    let state = replay(report("python-loader-report.json"));
+    let text = screen(&state, Screen::Devices, 160, 45);
+    assert!(text.contains("memsight.torch.install()"), "{text}");
+    assert!(!text.contains("memsight_integrations"), "{text}");
+    // A Rust job (the demo) is told the Rust way.
+    let state = replay(report("recorded-report.json"));
+    let text = screen(&state, Screen::Devices, 160, 45);
+    assert!(text.contains("memsight_integrations::install()"), "{text}");
+    assert!(!text.contains("memsight.torch"), "{text}");
+}

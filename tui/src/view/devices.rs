@@ -4,6 +4,7 @@
 use super::chart::{self, Series};
 use crate::state::ViewerState;
 use memsight::devices::DeviceSample;
+use memsight_format::job_context::Language;
 use memsight_format::units::fmt_bytes;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -21,15 +22,30 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
         .map(|x| x.devices.iter().collect())
         .unwrap_or_default();
     if !has_tensors && latest.is_empty() && s.device_ooms.is_empty() {
+        // How this job's language turns its devices on.
+        let install = match s
+            .report
+            .as_ref()
+            .map(|r| memsight_format::job_context::JobContext::of(r).language)
+        {
+            Some(Some(Language::Python)) => {
+                "a Python job that calls memsight.torch.install() (PyTorch's CUDA allocator, NVML)"
+            }
+            Some(Some(Language::Rust)) => {
+                "a Rust job that calls memsight_integrations::install() (libtorch, NVML, cudarc)"
+            }
+            _ => {
+                "jobs that call memsight_integrations::install() (Rust: libtorch, NVML, cudarc) \
+                 or memsight.torch.install() (Python: PyTorch's CUDA allocator, NVML)"
+            }
+        };
         f.render_widget(
-            Paragraph::new(
+            Paragraph::new(format!(
                 "No tensor or GPU data in this run: its samples carry host memory only. Tensor \
                  bytes, device memory, other processes on the GPU and device OOMs appear here for \
-                 jobs that call memsight_integrations::install() (Rust: libtorch, NVML, cudarc) \
-                 or memsight.torch.install() (Python: PyTorch's CUDA allocator, NVML); a backend \
-                 that cannot work on the machine is listed with its reason in the report's \
-                 sources (`memsight summary`).",
-            )
+                 {install}; a backend that cannot work on the machine is listed with its reason in \
+                 the report's sources (`memsight summary`)."
+            ))
             .wrap(Wrap { trim: true })
             .block(Block::default().borders(Borders::ALL).title(" devices ")),
             area,
