@@ -330,3 +330,45 @@ fn the_environments_own_sitecustomize_still_runs() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("theirs: ran"), "{text}");
 }
+
+/// Lightning runs the forward and backward inside `optimizer.step(closure)`.
+const LIGHTNING: &str = "
+import torch, lightning as L
+from torch.utils.data import DataLoader, TensorDataset
+class M(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    def training_step(self, b, i):
+        x, y = b
+        return torch.nn.functional.mse_loss(self.net(x), y)
+    def validation_step(self, b, i):
+        x, y = b
+        self.log('v', torch.nn.functional.mse_loss(self.net(x), y))
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), 1e-3)
+ds = TensorDataset(torch.randn(64, 16), torch.randn(64, 1))
+t = L.Trainer(max_steps=5, accumulate_grad_batches=2, limit_val_batches=2, val_check_interval=4,
+              logger=False, enable_checkpointing=False, enable_progress_bar=False,
+              enable_model_summary=False, accelerator='cpu', num_sanity_val_steps=0)
+t.fit(M(), DataLoader(ds, batch_size=4), DataLoader(ds, batch_size=4))
+print('global_step', t.global_step)
+";
+
+#[test]
+fn an_unmodified_lightning_fit_with_a_closure_gets_one_optimizer_phase_per_step() {
+    let Some(py) = ready() else { return };
+    if !has(&py, "lightning") {
+        return;
+    }
+    let dir = scratch("auto-lightning");
+    let (code, out, r) = run_in(&dir, &[], &[py.to_str().unwrap(), "-c", LIGHTNING]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("global_step 5"), "{out}");
+    assert_eq!(steps(&r), (0..5).collect::<Vec<_>>(), "{out}");
+    let phases = phase_counts(&r);
+    assert_eq!(phases.get("forward"), Some(&10), "{phases:?}");
+    assert_eq!(phases.get("backward"), Some(&10), "{phases:?}");
+    assert_eq!(phases.get("optimizer"), Some(&5), "{phases:?}");
+    assert_eq!(phases.get("eval"), Some(&2), "{phases:?}");
+}

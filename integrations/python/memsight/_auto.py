@@ -134,12 +134,14 @@ def install(torch, lib, explicit):
             return None
         auto.close("eval")
         auto.close("forward")
-        auto.open("optimizer")
         # `args` are the step method's, the optimizer itself first.
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
-        if closure is None or auto.open_name != "optimizer":
+        if closure is None:
+            auto.open("optimizer")
             return None
 
+        # A closure (Lightning's, LBFGS's) runs the forward and backward inside step(): they are
+        # their own phases, and the optimizer's starts once the closure has returned.
         def closure_outside_the_optimizer_phase(*a, **k):
             auto.close("optimizer")
             try:
