@@ -291,6 +291,34 @@ fn the_shutdown_is_its_own_phase_and_budgets_gate_the_training_window() {
     assert_eq!(all.code, 1, "{}{}", all.out, all.err);
     assert!(all.out.contains("shutdown"), "{}", all.out);
 
+    // RSS too: the shutdown's 300 MiB is the run's RSS peak, credited to the shutdown phase;
+    // `--max-rss-peak` gates the training window unless `--whole-run`.
+    assert_eq!(r["peaks"]["rss_peak_sample"]["phase"], "shutdown");
+    let rss_window = r["training"]["rss_peak_bytes"].as_u64().unwrap();
+    let rss_whole = r["peaks"]["rss_peak_bytes"].as_u64().unwrap();
+    assert!(
+        rss_whole > rss_window + 250 * MIB,
+        "{rss_whole} vs {rss_window}"
+    );
+    let between = format!("{}B", (rss_window + rss_whole) / 2);
+    let rss = |extra: &[&str]| {
+        let mut args = vec![
+            "check",
+            report.to_str().unwrap(),
+            "--max-rss-peak",
+            &between,
+        ];
+        args.extend_from_slice(extra);
+        memsight_e2e::run_memsight(&args, None)
+    };
+    assert_eq!(rss(&[]).code, 0, "{}", rss(&[]).out);
+    assert_eq!(
+        rss(&["--whole-run"]).code,
+        1,
+        "{}",
+        rss(&["--whole-run"]).out
+    );
+
     let summary = memsight_e2e::run_memsight(&["summary", report.to_str().unwrap()], None);
     assert!(
         summary
@@ -371,4 +399,55 @@ fn an_unmodified_lightning_fit_with_a_closure_gets_one_optimizer_phase_per_step(
     assert_eq!(phases.get("backward"), Some(&10), "{phases:?}");
     assert_eq!(phases.get("optimizer"), Some(&5), "{phases:?}");
     assert_eq!(phases.get("eval"), Some(&2), "{phases:?}");
+}
+
+/// 200 MiB arrive at step 1 and stay; each later step holds a few KiB more for a moment, so the
+/// heap's highest byte count comes at the last step, within 0.5% of what step 1 reached.
+const PEAK_AT_STEP_ONE: &str = "
+import memsight, time
+held = []
+for n in range(12):
+    memsight.step(n)
+    with memsight.phase('load'):
+        if n == 1:
+            held.append(bytearray(200 << 20))
+    with memsight.phase('work'):
+        transient = [bytearray(1024) for _ in range(40 * n)]
+        time.sleep(0.12)
+        del transient
+";
+
+#[test]
+fn the_headline_the_phase_table_and_the_post_mortem_name_the_same_peak_step() {
+    let Some(py) = ready() else { return };
+    let dir = scratch("auto-one-peak");
+    let (code, out, r) = run_in(
+        &dir,
+        &["--interval", "20ms"],
+        &[py.to_str().unwrap(), "-c", PEAK_AT_STEP_ONE],
+    );
+    assert_eq!(code, 0, "{out}");
+    let headline = (
+        r["peaks"]["heap_peak_step"].clone(),
+        r["peaks"]["heap_peak_phase"].clone(),
+    );
+    assert_eq!(headline.0, 1, "{:?}", r["peaks"]);
+    let phase = headline.1.as_str().expect("a phase");
+    let row = r["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["path"] == phase)
+        .unwrap_or_else(|| panic!("no row for {phase}"));
+    assert_eq!(row["peak_step"], 1, "{row}");
+    for p in r["phases"].as_array().unwrap() {
+        if p["path"] == "work" {
+            assert_eq!(p["peak_step"], 1, "{p}");
+        }
+    }
+    assert_eq!(
+        r["post_mortem"]["heap_peak"]["step"], 1,
+        "{}",
+        r["post_mortem"]
+    );
 }
