@@ -3,7 +3,8 @@ the ``sitecustomize`` it puts first on ``PYTHONPATH``), before the job's own cod
 
 - runs the ``sitecustomize`` it hides (the environment's own, if any), so nothing of the
   environment's start-up is lost;
-- when the job imports torch, installs the automatic steps and phases (``memsight._auto``), unless
+- when the job imports torch, installs ``memsight.torch`` (device memory; the report then knows
+  the job uses PyTorch) and the automatic steps and phases (``memsight._auto``), unless
   ``MEMSIGHT_AUTO_STEPS=0`` (``memsight run --no-auto-steps``);
 - when the interpreter starts to exit, ends the training window: what follows is the ``shutdown``
   phase, which budgets do not gate by default.
@@ -68,14 +69,26 @@ class _AfterImport:
 
 
 def _torch_imported(torch):
+    """The job imported torch: its device memory (``memsight.torch``, which says why a CPU-only
+    job has none, and so tells the report the job uses PyTorch) and, unless turned off, the
+    automatic steps and phases."""
+    import warnings
+
     import memsight
+
+    try:
+        import memsight.torch
+
+        memsight.torch.install()
+    except Exception as e:
+        warnings.warn("memsight: PyTorch's device memory is not recorded (%s: %s)" % (type(e).__name__, e))
+    if os.environ.get("MEMSIGHT_AUTO_STEPS", "1") == "0":
+        return
     from memsight import _auto
 
     try:
         memsight._auto_state = _auto.install(torch, memsight._lib, memsight._explicit)
     except Exception as e:  # a torch this code does not know: the job runs on, without them
-        import warnings
-
         warnings.warn("memsight: automatic steps and phases are off (%s: %s)" % (type(e).__name__, e))
 
 
@@ -113,9 +126,8 @@ def start():
         return
     if not memsight.active():
         return
-    if os.environ.get("MEMSIGHT_AUTO_STEPS", "1") != "0":
-        if "torch" in sys.modules:
-            _torch_imported(sys.modules["torch"])
-        else:
-            sys.meta_path.insert(0, _AfterImport("torch", _torch_imported))
+    if "torch" in sys.modules:
+        _torch_imported(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _AfterImport("torch", _torch_imported))
     _on_exit(_training_ends)
