@@ -91,7 +91,10 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
             opts.interval.as_millis().max(1).to_string(),
         )
         .envs(heap_profile_env(opts))
-        .env("MEMSIGHT_AUTO_STEPS", if opts.auto_steps { "1" } else { "0" });
+        .env(
+            "MEMSIGHT_AUTO_STEPS",
+            if opts.auto_steps { "1" } else { "0" },
+        );
     let _injected = opts
         .preload
         .then(|| crate::inject::prepare(&mut cmd, &dir, &tag, opts.cupti));
