@@ -67,6 +67,24 @@ fn parse_mountinfo(text: &str) -> Vec<Mount> {
         .collect()
 }
 
+/// A process's mount table (`/proc/<pid>/mountinfo`), parsed: where the cgroup file systems are.
+#[derive(Default)]
+pub struct Mounts {
+    list: Vec<Mount>,
+}
+
+impl Mounts {
+    /// Reads `<proc_dir>/mountinfo`. The error is a human-readable reason.
+    pub fn read(proc_dir: &Path) -> Result<Self, String> {
+        let path = proc_dir.join("mountinfo");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Ok(Mounts {
+            list: parse_mountinfo(&text),
+        })
+    }
+}
+
 /// Joins an absolute path under `root`.
 fn under(root: &Path, abs: &str) -> PathBuf {
     root.join(abs.trim_start_matches('/'))
@@ -114,9 +132,14 @@ impl CgroupReader {
     pub fn discover(proc_dir: &Path, root: &Path) -> Result<Self, String> {
         let cgroup = std::fs::read_to_string(proc_dir.join("cgroup"))
             .map_err(|e| format!("cannot read {}: {e}", proc_dir.join("cgroup").display()))?;
-        let mountinfo = std::fs::read_to_string(proc_dir.join("mountinfo"))
-            .map_err(|e| format!("cannot read {}: {e}", proc_dir.join("mountinfo").display()))?;
-        let mounts = parse_mountinfo(&mountinfo);
+        Self::discover_in(&cgroup, &Mounts::read(proc_dir)?, root)
+    }
+
+    /// Finds the memory cgroup named by `cgroup` (the text of `/proc/<pid>/cgroup`) among
+    /// `mounts` (read once: a watcher re-reads only the small `cgroup` file, and resolves it again
+    /// only when it changed), with every absolute path taken under `root`.
+    pub fn discover_in(cgroup: &str, mounts: &Mounts, root: &Path) -> Result<Self, String> {
+        let mounts = &mounts.list;
         let mut v1_path = None;
         let mut v2_path = None;
         for line in cgroup.lines() {

@@ -21,8 +21,9 @@ const BUF: usize = 8192;
 #[derive(Debug)]
 pub struct KeptFile {
     fd: AtomicI32,
-    /// Device and inode of the file opened.
-    id: (u64, u64),
+    /// Device and inode of the file opened; `None` for a descriptor no other code may close
+    /// ([`KeptFile::open_own`]), read without the check.
+    id: Option<(u64, u64)>,
     path: PathBuf,
 }
 
@@ -37,10 +38,26 @@ impl KeptFile {
     /// Opens `path` for repeated reads.
     pub fn open(path: &Path) -> io::Result<Self> {
         let fd = File::open(path)?.into_raw_fd();
-        let id = identity(fd).ok_or_else(io::Error::last_os_error)?;
+        let Some(id) = identity(fd) else {
+            let e = io::Error::last_os_error();
+            // SAFETY: closing the descriptor just opened, owned by nothing else.
+            unsafe { libc::close(fd) };
+            return Err(e);
+        };
         Ok(KeptFile {
             fd: AtomicI32::new(fd),
-            id,
+            id: Some(id),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Opens `path` for repeated reads in a process whose code never closes descriptors it did
+    /// not open (the sidecar, not a job): each read skips the check that the number is still
+    /// this file (one `fstat` less).
+    pub fn open_own(path: &Path) -> io::Result<Self> {
+        Ok(KeptFile {
+            fd: AtomicI32::new(File::open(path)?.into_raw_fd()),
+            id: None,
             path: path.to_path_buf(),
         })
     }
@@ -49,7 +66,10 @@ impl KeptFile {
     /// number back.
     fn checked_fd(&self) -> io::Result<RawFd> {
         let fd = self.fd.load(Ordering::Relaxed);
-        if fd >= 0 && identity(fd) == Some(self.id) {
+        let Some(id) = self.id else {
+            return Ok(fd);
+        };
+        if fd >= 0 && identity(fd) == Some(id) {
             return Ok(fd);
         }
         // The job closed or reused it: open again (the old number is the job's now).
@@ -93,7 +113,7 @@ impl Drop for KeptFile {
     fn drop(&mut self) {
         let fd = *self.fd.get_mut();
         // Closed only while it is still this file: a number the job took back is the job's.
-        if fd >= 0 && identity(fd) == Some(self.id) {
+        if fd >= 0 && (self.id.is_none() || identity(fd) == self.id) {
             // SAFETY: closing a descriptor this value opened and still owns.
             unsafe { libc::close(fd) };
         }

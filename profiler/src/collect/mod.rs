@@ -3,11 +3,12 @@
 
 pub mod cgroup;
 pub mod jemalloc;
-mod kept_file;
+pub mod kept_file;
 pub mod procfs;
 
-pub use cgroup::CgroupReader;
+pub use cgroup::{CgroupReader, Mounts};
 pub use jemalloc::JemallocReader;
+pub use kept_file::KeptFile;
 pub use memsight_format::host::{
     CgroupMemory, HostSample, JemallocStats, ProcessMemory, ProcessTree, SourceStatus,
     SystemMemory, TreeProcess,
