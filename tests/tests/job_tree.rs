@@ -405,8 +405,8 @@ fn a_child_started_without_memsight_is_said_to_be_unmeasured() {
     let dir = scratch("unmeasured");
     let report = dir.join("r.json");
     // The job starts a child with LD_PRELOAD cleared: it has no heap of its own to report. It lives
-    // 4 s, so that the process tree (read at most every 20× its read time) sees it twice over
-    // 500 ms apart even on a busy machine.
+    // 4 s, so that the process tree (read with its PSS every 40× its read time under a budget of
+    // 5% of a core, ten times the default) sees it twice over 500 ms apart even on a busy machine.
     let script = "import os, subprocess, sys\n\
                   env = {k: v for k, v in os.environ.items() if k != 'LD_PRELOAD'}\n\
                   subprocess.run([sys.executable, '-c', \
@@ -415,6 +415,7 @@ fn a_child_started_without_memsight_is_said_to_be_unmeasured() {
         Command::new(memsight_bin())
             .args(["run", "--interval", "50ms", "--report"])
             .arg(&report)
+            .env("MEMSIGHT_TREE_BUDGET", "0.05")
             .arg("--")
             .arg(bin.join("python"))
             .args(["-c", script]),

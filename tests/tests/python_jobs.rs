@@ -4,7 +4,7 @@
 //! PSS, and `check` gates the result. Needs the torch virtual environment and the preloaded library
 //! (`make build` makes both); each test skips, saying why, without them.
 
-use memsight_e2e::{run_memsight, scratch, torch_python};
+use memsight_e2e::{run_memsight, run_memsight_env, scratch, torch_python};
 use serde_json::Value;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -40,7 +40,9 @@ fn run_python(dir: &Path, python: &Path, args: &[&OsStr]) -> (i32, String, Value
         python.as_os_str(),
     ];
     all.extend_from_slice(args);
-    let r = run_memsight(&all, None);
+    // Trees read with their PSS at 5% of a core, ten times the default: these jobs' workers live
+    // a few seconds, and a torch tree's read takes tens of milliseconds.
+    let r = run_memsight_env(&all, None, &[("MEMSIGHT_TREE_BUDGET", "0.05")]);
     let text = std::fs::read_to_string(&report)
         .unwrap_or_else(|e| panic!("no report ({e}); memsight said:\n{}\n{}", r.out, r.err));
     (

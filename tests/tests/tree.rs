@@ -4,7 +4,7 @@
 //! the processes that map them, its USS being what it alone holds — so the tree's PSS total matches
 //! the distinct physical pages the tree maps (read from `/proc/<pid>/pagemap` by the job itself).
 
-use memsight_e2e::{run_memsight, scratch};
+use memsight_e2e::{run_memsight, run_memsight_env, scratch};
 use serde_json::Value;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -26,13 +26,29 @@ struct Held {
     trees: Vec<Value>,
 }
 
-/// Runs `command` under `memsight run --interval 50ms`, its report in `dir`; the report.
+/// The share of a core the sidecar may spend reading the held trees' PSS: 5%, ten times its
+/// default, so that a job holding still for the test is read every second or so (at the default
+/// a torch tree's 50 ms read comes every 20 s; the schedule itself is unit-tested).
+const TREE_BUDGET: (&str, &str) = ("MEMSIGHT_TREE_BUDGET", "0.05");
+
+/// Runs `command` under `memsight run --interval 50ms`, its report in `dir`, the tree read under
+/// [`TREE_BUDGET`]; the report.
 fn run_sampled(dir: &Path, command: &[&OsStr]) -> Value {
-    run_sampled_with(dir, &[], command)
+    run_sampled_env(dir, &[], command, &[TREE_BUDGET])
 }
 
-/// As [`run_sampled`], with more options for `run`.
+/// As [`run_sampled`], with more options for `run` and the tree read at the default budget.
 fn run_sampled_with(dir: &Path, options: &[&str], command: &[&OsStr]) -> Value {
+    run_sampled_env(dir, options, command, &[])
+}
+
+/// As [`run_sampled_with`], with more environment variables.
+fn run_sampled_env(
+    dir: &Path,
+    options: &[&str],
+    command: &[&OsStr],
+    envs: &[(&str, &str)],
+) -> Value {
     let report = dir.join("r.json");
     let mut args: Vec<&OsStr> = vec![
         "run".as_ref(),
@@ -44,7 +60,7 @@ fn run_sampled_with(dir: &Path, options: &[&str], command: &[&OsStr]) -> Value {
     args.extend(options.iter().map(OsStr::new));
     args.push("--".as_ref());
     args.extend_from_slice(command);
-    let r = run_memsight(&args, None);
+    let r = run_memsight_env(&args, None, envs);
     assert_eq!(r.code, 0, "{}", r.err);
     serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap()
 }
@@ -68,7 +84,7 @@ fn run_tree_job(python: &OsStr, script: &str, dir: &Path) -> (Value, Held) {
         .filter(|s| (from..=to).contains(&(start + s["t_ms"].as_u64().unwrap())))
         .filter_map(|s| s.get("tree").cloned())
         .collect();
-    // The sidecar reads a tree at most every 20× its read time (tree::TreeSampler): ≈ 1 s here.
+    // Under TREE_BUDGET the sidecar reads a held tree every 40× its read time: ≈ 1 s here.
     assert!(
         trees.len() >= 2,
         "{} samples in the held window",

@@ -75,7 +75,16 @@ pub(crate) struct JobRings {
     /// Parents of the processes seen between the members (a `make` or `xargs` above the main
     /// process), kept once read.
     parents: HashMap<u32, u32>,
+    /// The rings' directory's modification time at the last listing, and whether a ring found
+    /// then could not be opened yet: unchanged, the directory is not listed again.
+    listed: Option<std::time::SystemTime>,
+    pending: bool,
 }
+
+/// How old a directory's modification time must be to be trusted as unchanged: file systems
+/// stamp it with a coarse clock, so a ring created just after a listing, within the same tick,
+/// can leave it as it was.
+const STAMP_SETTLED: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl JobRings {
     /// Follows the rings `<prefix>-p*.bin` of the job whose first process is `root`.
@@ -90,14 +99,28 @@ impl JobRings {
             members: Vec::new(),
             principal: None,
             parents: HashMap::new(),
+            listed: None,
+            pending: false,
         }
     }
 
-    /// Opens the rings that appeared since the last call.
+    /// Opens the rings that appeared since the last call. The directory is listed only when its
+    /// modification time moved (or is too recent to be trusted, or a ring found was incomplete).
     pub(crate) fn discover(&mut self) {
+        let stamp = std::fs::metadata(&self.dir).and_then(|m| m.modified()).ok();
+        let settled = stamp.is_some_and(|t| {
+            std::time::SystemTime::now()
+                .duration_since(t)
+                .is_ok_and(|age| age >= STAMP_SETTLED)
+        });
+        if settled && stamp == self.listed && !self.pending {
+            return;
+        }
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
+        self.listed = stamp;
+        self.pending = false;
         let want = format!("{}-p", self.name_prefix);
         let mut found: Vec<PathBuf> = entries
             .flatten()
@@ -113,6 +136,7 @@ impl JobRings {
         for ring in found {
             let Ok(reader) = RingReader::open(&ring) else {
                 // Not yet complete (its header is written last): tried again at the next poll.
+                self.pending = true;
                 continue;
             };
             let mut watch = Watch::new();
@@ -133,13 +157,14 @@ impl JobRings {
         }
     }
 
-    /// Reads every live member's new records and notes the ones whose writer is gone.
+    /// Reads every live member's new records and notes the ones whose writer is gone (asked only
+    /// of a ring that had nothing new: a writer that just wrote is asked at the next poll).
     pub(crate) fn poll(&mut self, out: &Outputs) {
         for m in &mut self.members {
             let Some(r) = m.reader.as_mut() else { continue };
-            m.watch.poll(r, out);
+            let wrote = m.watch.poll(r, out);
             take_hello(&m.watch, &mut m.command, &mut m.info);
-            if r.writer_gone(&m.ring) {
+            if !wrote && r.writer_gone(&m.ring) {
                 m.watch.drain(r, true, out);
                 m.exit_code = r.exit_code();
                 m.exec_d = m.exit_code.is_none() && still_runs(m.pid);

@@ -85,10 +85,13 @@ impl Watch {
 
     /// Reads the records written since the last poll; records lost from the ring meanwhile are
     /// told to viewers as a `dropped` notice (their count of missed records includes them).
-    pub(crate) fn poll(&mut self, r: &mut RingReader, out: &Outputs) {
+    /// Whether there were any.
+    pub(crate) fn poll(&mut self, r: &mut RingReader, out: &Outputs) -> bool {
         let records = r.poll();
+        let any = !records.is_empty();
         self.take(records, out);
         self.tell_drops(r, out);
+        any
     }
 
     fn tell_drops(&mut self, r: &RingReader, out: &Outputs) {
