@@ -240,6 +240,11 @@ pub(crate) fn register_this(l: &Local) -> bool {
 /// Raises every peak tracker to `live` (published process-heap bytes).
 #[inline]
 pub(crate) fn raise_peaks(live: i64) {
+    // A new peak of the session: the sampled set live now is the set at the peak.
+    #[cfg(feature = "jemalloc")]
+    if live > PEAKS[Tracker::Run as usize].load(Relaxed) {
+        super::sample_table::note_peak();
+    }
     for p in &PEAKS {
         if live > p.load(Relaxed) {
             p.fetch_max(live, Relaxed);

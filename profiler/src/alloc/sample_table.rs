@@ -7,6 +7,15 @@
 //! sampling interval. Live blocks are an open-addressing table with linear probing and
 //! backward-shift deletion (no tombstones); stacks are appended and never removed, so a reader may
 //! use any stack below the published count without the lock.
+//!
+//! **The sampled set at the exact peak.** Every sampled allocation takes the next number of one
+//! sequence before its block is allocated, every free one after its block is freed (so the number
+//! brackets the time jemalloc's counters hold the block); when the process heap reaches a new peak,
+//! the counters note the sequence number reached ([`note_peak`], lock-free). A block freed after the latest peak that was live at it is
+//! kept in a bounded list of the recently freed ([`FREED`]), so the blocks live at the peak — live
+//! now and allocated before it, or in that list — can be listed at any later time
+//! ([`peak_blocks`]): heaptrack's replay, on the sample, without a log to replay. The list empties
+//! itself when the peak moves past its entries.
 
 use super::spin::SpinLock;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -32,7 +41,22 @@ struct Live {
     ptr: usize,
     size: usize,
     stack: u32,
+    /// Its place in the sequence of insertions and removals.
+    seq: u64,
 }
+
+/// A block freed after the latest peak that was live at it.
+#[repr(C)]
+struct Freed {
+    size: usize,
+    stack: u32,
+    /// When it was allocated and freed, in the sequence.
+    alloc_seq: u64,
+    free_seq: u64,
+}
+
+/// The list of freed blocks live at the latest peak: its length.
+const FREED: usize = 1 << 16;
 
 #[repr(C)]
 struct StackRec {
@@ -44,6 +68,7 @@ struct StackRec {
 /// The mapped tables.
 struct Tables {
     live: *mut Live,
+    freed: *mut Freed,
     stacks: *mut StackRec,
     frames: *mut u64,
     /// Stack ids + 1 (0: empty slot).
@@ -59,6 +84,15 @@ static STACK_COUNT: AtomicUsize = AtomicUsize::new(0);
 static FRAME_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Live sampled blocks in the table.
 static LIVE_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// The sequence of insertions and removals (under the lock).
+static SEQ: AtomicU64 = AtomicU64::new(0);
+/// The sequence number reached at the process heap's latest peak.
+static PEAK_SEQ: AtomicU64 = AtomicU64::new(0);
+/// Entries in the freed list (under the lock).
+static FREED_LEN: AtomicUsize = AtomicUsize::new(0);
+/// Blocks live at the latest peak that the full freed list could not keep (the peak's set misses
+/// them).
+pub(crate) static PEAK_MISSED: AtomicU64 = AtomicU64::new(0);
 /// Samples that found the live table full (their blocks are freed as sampled, unrecorded).
 pub(crate) static DROPPED: AtomicU64 = AtomicU64::new(0);
 
@@ -71,7 +105,8 @@ pub(crate) fn init() -> Result<(), String> {
     let stacks = STACKS * std::mem::size_of::<StackRec>();
     let frames = FRAMES * 8;
     let index = (1usize << INDEX_BITS) * 4;
-    let total = live + stacks + frames + index + std::mem::size_of::<Tables>();
+    let freed = FREED * std::mem::size_of::<Freed>();
+    let total = live + stacks + frames + index + freed + std::mem::size_of::<Tables>();
     // SAFETY: an anonymous private mapping; pages are zero until touched.
     let p = unsafe {
         libc::mmap(
@@ -87,7 +122,7 @@ pub(crate) fn init() -> Result<(), String> {
         return Err("cannot map the sampler's tables".into());
     }
     let at = |off: usize| (p as usize + off) as *mut u8;
-    let tables = at(live + stacks + frames + index).cast::<Tables>();
+    let tables = at(live + stacks + frames + index + freed).cast::<Tables>();
     // SAFETY: `tables` is inside the fresh mapping, aligned (every part's size is a multiple of 8).
     unsafe {
         tables.write(Tables {
@@ -95,6 +130,7 @@ pub(crate) fn init() -> Result<(), String> {
             stacks: at(live).cast(),
             frames: at(live + stacks).cast(),
             index: at(live + stacks + frames).cast(),
+            freed: at(live + stacks + frames + index).cast(),
         });
     }
     // Stack 0: no frames.
@@ -119,9 +155,16 @@ fn hash_frames(frames: &[usize]) -> u64 {
     })
 }
 
-/// Records the sampled block `ptr` of `size` requested bytes allocated from `frames`; `false` when
-/// the table is full (or was never mapped).
-pub(crate) fn insert(ptr: usize, size: usize, frames: &[usize]) -> bool {
+/// The next number of the sequence: taken by a sampled allocation *before* its block is allocated
+/// (jemalloc's counters, which the peak is read from, include the block from then on, and a peak
+/// noted from then on must include it).
+pub(crate) fn next_seq() -> u64 {
+    SEQ.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+/// Records the sampled block `ptr` of `size` requested bytes allocated from `frames` at `seq`
+/// ([`next_seq`]); `false` when the table is full (or was never mapped).
+pub(crate) fn insert(ptr: usize, size: usize, frames: &[usize], seq: u64) -> bool {
     let Some(t) = tables() else { return false };
     let _g = LOCK.lock();
     let mask = (1usize << LIVE_BITS) - 1;
@@ -130,30 +173,90 @@ pub(crate) fn insert(ptr: usize, size: usize, frames: &[usize]) -> bool {
         return false;
     }
     let stack = intern(t, frames);
-    put(t, ptr, size, stack);
+    put(t, ptr, size, stack, seq);
     true
+}
+
+/// The process heap reached a new peak: the sampled set live now is the set at the peak. Called
+/// from the counters' slow path: one load and one store, no lock.
+#[inline]
+pub(crate) fn note_peak() {
+    PEAK_SEQ.store(SEQ.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
 /// Moves the record of `old` to `new` (a reallocated sampled block of `size` requested bytes),
 /// keeping the stack it was allocated from; `false` when `old` was not recorded.
 pub(crate) fn moved(old: usize, new: usize, size: usize) -> bool {
-    let Some(stack) = remove_record(old).map(|(_, stack)| stack) else {
-        return false;
-    };
     let Some(t) = tables() else { return false };
     let _g = LOCK.lock();
-    put(t, new, size, stack);
+    let Some((_, stack, seq)) = remove_record(t, old) else {
+        return false;
+    };
+    // The same block, moved: it keeps its place in the sequence.
+    put(t, new, size, stack, seq);
     true
 }
 
-/// Removes the record of `ptr`; its requested size, or `None` when it was not recorded.
-pub(crate) fn remove(ptr: usize) -> Option<usize> {
-    remove_record(ptr).map(|(size, _)| size)
+/// A record removed from the live table, for [`freed`].
+pub(crate) struct Removed {
+    size: usize,
+    stack: u32,
+    alloc_seq: u64,
+}
+
+/// Removes the record of `ptr` (a block about to be freed); `None` when it was not recorded. Hand
+/// it to [`freed`] once the block is freed.
+pub(crate) fn remove(ptr: usize) -> Option<Removed> {
+    let t = tables()?;
+    let _g = LOCK.lock();
+    let (size, stack, alloc_seq) = remove_record(t, ptr)?;
+    Some(Removed {
+        size,
+        stack,
+        alloc_seq,
+    })
+}
+
+/// The block of `r` is freed (jemalloc's counters no longer hold it): it takes the next number of
+/// the sequence, and joins the freed list when it was live at the latest peak.
+pub(crate) fn freed(r: Removed) {
+    let Some(t) = tables() else { return };
+    let _g = LOCK.lock();
+    let free_seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
+    let peak = PEAK_SEQ.load(Ordering::Relaxed);
+    if r.alloc_seq <= peak {
+        keep_freed(t, r.size, r.stack, r.alloc_seq, free_seq, peak);
+    }
+}
+
+/// Appends a block live at the peak `peak` to the freed list (the lock is held), emptying the list
+/// first when the peak has moved past all of it (entries are in freeing order).
+fn keep_freed(t: &Tables, size: usize, stack: u32, alloc_seq: u64, free_seq: u64, peak: u64) {
+    let mut len = FREED_LEN.load(Ordering::Relaxed);
+    // SAFETY: below FREED; the lock is held.
+    if len > 0 && unsafe { (*t.freed.add(len - 1)).free_seq } <= peak {
+        len = 0;
+    }
+    if len == FREED {
+        PEAK_MISSED.fetch_add(1, Ordering::Relaxed);
+    } else {
+        // SAFETY: as above.
+        unsafe {
+            t.freed.add(len).write(Freed {
+                size,
+                stack,
+                alloc_seq,
+                free_seq,
+            })
+        };
+        len += 1;
+    }
+    FREED_LEN.store(len, Ordering::Relaxed);
 }
 
 /// Writes a record into a free slot (the lock is held; the table has room: at most three quarters
 /// full before any insertion).
-fn put(t: &Tables, ptr: usize, size: usize, stack: u32) {
+fn put(t: &Tables, ptr: usize, size: usize, stack: u32, seq: u64) {
     let mask = (1usize << LIVE_BITS) - 1;
     let mut i = slot_of(ptr);
     // SAFETY: every index is masked into the table; the lock is held.
@@ -161,15 +264,18 @@ fn put(t: &Tables, ptr: usize, size: usize, stack: u32) {
         while (*t.live.add(i)).ptr != 0 {
             i = (i + 1) & mask;
         }
-        t.live.add(i).write(Live { ptr, size, stack });
+        t.live.add(i).write(Live {
+            ptr,
+            size,
+            stack,
+            seq,
+        });
     }
     LIVE_COUNT.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Removes the record of `ptr`: its (requested size, stack).
-fn remove_record(ptr: usize) -> Option<(usize, u32)> {
-    let t = tables()?;
-    let _g = LOCK.lock();
+/// Removes the record of `ptr` (the lock is held): its (requested size, stack, sequence number).
+fn remove_record(t: &Tables, ptr: usize) -> Option<(usize, u32, u64)> {
     let mask = (1usize << LIVE_BITS) - 1;
     let mut i = slot_of(ptr);
     // SAFETY: as in `put`.
@@ -184,7 +290,8 @@ fn remove_record(ptr: usize) -> Option<(usize, u32)> {
             }
             i = (i + 1) & mask;
         }
-        let record = ((*t.live.add(i)).size, (*t.live.add(i)).stack);
+        let e = &*t.live.add(i);
+        let record = (e.size, e.stack, e.seq);
         // Backward-shift deletion: move later entries of the run into the hole when their home
         // slot is not cyclically inside (hole, entry].
         let mut j = i;
@@ -205,6 +312,7 @@ fn remove_record(ptr: usize) -> Option<(usize, u32)> {
                     ptr: e.ptr,
                     size: e.size,
                     stack: e.stack,
+                    seq: e.seq,
                 });
                 i = j;
             }
@@ -303,6 +411,41 @@ pub(crate) fn live_blocks(out: &mut Vec<(u32, usize)>) {
             let e = unsafe { &*t.live.add(i) };
             if e.ptr != 0 {
                 out.push((e.stack, e.size));
+            }
+        }
+        return;
+    }
+}
+
+/// Copies the (stack, requested size) of every sampled block live at the process heap's latest
+/// peak into `out` (cleared first): the live blocks allocated before it and the freed blocks that
+/// were live at it. Allocates only outside the lock, as [`live_blocks`].
+pub(crate) fn peak_blocks(out: &mut Vec<(u32, usize)>) {
+    out.clear();
+    let Some(t) = tables() else { return };
+    loop {
+        let want = live_count() + FREED_LEN.load(Ordering::Relaxed) + 64;
+        if out.capacity() < want {
+            out.reserve(want - out.len());
+        }
+        let _g = LOCK.lock();
+        let freed = FREED_LEN.load(Ordering::Relaxed);
+        if live_count() + freed > out.capacity() {
+            continue;
+        }
+        let peak = PEAK_SEQ.load(Ordering::Relaxed);
+        for i in 0..1usize << LIVE_BITS {
+            // SAFETY: inside the table; the lock is held.
+            let e = unsafe { &*t.live.add(i) };
+            if e.ptr != 0 && e.seq <= peak {
+                out.push((e.stack, e.size));
+            }
+        }
+        for i in 0..freed {
+            // SAFETY: below the list's length; the lock is held.
+            let f = unsafe { &*t.freed.add(i) };
+            if f.alloc_seq <= peak && peak < f.free_seq {
+                out.push((f.stack, f.size));
             }
         }
         return;

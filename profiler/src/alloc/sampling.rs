@@ -201,6 +201,7 @@ pub(crate) fn c_due(size: usize) -> bool {
 #[inline(never)]
 pub(crate) unsafe fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
     let _busy = Busy::enter();
+    let seq = sample_table::next_seq();
     let p = sample_heap::alloc(size, align, zero);
     if p.is_null() {
         LOST.fetch_add(1, Relaxed);
@@ -208,7 +209,7 @@ pub(crate) unsafe fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
     }
     let mut stack = Stack::new();
     stack.capture();
-    sample_table::insert(p as usize, size, stack.frames());
+    sample_table::insert(p as usize, size, stack.frames(), seq);
     TAKEN.fetch_add(1, Relaxed);
     p
 }
@@ -220,8 +221,11 @@ pub(crate) unsafe fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
 #[cold]
 #[inline(never)]
 pub(crate) unsafe fn free(p: *mut u8) {
-    sample_table::remove(p as usize);
+    let record = sample_table::remove(p as usize);
     sample_heap::free(p);
+    if let Some(r) = record {
+        sample_table::freed(r);
+    }
 }
 
 /// Reallocates a sampled block of `old` requested bytes to `new` bytes aligned to `align`: a new
@@ -477,6 +481,24 @@ pub fn counts() -> Counts {
 pub fn profile_text(rate: u64) -> String {
     let mut blocks = Vec::new();
     sample_table::live_blocks(&mut blocks);
+    text_of(blocks, rate)
+}
+
+/// The sampled blocks live at the process heap's latest peak (of the running session) as a heap
+/// profile, in the form of [`profile_text`]: exact at the peak, whenever it is written.
+pub fn peak_profile_text(rate: u64) -> String {
+    let mut blocks = Vec::new();
+    sample_table::peak_blocks(&mut blocks);
+    text_of(blocks, rate)
+}
+
+/// Sampled blocks who were live at the latest peak and that the peak's set misses (its list of
+/// freed blocks was full).
+pub fn peak_missed() -> u64 {
+    sample_table::PEAK_MISSED.load(Relaxed)
+}
+
+fn text_of(mut blocks: Vec<(u32, usize)>, rate: u64) -> String {
     blocks.sort_unstable_by_key(|&(stack, _)| stack);
     let mut per_stack: Vec<(u32, u64, u64)> = Vec::new();
     for (stack, size) in blocks {

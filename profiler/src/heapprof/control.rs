@@ -39,9 +39,13 @@ mod imp {
         sampling::rate().is_some()
     }
 
-    pub fn dump(path: &Path, rate: u64) -> Result<(), String> {
-        std::fs::write(path, sampling::profile_text(rate))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    pub fn dump(path: &Path, rate: u64, at_peak: bool) -> Result<(), String> {
+        let text = if at_peak {
+            sampling::peak_profile_text(rate)
+        } else {
+            sampling::profile_text(rate)
+        };
+        std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
     }
 }
 
@@ -62,7 +66,7 @@ mod imp {
     pub fn sampling() -> bool {
         false
     }
-    pub fn dump(_: &Path, _: u64) -> Result<(), String> {
+    pub fn dump(_: &Path, _: u64, _: bool) -> Result<(), String> {
         Err(NO.into())
     }
 }
@@ -130,11 +134,28 @@ pub fn configure_from_env() -> Result<Option<u64>, String> {
     }
 }
 
-/// Writes a heap profile as `name` in the open directory `dir`, complete or not at all (written
-/// beside it, then renamed; nothing reached by path again).
+/// Writes a heap profile of the sampled blocks live now as `name` in the open directory `dir`,
+/// complete or not at all (written beside it, then renamed; nothing reached by path again).
 pub fn dump(
     dir: &std::sync::Arc<memsight_format::safe_dir::Dir>,
     name: &std::ffi::OsStr,
+) -> Result<(), String> {
+    write(dir, name, false)
+}
+
+/// As [`dump`], of the sampled blocks live at the process heap's latest peak (the session's peak):
+/// the sites at the exact peak, however long ago it was.
+pub fn dump_peak(
+    dir: &std::sync::Arc<memsight_format::safe_dir::Dir>,
+    name: &std::ffi::OsStr,
+) -> Result<(), String> {
+    write(dir, name, true)
+}
+
+fn write(
+    dir: &std::sync::Arc<memsight_format::safe_dir::Dir>,
+    name: &std::ffi::OsStr,
+    at_peak: bool,
 ) -> Result<(), String> {
     let path = dir.path().join(name);
     if !enabled() {
@@ -142,7 +163,7 @@ pub fn dump(
     }
     let tmp = memsight_format::safe_file::Pending::in_dir(std::sync::Arc::clone(dir), name)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    imp::dump(&tmp.tmp_path(), CONFIGURED.load(Relaxed))?;
+    imp::dump(&tmp.tmp_path(), CONFIGURED.load(Relaxed), at_peak)?;
     tmp.commit()
         .map(drop)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))

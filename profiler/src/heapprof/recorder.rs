@@ -1,5 +1,7 @@
 //! When the running job writes heap profiles: at new heap peaks (5% above the last peak profile,
-//! at most one per `MEMSIGHT_HEAP_PEAK_EVERY_MS` unless the heap doubled), at step boundaries
+//! at most one per `MEMSIGHT_HEAP_PEAK_EVERY_MS` unless the peak doubled; each is the sampled set
+//! live at the instant of the session's exact peak so far, however short the peak, and the session
+//! writes it once more as it finishes), at step boundaries
 //! (the first after warm-up and the latest, for the growth view), on request through the ring, and
 //! at session end. Each dump is announced on the flight recorder so the sidecar has it even if the
 //! job dies next.
@@ -111,7 +113,13 @@ fn sampling_now() -> bool {
 impl Recorder {
     fn write(&mut self, kind: DumpKind, name: &str, step: u64, heap_bytes: u64) -> Option<PathBuf> {
         let path = self.dir.path().join(name);
-        if let Err(e) = control::dump(&self.dir, OsStr::new(name)) {
+        // A peak profile is the sampled set at the session's exact peak, whenever it is written.
+        let written = if kind == DumpKind::Peak {
+            control::dump_peak(&self.dir, OsStr::new(name))
+        } else {
+            control::dump(&self.dir, OsStr::new(name))
+        };
+        if let Err(e) = written {
             eprintln!("memsight: {e}");
             return None;
         }
@@ -159,18 +167,18 @@ pub(crate) fn on_sample(heap_bytes: u64, step: u64) {
             );
         }
     }
-    // At most one peak dump per `peak_every`, unless the heap doubled since the last one (a
-    // bounded number of extra dumps: one per doubling), so a short spike is not missed.
+    // At most one peak dump per `peak_every`, unless the peak doubled since the last one (a
+    // bounded number of extra dumps: one per doubling). The session's peak, not the heap now, says
+    // when: a spike shorter than the sampling interval raised it, and the dump is its set.
     if !sampling_now() {
         return;
     }
+    let peak = run_peak_bytes().max(heap_bytes);
     let due = r.last_peak.is_none_or(|t| t.elapsed() >= r.peak_every)
-        || heap_bytes >= r.peak_dumped_bytes.saturating_mul(2);
-    if due && heap_bytes as f64 >= r.peak_dumped_bytes as f64 * PEAK_GROWTH && heap_bytes > 0 {
-        if r.write(DumpKind::Peak, "peak.heap", step, heap_bytes)
-            .is_some()
-        {
-            r.peak_dumped_bytes = heap_bytes;
+        || peak >= r.peak_dumped_bytes.saturating_mul(2);
+    if due && peak as f64 >= r.peak_dumped_bytes as f64 * PEAK_GROWTH && peak > 0 {
+        if r.write(DumpKind::Peak, "peak.heap", step, peak).is_some() {
+            r.peak_dumped_bytes = peak;
         }
         r.last_peak = Some(Instant::now());
     }
@@ -208,16 +216,23 @@ pub(crate) fn on_step(n: u64) {
     }
 }
 
-/// Writes the final profile and stops; returns every profile still on disk, oldest first.
-pub(crate) fn finish(step: u64) -> Vec<DumpRecord> {
+/// Writes the profile at the session's exact peak (`peak_step`: the step it happened in) and the
+/// final profile, and stops; returns every profile still on disk, oldest first.
+pub(crate) fn finish(step: u64, peak_step: u64) -> Vec<DumpRecord> {
     let mut guard = lock(&RECORDER);
     let Some(mut r) = guard.take() else {
         return Vec::new();
     };
     if sampling_now() {
+        r.write(DumpKind::Peak, "peak.heap", peak_step, run_peak_bytes());
         r.write(DumpKind::Final, "final.heap", step, heap_bytes_now());
     }
     r.records
+}
+
+/// The session's peak of the process heap so far.
+fn run_peak_bytes() -> u64 {
+    crate::alloc::stats().run_peak_bytes
 }
 
 /// Writes a profile now (the public [`super::dump`]).

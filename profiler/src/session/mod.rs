@@ -491,7 +491,12 @@ impl Session {
         }
         let training = crate::training::close();
         self.shared.record_phases();
-        let dumps = heapprof::finish(phases::current_step());
+        // The step whose peak is the session's: where the exact peak's profile was.
+        let peak_step = phases::step_stats()
+            .iter()
+            .max_by_key(|s| s.peak_bytes)
+            .map_or(phases::current_step(), |s| s.step);
+        let dumps = heapprof::finish(phases::current_step(), peak_step);
         let report = {
             let mut tl = lock(&self.shared.timeline);
             tl.push(last);
