@@ -52,10 +52,9 @@ pub fn end_training_by(by: &str) -> bool {
 }
 
 /// Ends the `shutdown` phase (the session is finishing) and returns the training window, if
-/// training ended.
+/// training ended; a later session in the process starts with none.
 pub(crate) fn close() -> Option<TrainingWindow> {
-    let mut ended = crate::sys::lock(&ENDED);
-    let e = ended.as_mut()?;
+    let mut e = crate::sys::lock(&ENDED).take()?;
     drop(e.shutdown.take());
-    Some(e.window.clone())
+    Some(e.window)
 }
