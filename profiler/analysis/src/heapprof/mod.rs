@@ -10,9 +10,9 @@ pub mod profile;
 pub mod summary;
 pub mod symbolize;
 
+pub use complete::complete;
 pub use memsight_format::heap_profile::{
     DumpKind, DumpRecord, Growth, HeapProfile, ProfileView, Site, SiteGrowth, SourceSite,
 };
 pub use profile::{growth, Profile};
-pub use complete::complete;
 pub use summary::{sites_view, summarize};
