@@ -109,6 +109,53 @@ pub fn run_memsight_env<S: AsRef<std::ffi::OsStr>>(
     }
 }
 
+/// What a job run under `memsight run` by [`run_job`] left: the exit code, what memsight and the
+/// job printed, and the report's text.
+pub struct JobRun {
+    /// Exit code of `memsight run` (the job's).
+    pub code: i32,
+    /// Standard output then standard error.
+    pub out: String,
+    /// The report `memsight run` wrote.
+    pub report: String,
+}
+
+/// Runs `memsight run OPTIONS… --report DIR/r.json -- COMMAND…` in `dir` (its working directory),
+/// with `envs` added; panics, saying what memsight printed, when no report was written.
+pub fn run_job<S: AsRef<std::ffi::OsStr>>(
+    dir: &std::path::Path,
+    options: &[&str],
+    command: &[S],
+    envs: &[(&str, &str)],
+) -> JobRun {
+    let report = dir.join("r.json");
+    let out = std::process::Command::new(memsight_bin())
+        .current_dir(dir)
+        .arg("run")
+        .args(options)
+        .arg("--report")
+        .arg(&report)
+        .arg("--")
+        .args(command)
+        .envs(envs.iter().copied())
+        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
+        .env_remove("PYTORCH_ALLOC_CONF")
+        .output()
+        .expect("memsight runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = std::fs::read_to_string(&report)
+        .unwrap_or_else(|e| panic!("no report ({e}); memsight said:\n{text}"));
+    JobRun {
+        code: out.status.code().unwrap_or(-1),
+        out: text,
+        report,
+    }
+}
+
 /// Polls `f` every 50 ms until it holds or `secs` seconds passed: whether it held. (A test waits
 /// for the condition it needs with a generous deadline, never for a fixed time.)
 pub fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {

@@ -4,7 +4,7 @@
 //! `check` and `summary` speak the job's language. Needs the torch virtual environment and the
 //! preloaded library (`make build` makes both); each test skips, saying why, without them.
 
-use memsight_e2e::{child_cgroup, run_memsight, run_memsight_env, scratch, torch_python};
+use memsight_e2e::{child_cgroup, run_job, run_memsight, scratch, torch_python};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -19,26 +19,13 @@ fn ready() -> Option<PathBuf> {
 
 /// Runs `python -c CODE` under `memsight run`: memsight's output and the report.
 fn run_python(dir: &Path, py: &Path, code: &str, envs: &[(&str, &str)]) -> (String, Value) {
-    let report = dir.join("r.json");
-    let r = run_memsight_env(
-        &[
-            "run".as_ref(),
-            "--interval".as_ref(),
-            "50ms".as_ref(),
-            "--report".as_ref(),
-            report.as_os_str(),
-            "--".as_ref(),
-            py.as_os_str(),
-            "-c".as_ref(),
-            code.as_ref(),
-        ],
-        None,
+    let r = run_job(
+        dir,
+        &["--interval", "50ms"],
+        &[py.as_os_str(), "-c".as_ref(), code.as_ref()],
         envs,
     );
-    let out = format!("{}{}", r.out, r.err);
-    let text = std::fs::read_to_string(&report)
-        .unwrap_or_else(|e| panic!("no report ({e}); memsight said:\n{out}"));
-    (out, serde_json::from_str(&text).unwrap())
+    (r.out, serde_json::from_str(&r.report).unwrap())
 }
 
 /// Words of the Rust remedies, which a Python job must never be given.

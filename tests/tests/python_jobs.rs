@@ -4,7 +4,7 @@
 //! PSS, and `check` gates the result. Needs the torch virtual environment and the preloaded library
 //! (`make build` makes both); each test skips, saying why, without them.
 
-use memsight_e2e::{run_memsight, run_memsight_env, scratch, torch_python};
+use memsight_e2e::{run_job, run_memsight, scratch, torch_python};
 use serde_json::Value;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -29,27 +29,10 @@ fn ready() -> Option<PathBuf> {
 /// Runs `python ARGS…` under `memsight run` with its report in `dir`: the exit code, the output
 /// and the report.
 fn run_python(dir: &Path, python: &Path, args: &[&OsStr]) -> (i32, String, Value) {
-    let report = dir.join("r.json");
-    let mut all: Vec<&OsStr> = vec![
-        "run".as_ref(),
-        "--interval".as_ref(),
-        "50ms".as_ref(),
-        "--report".as_ref(),
-        report.as_os_str(),
-        "--".as_ref(),
-        python.as_os_str(),
-    ];
-    all.extend_from_slice(args);
-    // Trees read with their PSS at 5% of a core, ten times the default: these jobs' workers live
-    // a few seconds, and a torch tree's read takes tens of milliseconds.
-    let r = run_memsight_env(&all, None, &[("MEMSIGHT_TREE_BUDGET", "0.05")]);
-    let text = std::fs::read_to_string(&report)
-        .unwrap_or_else(|e| panic!("no report ({e}); memsight said:\n{}\n{}", r.out, r.err));
-    (
-        r.code,
-        format!("{}{}", r.out, r.err),
-        serde_json::from_str(&text).unwrap(),
-    )
+    let mut command = vec![python.as_os_str()];
+    command.extend_from_slice(args);
+    let r = run_job(dir, &["--interval", "50ms"], &command, &[]);
+    (r.code, r.out, serde_json::from_str(&r.report).unwrap())
 }
 
 fn names(v: &Value, key: &str, field: &str) -> Vec<String> {

@@ -5,7 +5,7 @@
 //! by default. Needs the torch virtual environment and the preloaded library (`make build`); each
 //! test skips, saying why, without them.
 
-use memsight_e2e::{memsight_bin, scratch, torch_python};
+use memsight_e2e::{memsight_bin, run_job, scratch, torch_python};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -35,30 +35,11 @@ fn has(py: &Path, module: &str) -> bool {
 
 /// `memsight run [extra…] --report r.json -- ARGS…` in `dir`: exit code, output, report.
 fn run_in(dir: &Path, extra: &[&str], args: &[&str]) -> (i32, String, Value) {
-    let report = dir.join("r.json");
-    let out = Command::new(memsight_bin())
-        .current_dir(dir)
-        .arg("run")
-        .args(extra)
-        .arg("--report")
-        .arg(&report)
-        .arg("--")
-        .args(args)
-        .env("PYTHONWARNINGS", "ignore")
-        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
-        .output()
-        .expect("memsight runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report = std::fs::read_to_string(&report)
-        .unwrap_or_else(|e| panic!("no report ({e}); memsight said:\n{text}"));
+    let r = run_job(dir, extra, args, &[("PYTHONWARNINGS", "ignore")]);
     (
-        out.status.code().unwrap_or(-1),
-        text,
-        serde_json::from_str(&report).expect("a JSON report"),
+        r.code,
+        r.out,
+        serde_json::from_str(&r.report).expect("a JSON report"),
     )
 }
 
