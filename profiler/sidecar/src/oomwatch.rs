@@ -2,12 +2,14 @@
 //! counts the OOM kills there, so a SIGKILL can be told apart from an OOM kill after the job is gone.
 //!
 //! Followed cheaply, as it is asked at every poll of the sidecar (20 times a second, or at each
-//! interval below 50 ms): `/proc/<pid>/cgroup` is re-read through a kept descriptor (one `pread`)
-//! and compared with its last text; the mount table is read and the cgroup resolved (its files
-//! opened, its ancestors' limits read) only at the first look and when that text changed.
+//! interval below 50 ms): `/proc/<pid>/cgroup` is re-read through a kept descriptor (one `pread`,
+//! at most every [`MIN_LOOK`]) and compared with its last text; the mount table is read and the
+//! cgroup resolved (its files opened, its ancestors' limits read) only at the first look and when
+//! that text changed.
 
 use memsight::collect::{CgroupReader, KeptFile, Mounts};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// OOM kills in the job's memory cgroup(s) since watching began.
 pub(crate) struct OomWatch {
@@ -18,7 +20,13 @@ pub(crate) struct OomWatch {
     /// `/proc/<pid>/cgroup`, kept open, and its text when the cgroup was last resolved.
     membership: Option<KeptFile>,
     last_text: Option<String>,
+    /// When `membership` was last read.
+    looked: Option<Instant>,
 }
+
+/// Least time between two reads of `/proc/<pid>/cgroup` (≈ 30 µs on a cgroup v1 host, which
+/// lists every hierarchy): a sidecar polling every millisecond reads it at most 50 times a second.
+const MIN_LOOK: Duration = Duration::from_millis(20);
 
 impl OomWatch {
     /// Starts watching process `pid`.
@@ -30,6 +38,7 @@ impl OomWatch {
             seen: false,
             membership: None,
             last_text: None,
+            looked: None,
         };
         w.refresh();
         w
@@ -42,6 +51,11 @@ impl OomWatch {
     /// Looks up the job's cgroup again (call while it runs); a move folds the kills counted so far.
     /// Costs one `pread` while the job stays in its cgroup.
     pub fn refresh(&mut self) {
+        let now = Instant::now();
+        if self.looked.is_some_and(|t| now < t + MIN_LOOK) {
+            return;
+        }
+        self.looked = Some(now);
         if self.membership.is_none() {
             self.membership = KeptFile::open_own(&self.proc_dir.join("cgroup")).ok();
         }
