@@ -38,15 +38,25 @@ fn a_readers_summary_of_an_in_process_report_names_its_sites() {
         .heap_profile
         .clone()
         .expect("no heap-profile section");
-    assert!(hp.at_peak.is_none(), "this build symbolizes in the job");
-    assert!(
-        hp.notes.iter().any(|n| n.contains("memsight heap top")),
-        "{:?}",
-        hp.notes
-    );
+    // A workspace-wide build unifies features: another member may turn on `symbolize`, and the
+    // job then names its sites itself.
+    let symbolized_in_the_job = cfg!(feature = "symbolize");
+    assert_eq!(hp.at_peak.is_some(), symbolized_in_the_job, "{hp:?}");
+    if !symbolized_in_the_job {
+        assert!(
+            hp.notes.iter().any(|n| n.contains("memsight heap top")),
+            "{:?}",
+            hp.notes
+        );
+    }
     memsight_analysis::heapprof::complete(&mut report, &path);
     let md = memsight_analysis::summary::markdown(&report);
     assert!(md.contains("allocate_the_big_spike"), "{md}");
+    if symbolized_in_the_job {
+        println!("this build symbolizes in the job (the symbolize feature): the reader had nothing to complete");
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
 
     // Profiles gone: the summary says how to list the sites.
     std::fs::remove_dir_all(dir.join("r.heap")).unwrap();
