@@ -24,7 +24,8 @@ pub struct PostMortem {
     /// Step and phase of the last sample.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sample: Option<PeakAt>,
-    /// Highest sampled live heap, and when.
+    /// The sampled live heap where it first came within 0.5% of its highest value, and when (the
+    /// rule the report's headline follows).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heap_peak: Option<PeakAt>,
     /// cgroup OOM kills during the job.
