@@ -144,6 +144,8 @@ fn a_sessions_report_measures_a_spans_memory() {
         .find(|p| p.path == "forward")
         .expect("no phase `forward`");
     assert_eq!(fwd.count, 3);
-    assert!(fwd.max_rise_bytes >= 16 << 20, "{fwd:?}");
+    // Within the counters' documented bound (64 KiB per allocating thread): a workspace-wide build
+    // unifies memsight's features and counts through jemalloc's per-thread counters.
+    assert!(fwd.max_rise_bytes >= (16 << 20) - (64 << 10), "{fwd:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
