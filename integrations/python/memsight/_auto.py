@@ -53,10 +53,6 @@ class _Auto:
         if handle:
             self.lib.memsight_phase_exit(handle)
 
-    def close_all(self):
-        """Closes whatever phase of ours is open (training is ending)."""
-        self.close()
-
     def remove(self):
         """Takes every hook and wrapper away again (the benchmark measures with and without)."""
         self.close()

@@ -97,7 +97,7 @@ def _training_ends():
 
     state = getattr(memsight, "_auto_state", None)
     if state is not None:
-        state.close_all()
+        state.close()  # whatever phase of ours is open
     memsight._training_end()
 
 

@@ -112,8 +112,7 @@ pub(crate) fn final_report(e: Ending) -> Report {
         .map(|s| s.heap.live_bytes)
         .max()
         .and_then(|top| {
-            let near =
-                top - (top as f64 * memsight_format::report::build::PEAK_REACHED_WITHIN) as u64;
+            let near = memsight_format::report::build::reached(top);
             samples.iter().find(|s| s.heap.live_bytes >= near).map(at)
         });
     let signal = status.and_then(|s| s.signal());

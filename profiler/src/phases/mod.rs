@@ -18,7 +18,7 @@ mod steps;
 use crate::alloc::counters;
 use crate::tensors;
 pub use memsight_format::phase::PhaseStats;
-use memsight_format::report::build::PEAK_REACHED_WITHIN;
+use memsight_format::report::build;
 use memsight_format::units::{fmt_bytes, fmt_signed_bytes};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -328,9 +328,9 @@ fn record(phases: &mut Vec<PhaseStats>, m: &PhaseMeasurement) {
     if m.peak_bytes > p.peak_bytes || p.count == 1 {
         p.peak_bytes = m.peak_bytes;
     }
-    // Where the phase first came within PEAK_REACHED_WITHIN of its peak: the run's headline
+    // Where the phase first came within `build::PEAK_REACHED_WITHIN` of its peak: the run's headline
     // places its peak by the same rule, so the two say the same step.
-    let reached = p.peak_bytes - (p.peak_bytes as f64 * PEAK_REACHED_WITHIN) as u64;
+    let reached = build::reached(p.peak_bytes);
     if p.count == 1 || (p.peak_step_bytes < reached && m.peak_bytes >= reached) {
         p.peak_step = current_step();
         p.peak_step_bytes = m.peak_bytes;

@@ -6,7 +6,7 @@
 
 use super::ViewerState;
 use memsight_format::device::{DevicePeak, DeviceSample};
-use memsight_format::report::build::{build, Parts, PEAK_REACHED_WITHIN};
+use memsight_format::report::build::{build, reached, Parts};
 use memsight_format::report::{Job, Report, OUTSIDE_MARKS};
 use memsight_format::Snapshot;
 
@@ -43,7 +43,7 @@ impl Figure {
 
 /// The report's peaks as figures, what dominates an ML job first (as the summary orders them):
 /// device memory, tensors, the process heap, RSS, the process tree's PSS. A device's step and phase
-/// are those of the first sample of `timeline` within [`PEAK_REACHED_WITHIN`] of its peak.
+/// are those of the first sample of `timeline` within [`PEAK_REACHED_WITHIN`](memsight_format::report::build::PEAK_REACHED_WITHIN) of its peak.
 pub fn figures(r: &Report, timeline: &[Snapshot]) -> Vec<Figure> {
     let p = &r.peaks;
     let mut out: Vec<Figure> = r
@@ -96,10 +96,10 @@ pub fn figures(r: &Report, timeline: &[Snapshot]) -> Vec<Figure> {
 }
 
 /// A device's footprint peak (reserved, else driver-used) and its allocated peak, each where the
-/// timeline first came within [`PEAK_REACHED_WITHIN`] of it.
+/// timeline first came within [`PEAK_REACHED_WITHIN`](memsight_format::report::build::PEAK_REACHED_WITHIN) of it.
 fn device_figures(d: &DevicePeak, timeline: &[Snapshot]) -> Vec<Figure> {
     let first = |peak: u64, of: &dyn Fn(&DeviceSample) -> Option<u64>| {
-        let near = peak - (peak as f64 * PEAK_REACHED_WITHIN) as u64;
+        let near = reached(peak);
         timeline.iter().find(|s| {
             s.devices.iter().any(|x| {
                 x.index == d.index && x.backend == d.backend && of(x).is_some_and(|v| v >= near)

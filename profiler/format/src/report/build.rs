@@ -113,6 +113,13 @@ pub fn build(p: Parts) -> Report {
 /// byte, at its last step, but a user asks where the memory came from.
 pub const PEAK_REACHED_WITHIN: f64 = 0.005;
 
+/// The least value that counts as having reached `peak` (within [`PEAK_REACHED_WITHIN`] of it):
+/// the one rule by which the headline, the phase table, the post-mortem and the viewer say where a
+/// peak was first reached.
+pub fn reached(peak: u64) -> u64 {
+    peak - (peak as f64 * PEAK_REACHED_WITHIN) as u64
+}
+
 /// The first step and the innermost phase whose peak windows (read by `step_peak` and
 /// `phase_peak`) came within [`PEAK_REACHED_WITHIN`] of `peak`: where it was first reached.
 pub(crate) fn where_peaked(
@@ -122,7 +129,7 @@ pub(crate) fn where_peaked(
     step_peak: impl Fn(&StepStats) -> Option<u64>,
     phase_peak: impl Fn(&PhaseStats) -> Option<u64>,
 ) -> (Option<u64>, Option<String>) {
-    let peak = peak - (peak as f64 * PEAK_REACHED_WITHIN) as u64;
+    let peak = reached(peak);
     let step = steps
         .iter()
         .find(|s| step_peak(s).is_some_and(|v| v >= peak))
