@@ -16,8 +16,13 @@ static DRIVER_ERROR: Pattern = LazyLock::new(|| {
     ))
 });
 // JAX / XLA.
+/// XLA's allocation failures with the request: `Out of memory while trying to allocate N bytes`,
+/// `Out of memory allocating N bytes`, and PJRT's `Error allocating device buffer: Attempting to
+/// allocate 4.39G. That was not possible.` (TPU and GPU clients).
 static XLA_REQUEST: Pattern = LazyLock::new(|| {
-    compile(r"Out of memory (?:while trying to allocate|allocating) (?:([0-9]+) bytes|{SIZE})")
+    compile(
+        r"(?:Out of memory (?:while trying to allocate|allocating)|Error allocating device buffer: Attempting to allocate) (?:([0-9]+) bytes|{SIZE})",
+    )
 });
 static XLA_REQUEST_EXACT: Pattern = LazyLock::new(|| {
     compile(r"Failed to allocate request for {SIZE} \(([0-9]+)B\)(?: on device ordinal ([0-9]+))?")

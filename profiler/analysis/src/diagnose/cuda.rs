@@ -50,9 +50,13 @@ static CUPY: Pattern = LazyLock::new(|| {
 static GGML_DEVICE: Pattern = LazyLock::new(|| {
     compile(r"current device: ([0-9]+), in function ([A-Za-z0-9_:]+) at [^\n]*\n[\t\x20]*([^\n]+)")
 });
+/// An error token after its exception type, with what the wrapper says around it: numba's
+/// `CudaAPIError: [2] Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY` (the code and the
+/// failed call), AMDGPU.jl's `HIPError(code hipErrorOutOfMemory, out of memory)` and CuPy's
+/// `cudaErrorMemoryAllocation: out of memory` (the error string).
 static ERROR_TOKEN: Pattern = LazyLock::new(|| {
     compile(&format!(
-        r"{EXC}({DRIVER_OOM}|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIP_ERROR_OutOfMemory)(?:: (out of memory))?"
+        r"{EXC}(?:\[([0-9]+)\] )?(?:Call to (\w+) results in )?({DRIVER_OOM}|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIP_ERROR_OutOfMemory)(?:[:,] (out of memory))?"
     ))
 });
 static STREAM_EXECUTOR: Pattern = LazyLock::new(|| {
@@ -164,10 +168,12 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     each(&ERROR_TOKEN, text, |c, s, e| {
         let mut f = Facts::default();
         f.opt_text("exception_type", str_at(c, 1));
-        if let Some(t) = token(c, 2) {
+        f.opt_int("cuda_error_code", int_at(c, 2));
+        f.opt_text("failed_call", str_at(c, 3));
+        if let Some(t) = token(c, 4) {
             f.text("cuda_error", t);
         }
-        f.opt_text("error_string", words_at(c, 3).as_deref());
+        f.opt_text("error_string", words_at(c, 5).as_deref());
         out.push(Piece::part(s, e, kind, f, true));
     });
     each(&STREAM_EXECUTOR, text, |c, s, e| {

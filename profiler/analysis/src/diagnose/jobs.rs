@@ -333,8 +333,15 @@ fn kubernetes(text: &str, out: &mut Vec<Piece>) {
         };
         f.opt_int("exit_code", first(&K8S_EXIT));
         f.opt_int("restarts", first(&K8S_RESTARTS));
-        f.opt_int("memory_limit_bytes", block_memory(block, "Limits:"));
-        f.opt_int("memory_request_bytes", block_memory(block, "Requests:"));
+        // Describe output lists the container's `Limits:`/`Requests:` after its last state; a pod
+        // YAML's spec (`resources:` with lower-case `limits:`/`requests:`) comes before its status.
+        let (spec, _) = around(text, s, 16, 0);
+        let spec = &text[spec..s];
+        let resource = |heading: &str| {
+            block_memory(block, heading).or_else(|| block_memory(spec, &heading.to_lowercase()))
+        };
+        f.opt_int("memory_limit_bytes", resource("Limits:"));
+        f.opt_int("memory_request_bytes", resource("Requests:"));
         out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
     });
 }

@@ -25,7 +25,7 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|\b[A-Z0-9_]*_(?:STATUS_)?ALLOC(?:ATION)?_FAIL(?:ED|URE)\b|\bE_OUTOFMEMORY\b|(?i:OutOfMemory(?:Error|Exception)?)\b|OutOf(?:Device|Host|Pool|Gpu|Video)Memory\b",
         r"|(?i:\bresource ?exhausted)",
         r"|\bENOMEM\b|(?i:\[errno 12\]|errno[= ]12\b|error code 12\b)",
-        r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to|fails? to) (?:allocate|alloc|map|commit|reserve)\b[^\n]{0,80}?(?:memory|bytes?\b|\d\s?[KMGTP](?:i?B)?\b|array|buffer|tensor|block))",
+        r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to|fails? to) (?:[a-z]+ )?(?:allocate|alloc|map|commit|reserve)\b[^\n]{0,80}?(?:memory|bytes?\b|\d\s?[KMGTP](?:i?B)?\b|array|buffer|tensor|block))",
         r"|(?i:\bwould exceed (?:the )?allowed memory)",
         r"|(?i:\b(?:exceed(?:s|ed|ing)?|reach(?:ed|ing)?|over) (?:the |its |their )?(?:[\w%.]+ ){0,2}memory (?:usage )?(?:limit|budget|threshold))",
         r"|(?i:\bmemory (?:usage )?(?:limit|budget) of [^\n]{0,40}?\b(?:exceeded|reached))",
@@ -319,16 +319,22 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
     }
 }
 
-/// The size stated by the line after `end` when that line is indented (it continues the message
-/// before it), with that line's end.
+/// The size stated by the line after `end` when that line continues the message before it: it is
+/// indented, or it opens with a parenthesized clause (PHP's `… bytes exhausted⏎(tried to allocate
+/// 20480 bytes) in …`, wrapped; only the clause is read, so a logger's `(Worker pid=N)` prefix
+/// states nothing), with that line's end.
 fn indented_size(text: &str, end: usize) -> Option<(usize, i128)> {
     let start = end + 1;
     let next = text.get(start..)?;
-    if !next.starts_with([' ', '\t']) {
-        return None;
-    }
     let to = super::scan::line_end(text, start);
-    let line = &text[start..to];
+    let line = if next.starts_with([' ', '\t']) {
+        &text[start..to]
+    } else if next.starts_with('(') {
+        let whole = &text[start..to];
+        &whole[..whole.find(')')?]
+    } else {
+        return None;
+    };
     let b = [&SIZE_AFTER, &SIZE_OF]
         .iter()
         .find_map(|re| re.as_ref()?.captures(line).and_then(|c| size_of(&c)))?;
