@@ -25,6 +25,7 @@ fn main() {
     // Every source the library is built from: its own crate and the path crates it uses.
     for p in [
         "preload/src",
+        "preload/build.rs",
         "preload/Cargo.toml",
         "preload/Cargo.lock",
         "src",

@@ -2,7 +2,9 @@
 //! the job carries the library (it stays in `LD_PRELOAD` and the job's variables stay set), and
 //! every one is measured: each starts a session of its own — its own ring and report, which the
 //! sidecar assembles into the job — once it has lived [`START_AFTER`]; one that ends sooner (a
-//! `date` in a shell loop) leaves nothing behind. A forked child (a DataLoader worker) forgets its
+//! `date` in a shell loop) leaves nothing behind and costs no thread: the start is armed at load
+//! (and at each fork) and taken up by the counters' slow path ([`on_slow_alloc`]), so a process
+//! that never allocates much never spawns the starter. A forked child (a DataLoader worker) forgets its
 //! parent's session and starts its own, counting from what it inherited. `exit` and `_exit` say
 //! the exit code in the ring, so the sidecar tells an exit from a kill. No program is chosen or
 //! passed over by its name. A program that links memsight (its own `malloc` family) is left to
@@ -10,7 +12,7 @@
 
 use memsight::Session;
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -137,6 +139,7 @@ extern "C" fn on_load(_argc: c_int, _argv: *const *const c_char, _envp: *const *
     // SAFETY: registers a handler that only this library's code runs, once per load.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
     MEASURED.store(pid(), Ordering::Relaxed);
+    memsight::alloc::foreign::on_slow_alloc(on_slow_alloc);
     if memsight::process::writes_user_report() {
         // The job's first process: measured from its first instant, however short it runs.
         start_here();
@@ -155,14 +158,59 @@ pub(crate) fn marked() {
 /// lost (a `date` leaves nothing).
 const WORTH_A_REPORT: u64 = 1 << 20;
 
-/// Starts this process's session once it has lived [`START_AFTER`], on a thread of its own (the
-/// program's threads never wait for it).
+/// When this process's session is due, in `CLOCK_MONOTONIC` nanoseconds (0: no start pending).
+static DUE_AT: AtomicU64 = AtomicU64::new(0);
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds (the vDSO: no system call).
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes `ts` only.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// Arms this process's session to start once it has lived [`START_AFTER`]. No thread yet: the
+/// counters' slow path spawns the starter ([`on_slow_alloc`]) once the process is due or holds
+/// [`WORTH_A_REPORT`] — so a `date` or a shell's fork that execs at once costs nothing more.
 fn start_soon() {
+    let due = now_ns().saturating_add(START_AFTER.as_nanos() as u64);
+    DUE_AT.store(due.max(1), Ordering::Relaxed);
+}
+
+/// The counters' slow path (inside `malloc`, once per tens of KiB a thread allocates): spawns the
+/// starter once a pending start is due, or early (to sleep out the rest of [`START_AFTER`]) once
+/// the process holds [`WORTH_A_REPORT`] — a program that allocates its data and then only
+/// computes, or is killed, still gets its session. Not while exiting, and not in a `vfork` child
+/// (which shares this memory but is not the measured process).
+fn on_slow_alloc() {
+    let due = DUE_AT.load(Ordering::Relaxed);
+    if due == 0 || EXITING.load(Ordering::Relaxed) {
+        return;
+    }
+    let now = now_ns();
+    if now < due && memsight::stats().run_peak_bytes < WORTH_A_REPORT {
+        return;
+    }
+    if !measured_here()
+        || DUE_AT
+            .compare_exchange(due, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    let wait = std::time::Duration::from_nanos(due.saturating_sub(now));
+    // The stack size is given, so spawning reads no environment variable (a caller of `malloc`
+    // may hold the environment's lock).
     let spawned = std::thread::Builder::new()
         .name("memsight-start".into())
         .stack_size(256 << 10)
-        .spawn(|| {
-            std::thread::sleep(START_AFTER);
+        .spawn(move || {
+            std::thread::sleep(wait);
             start_here();
         });
     if let Err(e) = spawned {

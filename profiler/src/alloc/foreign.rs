@@ -6,15 +6,26 @@
 //! The same rules as the global allocator's hot path: no allocation, lock, block or panic.
 
 use super::counters;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
 static IN_USE: AtomicBool = AtomicBool::new(false);
+/// A function the wrapping library runs after each allocation the fast path did not count (0:
+/// none), as `fn()`.
+static SLOW_HOOK: AtomicUsize = AtomicUsize::new(0);
 
 /// Says that the process's `malloc` family is counted here (called once, as the wrapping library
 /// loads): the heap statistics' call counts are then the process's, Rust's share is not told
 /// apart, and reports say why there is no jemalloc or heap profile.
 pub fn install() {
     IN_USE.store(true, Relaxed);
+}
+
+/// Runs `hook` after every allocation that takes the counters' slow path (once per tens of KiB a
+/// thread allocates): the wrapping library's cue to act on the process's age or size without a
+/// thread of its own. The hook runs inside `malloc`, after the inner allocator returned; it must
+/// not lock what a `malloc` caller may hold, and nested allocations call it again.
+pub fn on_slow_alloc(hook: fn()) {
+    SLOW_HOOK.store(hook as usize, Relaxed);
 }
 
 /// True once [`install`] was called.
@@ -30,7 +41,20 @@ pub const WHY_NO_JEMALLOC: &str =
 #[inline(always)]
 pub fn count_alloc(bytes: usize) {
     if !counters::alloc_fast(bytes) {
-        keeping_errno(|| counters::on_alloc(bytes));
+        keeping_errno(|| {
+            counters::on_alloc(bytes);
+            run_slow_hook();
+        });
+    }
+}
+
+/// Runs the hook set by [`on_slow_alloc`], if any.
+fn run_slow_hook() {
+    let hook = SLOW_HOOK.load(Relaxed);
+    if hook != 0 {
+        // SAFETY: only [`on_slow_alloc`] stores here, the address of a `fn()`.
+        let hook: fn() = unsafe { std::mem::transmute::<usize, fn()>(hook) };
+        hook();
     }
 }
 
@@ -48,7 +72,10 @@ pub fn count_free(bytes: usize) {
 #[inline(always)]
 pub fn count_realloc(old: usize, new: usize) {
     if !counters::realloc_fast(old, new) {
-        keeping_errno(|| counters::realloc_slow(old, new));
+        keeping_errno(|| {
+            counters::realloc_slow(old, new);
+            run_slow_hook();
+        });
     }
 }
 
