@@ -229,6 +229,16 @@ pub(crate) fn with_local_or<R>(otherwise: R, f: impl FnOnce(&Local) -> R) -> R {
     LOCAL.try_with(f).unwrap_or(otherwise)
 }
 
+/// This thread's registry entry while it counts in its own block (the heap sampler's records go
+/// to that entry's pool).
+#[cfg(feature = "jemalloc")]
+#[inline]
+pub(crate) fn own_entry() -> Option<usize> {
+    with_local_or(None, |l| {
+        (l.state.load(Relaxed) == state::REGISTERED).then(|| l.entry.load(Relaxed) as usize)
+    })
+}
+
 /// Registers this thread's block (its first slow call does): takes its jemalloc counters, then a
 /// registry entry; `false` when it counts in the shared blocks instead.
 pub(crate) fn register_this(l: &Local) -> bool {
@@ -367,6 +377,8 @@ pub(crate) fn retire_this_thread() {
         }
         l.state.store(state::SHARED, Relaxed);
         l.close_fast_path();
+        #[cfg(feature = "jemalloc")]
+        super::sample_heap::retire_thread(l);
         registry::release(l.entry.load(Relaxed) as usize, || {
             l.counts.fold_into(&SHARED);
             publish(l.take_unpublished());

@@ -6,9 +6,17 @@
 //! it (`MAP_FIXED_NOREPLACE` at the range's next address); jemalloc then manages them as it does
 //! any memory — reuse, splitting, merging, purging (`madvise`) — so a sampled block costs what a
 //! jemalloc block costs, and jemalloc's per-thread counters count it like every other (the process
-//! heap stays exact). Sampled blocks are allocated and freed through a thread cache of their own
-//! (jemalloc's explicit `tcache.create`, shared by all threads under a spin lock), never the
-//! threads' caches, so no sampled block is ever handed to an unsampled allocation.
+//! heap stays exact).
+//!
+//! Sampled blocks are allocated and freed through a jemalloc thread cache of the calling thread's
+//! own (an explicit `tcache.create`, made at the thread's first sample and destroyed when it
+//! exits; a thread without a registry entry goes to the arena uncached), never the threads'
+//! ordinary caches, so no sampled block is ever handed to an unsampled allocation, and no lock is
+//! shared between threads that sample at once.
+//!
+//! Beside the range lies its address map: one `u32` per 16 bytes of the range (sampled blocks are
+//! at least 16 bytes, so at least 16 bytes apart), where the sampler keeps the id of a block's
+//! record ([`record_slot`]); it is mapped in pieces together with the pieces of the range.
 //!
 //! Nothing is reserved up front: the range (1 TiB of addresses) starts at a fixed address far
 //! below where the kernel places mappings and programs (64 TiB; when something else is mapped
@@ -18,14 +26,17 @@
 //! counted as lost samples ([`crate::alloc::sampling`]). A pointer of something else mapped inside
 //! the range is still a jemalloc block: freeing it as a sampled one frees it correctly.
 
-use super::spin::SpinLock;
+use super::counters::{self, state};
 use std::ffi::{c_uint, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use tikv_jemalloc_sys as je;
 
 /// Bytes of the range handed to jemalloc so far.
 static USED: AtomicUsize = AtomicUsize::new(0);
-/// The `mallocx` flags of a sampled block (the arena and its own thread cache); 0 until created.
+/// The `mallocx` flags of a sampled block's arena; 0 until created.
 static FLAGS: AtomicUsize = AtomicUsize::new(0);
 
 /// Where the range starts: far below the kernel's mappings (top-down from below the stack,
@@ -34,6 +45,15 @@ static FLAGS: AtomicUsize = AtomicUsize::new(0);
 const BASE: usize = 64 << 40;
 /// The range's length.
 const RANGE: usize = 1 << 40;
+/// The address map: one `u32` per `1 << MAP_SHIFT` bytes of the range, right after it.
+const MAP_BASE: usize = BASE + RANGE;
+const MAP_SHIFT: u32 = 4;
+/// The map is mapped in granules, each covering `1 << GRANULE_BITS` bytes of the range.
+const GRANULE_BITS: u32 = 26;
+const GRANULE_MAP_BYTES: usize = ((1 << GRANULE_BITS) >> MAP_SHIFT) * 4;
+/// Which granules of the map are mapped.
+static MAPPED: [AtomicBool; RANGE >> GRANULE_BITS] =
+    [const { AtomicBool::new(false) }; RANGE >> GRANULE_BITS];
 
 /// Whether `p` is a sampled block: inside the range. One subtraction and one compare against
 /// constants. (Before the arena exists nothing of the allocator's is there: the kernel places
@@ -54,7 +74,7 @@ pub(crate) fn create() -> Result<(), String> {
     if ready() {
         return Ok(());
     }
-    if !unmapped(BASE) {
+    if !unmapped(BASE) || !unmapped(MAP_BASE) {
         return Err(format!(
             "the address range for sampled blocks ({BASE:#x}) is in use by another mapping"
         ));
@@ -78,23 +98,6 @@ pub(crate) fn create() -> Result<(), String> {
             "jemalloc could not create the sampled arena (error {rc})"
         ));
     }
-    let mut tcache: c_uint = 0;
-    let mut len_out = std::mem::size_of::<c_uint>();
-    // SAFETY: `tcache.create` writes an unsigned cache index.
-    let rc = unsafe {
-        je::mallctl(
-            c"tcache.create".as_ptr(),
-            (&raw mut tcache).cast(),
-            &mut len_out,
-            std::ptr::null_mut(),
-            0,
-        )
-    };
-    if rc != 0 {
-        return Err(format!(
-            "jemalloc could not create the sampled blocks' cache (error {rc})"
-        ));
-    }
     let mut max = 0usize;
     let mut len_out = std::mem::size_of::<usize>();
     // SAFETY: `opt.tcache_max` is a size_t.
@@ -110,10 +113,7 @@ pub(crate) fn create() -> Result<(), String> {
     {
         CACHED_MAX.store(max, Relaxed);
     }
-    FLAGS.store(
-        (je::MALLOCX_ARENA(arena as usize) | je::MALLOCX_TCACHE(tcache as usize)) as usize,
-        Relaxed,
-    );
+    FLAGS.store(je::MALLOCX_ARENA(arena as usize) as usize, Relaxed);
     Ok(())
 }
 
@@ -138,55 +138,165 @@ fn unmapped(at: usize) -> bool {
     }
 }
 
-/// Allocates a sampled block of `size` bytes aligned to `align` (zeroed when `zero`); null when
-/// the arena is missing or full.
+/// Allocates a sampled block of `size` bytes (at least 16) aligned to `align` (zeroed when
+/// `zero`); null when the arena is missing or full.
 ///
 /// # Safety
 /// `align` is a power of two.
 #[inline]
 pub(crate) unsafe fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
-    let flags = FLAGS.load(Relaxed) as i32;
-    if flags == 0 {
+    let arena = FLAGS.load(Relaxed) as i32;
+    if arena == 0 {
         return std::ptr::null_mut();
     }
-    let mut extra = je::MALLOCX_ALIGN(align.max(1));
+    let mut flags = arena | je::MALLOCX_ALIGN(align.max(1));
     if zero {
-        extra |= je::MALLOCX_ZERO;
+        flags |= je::MALLOCX_ZERO;
     }
-    if size > CACHED_MAX.load(Relaxed) {
-        // Larger than any cached size: straight to the arena, without the shared cache's lock
-        // (zeroing or mapping gigabytes must not hold up other threads' samples).
-        return je::mallocx(size, (flags & ARENA_BITS) | je::MALLOCX_TCACHE_NONE | extra).cast();
-    }
-    let _g = CACHE_LOCK.lock();
-    je::mallocx(size.max(1), flags | extra).cast()
+    // Larger than any cached size: straight to the arena (zeroing or mapping gigabytes).
+    flags |= if size > CACHED_MAX.load(Relaxed) {
+        je::MALLOCX_TCACHE_NONE
+    } else {
+        thread_cache()
+    };
+    je::mallocx(size.max(1 << MAP_SHIFT), flags).cast()
 }
 
-/// Frees a sampled block.
+/// Frees a sampled block (into this thread's cache of sampled blocks, for the sizes it caches).
 ///
 /// # Safety
 /// `p` came from [`alloc`] and is freed once.
 #[inline]
 pub(crate) unsafe fn free(p: *mut u8) {
-    // The arena's own cache for the sizes it caches (a block of the range freed before the cache
-    // existed, or a larger one: none, and no lock).
-    let flags = FLAGS.load(Relaxed) as i32 & !ARENA_BITS;
-    if flags == 0 || je::malloc_usable_size(p.cast()) > CACHED_MAX.load(Relaxed) {
-        return je::dallocx(p.cast(), je::MALLOCX_TCACHE_NONE);
-    }
-    let _g = CACHE_LOCK.lock();
-    je::dallocx(p.cast(), flags);
+    let cache = if !ready() || je::malloc_usable_size(p.cast()) > CACHED_MAX.load(Relaxed) {
+        je::MALLOCX_TCACHE_NONE
+    } else {
+        thread_cache()
+    };
+    je::dallocx(p.cast(), cache);
 }
 
 /// The largest size jemalloc's thread caches hold (`opt.tcache_max`, 32 KiB by default).
 static CACHED_MAX: AtomicUsize = AtomicUsize::new(32 << 10);
 
-/// The arena-index bits of `mallocx` flags (a free takes its arena from the block).
-const ARENA_BITS: i32 = !((1 << 20) - 1);
+/// This thread's cache of sampled blocks, as `mallocx` flags: made at its first use by a
+/// registered thread (whose exit destroys it, [`retire_thread`]); none for other threads, or when
+/// jemalloc has no more explicit caches to give.
+#[inline]
+fn thread_cache() -> i32 {
+    counters::with_local_or(je::MALLOCX_TCACHE_NONE, |l| {
+        if l.state.load(Relaxed) != state::REGISTERED {
+            return je::MALLOCX_TCACHE_NONE;
+        }
+        let c = &l.sample.tcache;
+        let mut t = c.load(Relaxed);
+        if t == 0 {
+            t = new_cache();
+            c.store(t, Relaxed);
+        }
+        match t {
+            u32::MAX => je::MALLOCX_TCACHE_NONE,
+            t => je::MALLOCX_TCACHE(t as usize - 1),
+        }
+    })
+}
 
-/// The sampled blocks' cache is jemalloc's explicit thread cache, shared by every thread: one
-/// thread at a time uses it (this lock around each call; sampled calls are rare).
-pub(crate) static CACHE_LOCK: SpinLock = SpinLock::new();
+/// A new explicit jemalloc cache (its index + 1), or `u32::MAX` when jemalloc refuses one.
+#[cold]
+fn new_cache() -> u32 {
+    let mut tcache: c_uint = 0;
+    let mut len = std::mem::size_of::<c_uint>();
+    // SAFETY: `tcache.create` writes an unsigned cache index.
+    let rc = unsafe {
+        je::mallctl(
+            c"tcache.create".as_ptr(),
+            (&raw mut tcache).cast(),
+            &mut len,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if rc == 0 && tcache < u32::MAX - 1 {
+        tcache + 1
+    } else {
+        u32::MAX
+    }
+}
+
+/// The thread of `l` is exiting: its cache of sampled blocks goes back to the arena (called once
+/// the thread no longer counts as registered, so its later samples are uncached).
+pub(crate) fn retire_thread(l: &counters::Local) {
+    let t = l.sample.tcache.swap(u32::MAX, Relaxed);
+    if t == 0 || t == u32::MAX {
+        return;
+    }
+    let mut index: c_uint = t - 1;
+    // SAFETY: `tcache.destroy` reads an unsigned cache index that `tcache.create` made.
+    unsafe {
+        je::mallctl(
+            c"tcache.destroy".as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            (&raw mut index).cast(),
+            std::mem::size_of::<c_uint>(),
+        );
+    }
+}
+
+/// The word of the address map that belongs to the sampled block at `p`: where the sampler keeps
+/// the id of its record. `None` outside the range or where the map is not mapped (nothing of the
+/// sampled arena's is there).
+#[inline]
+pub(crate) fn record_slot(p: *const u8) -> Option<&'static AtomicU32> {
+    let off = (p as usize).wrapping_sub(BASE);
+    if off >= RANGE || !MAPPED[off >> GRANULE_BITS].load(Acquire) {
+        return None;
+    }
+    // SAFETY: inside a mapped granule of the map; `u32`-aligned.
+    Some(unsafe { &*((MAP_BASE + (off >> MAP_SHIFT) * 4) as *const AtomicU32) })
+}
+
+/// Maps the address map's granules for the range's bytes `[start, end)`; `false` when the kernel
+/// refused one.
+fn map_for(start: usize, end: usize) -> bool {
+    let first = (start - BASE) >> GRANULE_BITS;
+    let last = (end - 1 - BASE) >> GRANULE_BITS;
+    for (g, mapped) in MAPPED.iter().enumerate().take(last + 1).skip(first) {
+        if mapped.load(Acquire) {
+            continue;
+        }
+        let at = MAP_BASE + g * GRANULE_MAP_BYTES;
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces a mapping; the map's addresses are the
+        // sampler's (checked free when the arena was created).
+        let p = unsafe {
+            libc::mmap(
+                at as *mut c_void,
+                GRANULE_MAP_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | libc::MAP_NORESERVE
+                    | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        // EEXIST: another thread carving at once mapped it first.
+        // SAFETY: the calling thread's errno.
+        let ours = p as usize == at
+            || (p == libc::MAP_FAILED && unsafe { *libc::__errno_location() } == libc::EEXIST);
+        if !ours {
+            if p != libc::MAP_FAILED {
+                // SAFETY: the mapping just made elsewhere (an old kernel took the address as a
+                // hint).
+                unsafe { libc::munmap(p, GRANULE_MAP_BYTES) };
+            }
+            return false;
+        }
+        mapped.store(true, Release);
+    }
+    true
+}
 
 /// The usable size of a sampled block.
 ///
@@ -249,6 +359,9 @@ unsafe fn carve(
         };
         match USED.compare_exchange_weak(used, end - base, Relaxed, Relaxed) {
             Ok(_) => {
+                if !map_for(start, end) {
+                    return std::ptr::null_mut();
+                }
                 let p = libc::mmap(
                     start as *mut c_void,
                     size,

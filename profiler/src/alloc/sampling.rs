@@ -22,7 +22,7 @@ use super::counters::{self, Local};
 use super::{sample_heap, sample_table, unwind};
 use std::ffi::{c_int, c_void};
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// The default mean bytes between samples (Go's runtime samples at the same rate).
 pub const DEFAULT_RATE: u64 = 512 * 1024;
@@ -31,8 +31,6 @@ pub const DEFAULT_RATE: u64 = 512 * 1024;
 static RATE: AtomicU64 = AtomicU64::new(0);
 /// Bumped at every change of [`RATE`]: a thread re-arms when its generation differs.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
-/// Samples taken since the start.
-static TAKEN: AtomicU64 = AtomicU64::new(0);
 /// Allocations that were due a sample but were served unsampled (the sampled arena was full).
 static LOST: AtomicU64 = AtomicU64::new(0);
 /// Samples whose stack the caching walker could not take (libgcc's unwinder did).
@@ -58,6 +56,9 @@ pub(crate) struct Points {
     /// The top of this thread's stack, for the stack walker (0: not looked up yet; `usize::MAX`:
     /// unknown, libgcc's unwinder walks).
     stack_top: AtomicUsize,
+    /// This thread's cache of sampled blocks (`super::sample_heap`): jemalloc's index + 1 (0: not
+    /// made yet; `u32::MAX`: none).
+    pub(crate) tcache: AtomicU32,
 }
 
 impl Points {
@@ -70,6 +71,7 @@ impl Points {
             rng: AtomicU64::new(0),
             busy: AtomicBool::new(false),
             stack_top: AtomicUsize::new(0),
+            tcache: AtomicU32::new(0),
         }
     }
 
@@ -210,7 +212,6 @@ pub(crate) unsafe fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
     let mut stack = Stack::new();
     stack.capture();
     sample_table::insert(p as usize, size, stack.frames(), seq);
-    TAKEN.fetch_add(1, Relaxed);
     p
 }
 
@@ -415,8 +416,11 @@ pub fn enable(rate: u64) -> Result<(), String> {
     let first = !sample_heap::ready();
     sample_heap::create()?;
     if first {
-        static LOCKS: [&super::spin::SpinLock; 3] =
-            [&sample_table::LOCK, &sample_heap::CACHE_LOCK, &unwind::LOCK];
+        static LOCKS: [&super::spin::SpinLock; 3] = [
+            &sample_table::INTERN_LOCK,
+            &sample_table::SHARED_LOCK,
+            &unwind::LOCK,
+        ];
         super::spin::SpinLock::hold_across_fork(&LOCKS);
     }
     unwind::refresh();
@@ -469,7 +473,7 @@ pub struct Counts {
 /// The sampler's counts now.
 pub fn counts() -> Counts {
     Counts {
-        taken: TAKEN.load(Relaxed),
+        taken: sample_table::samples(),
         lost: LOST.load(Relaxed) + sample_table::DROPPED.load(Relaxed),
         live: sample_table::live_count(),
         slow_walks: SLOW_WALKS.load(Relaxed),

@@ -5,8 +5,11 @@
 //! whose speed drifts by tens of percent between processes (see docs/benchmarks.md), the median of
 //! many adjacent-chunk ratios is far steadier than comparing separate processes.
 //!
-//! `alloc-ab [PAIRS]` (default 400 chunk pairs per cell) prints, per workload and thread count, the
-//! median ns per alloc+free of each side, the median and interquartile range of the pair ratios.
+//! `alloc-ab [PAIRS [RUNS]] [rust] [c] [sampling]` (default 400 chunk pairs per cell, one run, all
+//! tables) prints the CPU model and, per workload and thread count, the median ns per alloc+free of
+//! each side, the ns added, the median of the pair ratios and their spread (p25–p75 for one run;
+//! with RUNS > 1 every cell runs RUNS times, interleaved with the others, and the row shows the
+//! medians over runs and the range of the runs' ratios).
 //!
 //! memsight's heap sampler runs as in a job's session (one sample per 512 KiB, or
 //! `MEMSIGHT_HEAP_SAMPLE`: a size or `off`). With sampling on it then prints what sampling itself
@@ -265,63 +268,171 @@ fn sampler_state() -> String {
     }
 }
 
-fn main() {
-    let pairs: usize = match std::env::args().nth(1).map(|a| a.parse()) {
-        None => 400,
-        Some(Ok(n)) if n > 0 => n,
-        Some(_) => {
-            eprintln!("usage: alloc-ab [PAIRS]   (PAIRS: a positive number of chunk pairs)");
-            std::process::exit(2);
-        }
+/// The CPU's model name (`/proc/cpuinfo`), for the tables: a ratio means little without it.
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// Median of `v` (NaN when empty).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// One table row over rounds: per round (bare ns, tracked ns, ratio, p25, p75); printed as the
+/// medians over rounds, the ns added, and the range of the rounds' ratios.
+fn row(name: &str, threads: usize, rounds: &[[f64; 5]], extra: &str) {
+    let col = |i: usize| median(rounds.iter().map(|r| r[i]).collect());
+    let (b, t, r) = (col(0), col(1), col(2));
+    let lo = rounds.iter().map(|r| r[2]).fold(f64::INFINITY, f64::min);
+    let hi = rounds
+        .iter()
+        .map(|r| r[2])
+        .fold(f64::NEG_INFINITY, f64::max);
+    let spread = if rounds.len() > 1 {
+        format!("{lo:.3}–{hi:.3} ({} runs)", rounds.len())
+    } else {
+        format!("{:.3}–{:.3} (p25–p75)", rounds[0][3], rounds[0][4])
     };
-    println!("{}", sampler_state());
     println!(
-        "| workload | threads | jemalloc ns | memsight ns | ratio (median of pairs) | p25–p75 |"
+        "| {name} | {threads} | {b:.2} | {t:.2} | {:+.2} | {r:.3}× | {spread} |{extra}",
+        t - b
     );
-    println!("|---|---|---|---|---|---|");
-    for threads in [1, 2] {
-        for workload in ["box32", "batch1000", "mixed"] {
-            let [b, t, r, lo, hi] = cell::<Bare, Tracked>(workload, threads, pairs);
-            println!("| {workload} | {threads} | {b:.2} | {t:.2} | {r:.3}× | {lo:.3}–{hi:.3} |");
-        }
-    }
-    println!();
-    println!("C code's malloc/free: memsight's interposed functions vs jemalloc's own");
-    println!(
-        "| workload | threads | jemalloc ns | memsight ns | ratio (median of pairs) | p25–p75 |"
-    );
-    println!("|---|---|---|---|---|---|");
-    for threads in [1, 2] {
-        for workload in ["box32", "mixed"] {
-            let [b, t, r, lo, hi] = cell::<BareC, TrackedC>(workload, threads, pairs);
-            println!("| c-{workload} | {threads} | {b:.2} | {t:.2} | {r:.3}× | {lo:.3}–{hi:.3} |");
-        }
-    }
-    if memsight::heapprof::control::sampling() == Some(true) {
-        println!();
-        println!("What sampling costs: memsight, sampling off and on in alternating chunks");
-        println!(
-            "| workload | threads | off ns | on ns | ratio (median of pairs) | p25–p75 | samples per 1000 ops | ns per sample |"
-        );
-        println!("|---|---|---|---|---|---|---|---|");
-        for threads in [1, 2] {
-            for workload in ["box32", "batch1000", "mixed"] {
-                let ([off, on, r, lo, hi], per_op) = sampling_cell(workload, threads, pairs);
-                let per_sample = if per_op > 0.0 {
-                    format!("{:.0}", (on - off) / per_op)
-                } else {
-                    "—".into()
-                };
-                println!(
-                    "| {workload} | {threads} | {off:.2} | {on:.2} | {r:.3}× | {lo:.3}–{hi:.3} | {:.2} | {per_sample} |",
-                    per_op * 1000.0
-                );
+}
+
+const HEADER: &str =
+    "| workload | threads | {A} ns/op | {B} ns/op | ns added | ratio (median) | spread |";
+
+fn header(a: &str, b: &str, extra: &str) {
+    println!("{}{extra}", HEADER.replace("{A}", a).replace("{B}", b));
+    let cols = HEADER.matches('|').count() - 1 + extra.matches('|').count();
+    println!("{}|", "|---".repeat(cols));
+}
+
+const USAGE: &str = "usage: alloc-ab [PAIRS [RUNS]] [rust] [c] [sampling]
+  PAIRS: chunk pairs per cell and run (default 400); RUNS: interleaved runs of every cell
+  (default 1; the table then shows the median over runs and the range of the runs' ratios);
+  the words pick tables (default: all three)";
+
+fn main() {
+    let mut nums = Vec::new();
+    let mut tables = Vec::new();
+    for a in std::env::args().skip(1) {
+        match a.parse::<usize>() {
+            Ok(n) if n > 0 => nums.push(n),
+            _ if ["rust", "c", "sampling"].contains(&a.as_str()) => tables.push(a),
+            _ => {
+                eprintln!("{USAGE}");
+                std::process::exit(2);
             }
         }
+    }
+    if nums.len() > 2 {
+        eprintln!("{USAGE}");
+        std::process::exit(2);
+    }
+    let pairs = nums.first().copied().unwrap_or(400);
+    let runs = nums.get(1).copied().unwrap_or(1);
+    let want = |t: &str| tables.is_empty() || tables.iter().any(|x| x == t);
+    println!("CPU: {}", cpu_model());
+    println!("{}", sampler_state());
+    println!("{pairs} chunk pairs of {OPS} alloc+free per cell and run, {runs} interleaved run(s)");
+    type Cell = Box<dyn Fn() -> ([f64; 5], f64)>;
+    let mut cells: Vec<(&str, String, usize, Cell)> = Vec::new();
+    for threads in [1, 2] {
+        for workload in ["box32", "batch1000", "mixed"] {
+            if want("rust") {
+                cells.push((
+                    "rust",
+                    workload.into(),
+                    threads,
+                    Box::new(move || (cell::<Bare, Tracked>(workload, threads, pairs), 0.0)),
+                ));
+            }
+        }
+        for workload in ["box32", "mixed"] {
+            if want("c") {
+                cells.push((
+                    "c",
+                    format!("c-{workload}"),
+                    threads,
+                    Box::new(move || (cell::<BareC, TrackedC>(workload, threads, pairs), 0.0)),
+                ));
+            }
+        }
+    }
+    let sampling_on = memsight::heapprof::control::sampling() == Some(true);
+    if want("sampling") && sampling_on {
+        for threads in [1, 2] {
+            for workload in ["box32", "batch1000", "mixed"] {
+                cells.push((
+                    "sampling",
+                    workload.into(),
+                    threads,
+                    Box::new(move || sampling_cell(workload, threads, pairs)),
+                ));
+            }
+        }
+    }
+    let mut results: Vec<Vec<([f64; 5], f64)>> = vec![Vec::new(); cells.len()];
+    for _ in 0..runs {
+        for (i, c) in cells.iter().enumerate() {
+            results[i].push((c.3)());
+        }
+    }
+    let mut last = "";
+    for (i, (table, name, threads, _)) in cells.iter().enumerate() {
+        if *table != last {
+            last = table;
+            println!();
+            match *table {
+                "rust" => {
+                    println!("Rust's path (GlobalAlloc): memsight vs bare jemalloc");
+                    header("jemalloc", "memsight", "");
+                }
+                "c" => {
+                    println!(
+                        "C code's malloc/free: memsight's interposed functions vs jemalloc's own"
+                    );
+                    header("jemalloc", "memsight", "");
+                }
+                _ => {
+                    println!(
+                        "What sampling costs: memsight, sampling off and on in alternating chunks"
+                    );
+                    header("off", "on", " samples per 1000 ops | ns per sample |");
+                }
+            }
+        }
+        let rounds: Vec<[f64; 5]> = results[i].iter().map(|r| r.0).collect();
+        let extra = if *table == "sampling" {
+            let per_op = median(results[i].iter().map(|r| r.1).collect());
+            let added = median(rounds.iter().map(|r| r[1] - r[0]).collect());
+            let per_sample = if per_op > 0.0 {
+                format!("{:.0}", added / per_op)
+            } else {
+                "—".into()
+            };
+            format!(" {:.2} | {per_sample} |", per_op * 1000.0)
+        } else {
+            String::new()
+        };
+        row(name, *threads, &rounds, &extra);
+    }
+    if want("sampling") && sampling_on {
         let c = memsight::alloc::sampling::counts();
         println!(
             "{} samples, {} of their stacks walked by libgcc's unwinder (the caching walker stopped early)",
             c.taken, c.slow_walks
         );
+    } else if want("sampling") {
+        println!("(sampling off: no sampling table)");
     }
 }
