@@ -7,7 +7,7 @@ pub mod cupti;
 
 pub use crate::tensors;
 pub use memsight_format::device::{
-    fold_peaks, DeviceOom, DevicePeak, DeviceProcess, DeviceSample, SegmentMap,
+    fold_peaks, DeviceLines, DeviceOom, DevicePeak, DeviceProcess, DeviceSample, SegmentMap,
 };
 
 use crate::collect::SourceStatus;
@@ -29,12 +29,15 @@ struct Registry {
     /// Statuses of backends that are not sampled: absent ones (they say why) and hooks.
     notes: Vec<SourceStatus>,
     ooms: Vec<DeviceOom>,
+    /// The latest device-by-line record of each device's peak.
+    lines: Vec<DeviceLines>,
 }
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     sources: Vec::new(),
     notes: Vec::new(),
     ooms: Vec::new(),
+    lines: Vec::new(),
 });
 
 /// Most OOM events kept for the report (each is also written to the flight recorder).
@@ -97,4 +100,22 @@ pub fn record_oom(mut oom: DeviceOom) {
 /// Device OOMs recorded so far.
 pub fn ooms() -> Vec<DeviceOom> {
     crate::sys::lock(&REGISTRY).ooms.clone()
+}
+
+/// Records a device's allocated memory at its peak so far by Python line (it replaces the
+/// device's earlier record): kept for the report and written to the flight recorder, so a report
+/// rebuilt after the job died has it too.
+pub fn record_lines(mut lines: DeviceLines) {
+    if let Some(t_ms) = crate::flight::session_ms() {
+        lines.t_ms = t_ms;
+        crate::flight::append(&Record::DeviceLines(Box::new(lines.clone())));
+    }
+    let mut r = crate::sys::lock(&REGISTRY);
+    r.lines.retain(|l| l.device != lines.device);
+    r.lines.push(lines);
+}
+
+/// The device-by-line records so far, one per device.
+pub fn lines() -> Vec<DeviceLines> {
+    crate::sys::lock(&REGISTRY).lines.clone()
 }

@@ -52,6 +52,7 @@ pub mod devices;
 mod flight;
 pub mod heapprof;
 mod phases;
+pub mod pymalloc;
 mod session;
 mod sys;
 pub mod tensors;

@@ -11,6 +11,7 @@ macro_rules! say {
 }
 
 use memsight_format::text;
+use memsight_format::units::fmt_bytes;
 use memsight_sidecar::{attach as attach_to, run as run_job, AttachOptions, RunOptions};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -67,6 +68,12 @@ pub struct Args {
     /// and eval from PyTorch's global hooks; a job's own `memsight.step`/`phase` calls take over).
     #[arg(long)]
     no_auto_steps: bool,
+    /// In a PyTorch job, turn on PyTorch's allocator history with Python stacks (bounded to
+    /// MEMSIGHT_DEVICE_HISTORY_ENTRIES actions, 100000) and report which Python lines hold the
+    /// device memory at each device's peak and at an OOM. Costs about 2 µs per device allocation
+    /// (PyTorch's figure) and a read of the history each time the allocator's peak grows 5%.
+    #[arg(long)]
+    device_history: bool,
     /// The job: `-- CMD ARGS…`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -120,6 +127,15 @@ fn finish(outcome: &memsight_sidecar::RunOutcome, report: &std::path::Path) -> E
                 say!("memsight · first remedy: {}", line(first));
             }
         }
+    }
+    // Device memory by Python line (`--device-history`): where each device's peak was.
+    for l in &outcome.report.device_lines {
+        say!(
+            "memsight · cuda:{} at its peak, {} allocated: {}",
+            l.device,
+            fmt_bytes(l.live_bytes),
+            line(&l.top_text(3))
+        );
     }
     match &outcome.report_error {
         Some(e) => say!("memsight: the report was not written: {}", line(e)),
@@ -194,6 +210,7 @@ pub fn run(a: Args) -> ExitCode {
         preload: !a.no_preload,
         cupti: a.cupti,
         auto_steps: !a.no_auto_steps,
+        device_history: a.device_history,
     };
     let result = if live {
         // The sidecar's thread holds the only sender: when it fails before the job starts, it

@@ -56,6 +56,11 @@ def _load():
         f.restype = ctypes.c_int
     lib.memsight_device_oom.argtypes = [ctypes.c_char_p]
     lib.memsight_device_oom.restype = ctypes.c_int
+    for name in ("memsight_device_lines", "memsight_python_arenas"):
+        f = getattr(lib, name, None)  # a library older than the package: absent
+        if f is not None:
+            f.argtypes = [ctypes.c_char_p]
+            f.restype = ctypes.c_int
     end = getattr(lib, "memsight_training_end", None)  # a library older than the package: absent
     if end is not None:
         end.argtypes = []
@@ -173,3 +178,18 @@ def _device_oom(oom):
     """Records a device out-of-memory (a dict in the report's device OOM shape)."""
     if _lib is not None:
         _checked("device OOM", _lib.memsight_device_oom(json.dumps(oom).encode()))
+
+
+def _device_lines_push(lines):
+    """Records a device's allocated memory at its peak by Python line (the report's device-lines
+    shape; memsight/_device_lines.py builds it)."""
+    f = getattr(_lib, "memsight_device_lines", None)
+    if f is not None:
+        _checked("device lines", f(json.dumps(lines).encode()))
+
+
+def _python_arenas_push(arenas):
+    """Records Python's small-object arenas as CPython counts them (memsight/_pymalloc.py)."""
+    f = getattr(_lib, "memsight_python_arenas", None)
+    if f is not None:
+        _checked("Python arenas", f(json.dumps(arenas).encode()))

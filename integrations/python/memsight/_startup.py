@@ -7,7 +7,8 @@ the ``sitecustomize`` it puts first on ``PYTHONPATH``), before the job's own cod
   the job uses PyTorch) and the automatic steps and phases (``memsight._auto``), unless
   ``MEMSIGHT_AUTO_STEPS=0`` (``memsight run --no-auto-steps``);
 - when the interpreter starts to exit, ends the training window: what follows is the ``shutdown``
-  phase, which budgets do not gate by default.
+  phase, which budgets do not gate by default; and reads Python's small-object arenas (pymalloc,
+  outside the heap count) with their exact peak for the report (``memsight._pymalloc``).
 
 Nothing here runs outside a process that carries memsight's preloaded library.
 """
@@ -99,6 +100,14 @@ def _training_ends():
     if state is not None:
         state.close()  # whatever phase of ours is open
     memsight._training_end()
+    try:
+        from memsight import _pymalloc
+
+        arenas = _pymalloc.stats()
+        if arenas is not None:
+            memsight._python_arenas_push(arenas)
+    except Exception:  # an interpreter this code does not know: the report goes without them
+        pass
 
 
 def _on_exit(fn):

@@ -14,16 +14,24 @@ This module never initialises CUDA itself: the allocator is read only once the j
 CUDA (``torch.cuda.is_initialized()``), the OOM observer is attached then, and free/total memory
 is asked only of devices the allocator has already reserved memory on (asking another device
 would create a CUDA context there, about 500 MiB, in every process of a multi-GPU job).
+
+With ``device_history`` (``memsight run --device-history``, ``MEMSIGHT_DEVICE_HISTORY=1``) it also
+turns on PyTorch's allocator history with Python stacks as CUDA starts (before the job's first
+device allocation), bounded to ``MEMSIGHT_DEVICE_HISTORY_ENTRIES`` actions (100000), and says
+which Python lines hold the device memory: at each device's peak (read again whenever the
+allocator's own peak has grown 5% since, and at the end) and at an OOM (memsight/_device_lines.py).
 """
 
 import atexit
+import os
 import threading
+import traceback
 import warnings
 
 import torch
 
 import memsight
-from memsight import _nvml
+from memsight import _device_lines, _nvml
 
 __all__ = ["install"]
 
@@ -34,12 +42,39 @@ _warned = set()
 _contexts = set()
 
 
-def install(interval=0.1):
+#: Actions PyTorch's allocator history keeps (a ring; each costs a few hundred bytes of host memory).
+HISTORY_ENTRIES = 100_000
+#: The allocator's peak must grow by this share before the lines at the peak are read again.
+PEAK_GROWTH = 0.05
+
+
+def _history_wanted(device_history):
+    if device_history is not None:
+        return bool(device_history)
+    return os.environ.get("MEMSIGHT_DEVICE_HISTORY", "0") not in ("", "0")
+
+
+def _history_entries():
+    raw = os.environ.get("MEMSIGHT_DEVICE_HISTORY_ENTRIES")
+    try:
+        n = int(raw) if raw else HISTORY_ENTRIES
+    except ValueError:
+        n = 0
+    if n <= 0:
+        warnings.warn("memsight: MEMSIGHT_DEVICE_HISTORY_ENTRIES=%r cannot be used (a count > 0); "
+                      "keeping %d" % (raw, HISTORY_ENTRIES), RuntimeWarning)
+        n = HISTORY_ENTRIES
+    return n
+
+
+def install(interval=0.1, device_history=None):
     """Starts reporting PyTorch's device memory to memsight; returns ``{source: detail}``.
 
     Call it once the job is set up (calling it again returns the first call's answer). Without
     a memsight session (``memsight.active()`` False) it does nothing and returns ``{}``.
-    ``interval`` is the seconds between two reads of the statistics.
+    ``interval`` is the seconds between two reads of the statistics. ``device_history`` turns on
+    the device memory by Python line (None: ``MEMSIGHT_DEVICE_HISTORY``); it starts with CUDA, so
+    call ``install`` before the job's first CUDA tensor for every allocation to have its line.
     """
     global _poller
     if not interval > 0:
@@ -48,7 +83,7 @@ def install(interval=0.1):
         if _poller is None:
             if not memsight.active():
                 return {}
-            _poller = _Poller(float(interval))
+            _poller = _Poller(float(interval), _history_wanted(device_history))
             _poller.start()
         return dict(_poller.status)
 
@@ -140,6 +175,39 @@ def largest_free_block(device):
     return largest
 
 
+def _current_stack():
+    """The calling thread's Python stack as snapshot frames, innermost first, without this
+    module's own frames."""
+    here = os.path.abspath(__file__)
+    frames = []
+    for f in reversed(traceback.extract_stack()):
+        if os.path.abspath(f.filename) == here:
+            continue
+        frames.append({"filename": f.filename, "line": f.lineno or 0, "name": f.name})
+    return frames
+
+
+def oom_lines(device, requested, library_paths=None):
+    """The device memory allocated at an OOM by Python line, and the failed request's line (the
+    history's ``oom`` action, else the stack of the thread that hit it: the observer runs there)."""
+    snapshot = torch.cuda.memory._snapshot()
+    lines = _device_lines.device_lines(snapshot, device, "oom", library_paths=library_paths)
+    if "failed_request" not in lines:
+        frames = _current_stack()
+        paths = library_paths if library_paths is not None else _device_lines.default_library_paths()
+        f = _device_lines._line_of(frames, paths) or {}
+        lines["failed_request"] = {
+            "file": f.get("filename") or "?",
+            "line": f.get("line") or 0,
+            "function": f.get("name") or "?",
+            "bytes": int(requested),
+            "blocks": 1,
+            "category": _device_lines.category(frames),
+            "stack": [_device_lines.frame_text(x) for x in frames[: _device_lines.STACK_DEPTH]],
+        }
+    return lines
+
+
 def oom_record(device, requested, total, free, nvml=None):
     """The device OOM record for the allocator's OOM observer arguments, as memsight's Rust shim
     fills it: the allocator's statistics and largest free block at that moment, and NVML's
@@ -177,8 +245,12 @@ def oom_record(device, requested, total, free, nvml=None):
 class _Poller:
     """The sources installed in this process and the thread that reads them."""
 
-    def __init__(self, interval):
+    def __init__(self, interval, history=False):
         self.interval = interval
+        self.history_wanted = history
+        self.history = False  # on once CUDA started and PyTorch accepted it
+        self.captured = {}  # device -> the allocator peak the last lines were read at
+        self.library_paths = _device_lines.default_library_paths()
         self.status = {}
         self.names = {}
         self.observer_attached = False
@@ -194,6 +266,13 @@ class _Poller:
         else:
             self.status["torch-cuda"] = "absent: " + why
             memsight._device_absent("torch-cuda", why)
+        if history:
+            if self.cuda:
+                self.status["torch-cuda history"] = (
+                    "allocator history with Python stacks (%d actions) from CUDA's start: device "
+                    "memory by line at each device's peak and at an OOM" % _history_entries())
+            else:
+                self.status["torch-cuda history"] = "absent: " + why
         self.nvml = None
         try:
             self.nvml = _nvml.Nvml()
@@ -210,6 +289,12 @@ class _Poller:
                 self.nvml = None
 
     def start(self):
+        if self.cuda and self.history_wanted:
+            try:
+                # Runs as soon as CUDA is initialised (at once if it is): before any allocation.
+                torch.cuda._lazy_call(self._start_history)
+            except Exception as e:  # noqa: BLE001 - reported once, then the lines are off
+                _warn_once("turning on PyTorch's allocator history", e)
         self.tick()
         if self.cuda or self.nvml is not None:
             self._thread = threading.Thread(target=self._run, name="memsight-torch", daemon=True)
@@ -221,21 +306,57 @@ class _Poller:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * self.interval + 1)
-        self.tick()
+        self.tick(final=True)
+
+    def _start_history(self):
+        try:
+            torch.cuda.memory._record_memory_history(
+                enabled="all", context="alloc", stacks="python", max_entries=_history_entries())
+            self.history = True
+        except Exception as e:  # noqa: BLE001 - reported once, then the lines are off
+            _warn_once("turning on PyTorch's allocator history", e)
+
+    def _read_lines(self, samples, final=False):
+        """Reads the lines at the peak of each device whose allocator peak grew enough (any growth
+        at the end) since they were last read, and hands them to the session."""
+        due = []
+        for s in samples:
+            peak = s.get("peak_allocated_bytes")
+            if s.get("backend") != "torch-cuda" or not peak:
+                continue
+            last = self.captured.get(s["index"])
+            if last is None or peak > last * (1 + (0 if final else PEAK_GROWTH)):
+                due.append((s["index"], peak))
+        if not due:
+            return
+        snapshot = torch.cuda.memory._snapshot()
+        for device, peak in due:
+            lines = _device_lines.device_lines(
+                snapshot, device, "peak", allocator_peak_bytes=peak, library_paths=self.library_paths)
+            memsight._device_lines_push(lines)
+            self.captured[device] = peak
 
     def _run(self):
         while not self._stop.wait(self.interval):
             self.tick()
 
-    def tick(self):
+    def tick(self, final=False):
         """Reads every working source once and hands the samples to the session."""
         if self.cuda:
+            samples = []
             try:
                 self._attach_observer()
-                memsight._device_push("torch-cuda", cuda_samples(self.names))
+                samples = cuda_samples(self.names)
+                memsight._device_push("torch-cuda", samples)
             except Exception as e:  # noqa: BLE001 - reported once, then this source stops
                 _warn_once("reading torch.cuda.memory_stats", e)
                 self.cuda = False
+            if self.history:
+                try:
+                    self._read_lines(samples, final)
+                except Exception as e:  # noqa: BLE001 - reported once, then the lines stop
+                    _warn_once("reading PyTorch's allocator history", e)
+                    self.history = False
         if self.nvml is not None:
             try:
                 memsight._device_push("nvml", self.nvml.samples())
@@ -248,12 +369,23 @@ class _Poller:
         if self.observer_attached or not torch.cuda.is_initialized():
             return
         nvml = self.nvml
+        poller = self
 
         def on_oom(device, alloc, total, free):
             # Runs in the thread that hit the OOM; an exception here would replace the user's
             # OutOfMemoryError, so nothing may escape.
             try:
-                memsight._device_oom(oom_record(device, alloc, total, free, nvml))
+                oom = oom_record(device, alloc, total, free, nvml)
+            except Exception as e:  # noqa: BLE001
+                _warn_once("recording a CUDA OOM", e)
+                return
+            if poller.history:
+                try:
+                    oom["lines"] = oom_lines(int(device), alloc, poller.library_paths)
+                except Exception as e:  # noqa: BLE001 - the record goes without its lines
+                    _warn_once("reading the lines at a CUDA OOM", e)
+            try:
+                memsight._device_oom(oom)
             except Exception as e:  # noqa: BLE001
                 _warn_once("recording a CUDA OOM", e)
 

@@ -14,6 +14,7 @@ pub fn markdown(r: &Report) -> String {
     }
     process_tree(&mut s, r);
     post_mortem(&mut s, r);
+    device_lines(&mut s, r);
     phases(&mut s, r);
     heap_profile(&mut s, r);
     tips_and_sources(&mut s, r);
@@ -98,6 +99,18 @@ fn metrics(s: &mut String, r: &Report) {
             s,
             "| process heap | – | | {} |",
             memsight_format::Report::HEAP_NOT_MEASURED
+        );
+    }
+    if let Some(a) = &r.python_arenas {
+        let _ = writeln!(
+            s,
+            "| Python small objects | {} | | pymalloc's arenas ({} × {}, CPython's own high-water mark), mapped outside malloc: **not in the process heap above**{} |",
+            fmt_bytes(a.peak_bytes),
+            a.peak_arenas,
+            fmt_bytes(a.arena_size_bytes),
+            a.allocated_blocks_bytes
+                .map(|b| format!("; {} in objects at exit", fmt_bytes(b)))
+                .unwrap_or_default()
         );
     }
     if let Some(rss) = p.rss_peak_bytes {
@@ -243,6 +256,102 @@ fn post_mortem(s: &mut String, r: &Report) {
                 let _ = writeln!(s, "{}. {rem}", i + 1);
             }
         }
+    }
+}
+
+/// Device memory by Python line: at each device's peak, and at each OOM that has its lines.
+fn device_lines(s: &mut String, r: &Report) {
+    for l in &r.device_lines {
+        let reach = match l.covers_peak {
+            Some(true) => "; the history reaches back to the allocator's own peak".to_string(),
+            Some(false) => format!(
+                "; the allocator's own peak, {}, is older than the history's {} actions",
+                l.allocator_peak_bytes.map(fmt_bytes).unwrap_or_default(),
+                l.history_entries
+            ),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "
+### Device memory by line: cuda:{} at its peak ({} allocated{reach})
+",
+            l.device,
+            fmt_bytes(l.live_bytes)
+        );
+        line_table(s, l);
+    }
+    for o in r.device_ooms.iter() {
+        let Some(l) = &o.lines else { continue };
+        let asked = match &l.failed_request {
+            Some(f) => format!(
+                "the request for {} came from `{}`",
+                fmt_bytes(f.bytes),
+                f.short()
+            ),
+            None => format!("the request for {}", fmt_bytes(o.requested_bytes)),
+        };
+        let _ = writeln!(
+            s,
+            "
+### Device memory by line: cuda:{} OOM at step {} ({asked}; {} allocated then)
+",
+            o.device,
+            o.step,
+            fmt_bytes(l.live_bytes)
+        );
+        line_table(s, l);
+    }
+}
+
+/// One moment's lines, categories and what has no Python stack.
+fn line_table(s: &mut String, l: &memsight_format::device::DeviceLines) {
+    let share = |b: u64| {
+        if l.live_bytes == 0 {
+            0.0
+        } else {
+            b as f64 * 100.0 / l.live_bytes as f64
+        }
+    };
+    if !l.lines.is_empty() {
+        let _ = writeln!(
+            s,
+            "| bytes | share | line | category |\n|---:|---:|---|---|"
+        );
+        for line in &l.lines {
+            let _ = writeln!(
+                s,
+                "| {} | {:.1}% | `{}` | {} |",
+                fmt_bytes(line.bytes),
+                share(line.bytes),
+                line.short(),
+                line.category
+            );
+        }
+        if l.other_lines_bytes > 0 {
+            let _ = writeln!(
+                s,
+                "| {} | {:.1}% | other lines | |",
+                fmt_bytes(l.other_lines_bytes),
+                share(l.other_lines_bytes)
+            );
+        }
+        if l.no_stack_bytes > 0 {
+            let _ = writeln!(
+                s,
+                "| {} | {:.1}% | no Python stack (autograd's backward thread, or allocated before the history) | |",
+                fmt_bytes(l.no_stack_bytes),
+                share(l.no_stack_bytes)
+            );
+        }
+    }
+    if !l.categories.is_empty() {
+        let cats: Vec<String> = l
+            .categories
+            .iter()
+            .map(|c| format!("{} {}", c.name, fmt_bytes(c.bytes)))
+            .collect();
+        let _ = writeln!(s, "\nBy category: {}.", cats.join(" · "));
     }
 }
 

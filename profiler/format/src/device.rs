@@ -142,6 +142,111 @@ pub struct DeviceOom {
     /// Other processes on the device (NVML), when known.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<DeviceProcess>,
+    /// The device memory allocated at the OOM by Python line, and the line whose request failed
+    /// (PyTorch's allocator history, `memsight run --device-history`; added in wire 1.7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines: Option<Box<DeviceLines>>,
+}
+
+/// A device's allocated memory at one moment by the Python line that allocated it, from PyTorch's
+/// own allocator history (`torch.cuda.memory._record_memory_history` with Python stacks, read by
+/// the `memsight.torch` package: `memsight run --device-history`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceLines {
+    /// Device index.
+    pub device: u32,
+    /// `peak` (the highest allocated point the history holds) or `oom` (allocated at an OOM).
+    pub moment: String,
+    /// Milliseconds since the session started, when it was recorded (0 without a session).
+    #[serde(default)]
+    pub t_ms: u64,
+    /// Bytes allocated at that moment (blocks as the allocator rounds them).
+    pub live_bytes: u64,
+    /// Of those, bytes in blocks without a Python stack (see the categories `backward` and
+    /// `before history`).
+    #[serde(default)]
+    pub no_stack_bytes: u64,
+    /// Bytes of lines below the ones listed.
+    #[serde(default)]
+    pub other_lines_bytes: u64,
+    /// The lines holding the most, largest first.
+    #[serde(default)]
+    pub lines: Vec<DeviceLine>,
+    /// The bytes by category (parameters, gradients, optimizer state, activations, backward,
+    /// before history, other), largest first.
+    #[serde(default)]
+    pub categories: Vec<DeviceCategory>,
+    /// Allocator actions the history held when read (bounded: a ring of the last ones).
+    #[serde(default)]
+    pub history_entries: u64,
+    /// The allocator's own peak of allocated bytes (`torch.cuda.max_memory_allocated`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocator_peak_bytes: Option<u64>,
+    /// For a `peak`: whether the history reached back to the allocator's own peak (false: it
+    /// holds a lower one, the highest of its window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub covers_peak: Option<bool>,
+    /// For an `oom`: the request that failed and the line that made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_request: Option<DeviceLine>,
+}
+
+impl DeviceLines {
+    /// The top `n` lines in one phrase: `144.0 MiB model.py:87 forward (activations), …`.
+    pub fn top_text(&self, n: usize) -> String {
+        self.lines
+            .iter()
+            .take(n)
+            .map(|l| {
+                format!(
+                    "{} {} ({})",
+                    crate::units::fmt_bytes(l.bytes),
+                    l.short(),
+                    l.category
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Device bytes allocated by one Python line.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceLine {
+    /// The source file, as Python names it.
+    pub file: String,
+    /// The line number.
+    pub line: u32,
+    /// The function.
+    pub function: String,
+    /// Bytes allocated there and live at the moment.
+    pub bytes: u64,
+    /// Blocks.
+    pub blocks: u64,
+    /// The category holding most of its bytes.
+    #[serde(default)]
+    pub category: String,
+    /// The stack of its largest block, innermost first, `file:line function` each (bounded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stack: Vec<String>,
+}
+
+impl DeviceLine {
+    /// `train.py:112 forward`: the file's name without its directories.
+    pub fn short(&self) -> String {
+        let name = self.file.rsplit('/').next().unwrap_or(&self.file);
+        format!("{name}:{} {}", self.line, self.function)
+    }
+}
+
+/// Device bytes of one category.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceCategory {
+    /// `parameters`, `gradients`, `optimizer state`, `activations`, `backward`, `before history`,
+    /// `other`.
+    pub name: String,
+    /// Bytes.
+    pub bytes: u64,
 }
 
 /// One device's peaks over a whole run, as one backend saw them.

@@ -37,3 +37,24 @@ pub struct HeapStats {
     /// Cumulative bytes returned through `memsight::Allocator` (Rust's).
     pub bytes_freed: u64,
 }
+
+/// Python's small-object arenas (pymalloc): objects of 512 bytes or less live in arenas CPython
+/// maps with `mmap`, outside the malloc family that the heap counters count. CPython's own exact
+/// figures (`_PyObject_DebugMallocStats`), read by the `memsight` Python package as the
+/// interpreter exits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PythonArenas {
+    /// Bytes of one arena (1 MiB since CPython 3.10, 256 KiB before).
+    pub arena_size_bytes: u64,
+    /// The most arenas allocated at once (CPython's high-water mark: an exact peak).
+    pub peak_arenas: u64,
+    /// `peak_arenas` × `arena_size_bytes`.
+    pub peak_bytes: u64,
+    /// Arenas allocated when read.
+    pub arenas: u64,
+    /// `arenas` × `arena_size_bytes`.
+    pub bytes: u64,
+    /// Bytes in the objects' blocks when read (the rest of the arenas is free room in them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated_blocks_bytes: Option<u64>,
+}

@@ -5,7 +5,7 @@
 
 use crate::job::measured_here;
 use memsight::collect::SourceStatus;
-use memsight::devices::{self, DeviceOom, DeviceSample, DeviceSource};
+use memsight::devices::{self, DeviceLines, DeviceOom, DeviceSample, DeviceSource};
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::sync::{Arc, Mutex};
 
@@ -149,6 +149,42 @@ pub unsafe extern "C" fn memsight_device_oom(oom_json: *const c_char) -> c_int {
     };
     if measured_here() {
         devices::record_oom(oom);
+    }
+    0
+}
+
+/// Records a device's allocated memory at its peak so far by Python line (JSON of the report's
+/// device-lines type; its time is filled in here), replacing the device's earlier record, in the
+/// report and at once in the flight recorder. Returns 0, or -1 on bad input.
+///
+/// # Safety
+/// `lines_json` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn memsight_device_lines(lines_json: *const c_char) -> c_int {
+    let Some(lines) = text(lines_json).and_then(|j| serde_json::from_str::<DeviceLines>(&j).ok())
+    else {
+        return -1;
+    };
+    if measured_here() {
+        devices::record_lines(lines);
+    }
+    0
+}
+
+/// Records Python's small-object arenas as CPython counts them (JSON of the report's
+/// `python_arenas` type), replacing an earlier reading. Returns 0, or -1 on bad input.
+///
+/// # Safety
+/// `arenas_json` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn memsight_python_arenas(arenas_json: *const c_char) -> c_int {
+    let Some(arenas) = text(arenas_json)
+        .and_then(|j| serde_json::from_str::<memsight::pymalloc::PythonArenas>(&j).ok())
+    else {
+        return -1;
+    };
+    if measured_here() {
+        memsight::pymalloc::record(arenas);
     }
     0
 }

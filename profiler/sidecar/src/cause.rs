@@ -151,10 +151,28 @@ impl Seen {
                 Some(p) => format!(" at step {} in {p}", o.step),
                 None => format!(" at step {}", o.step),
             };
+            // With the allocator history (`--device-history`): the line that asked, and the lines
+            // holding the memory then.
+            let lines = o
+                .lines
+                .as_ref()
+                .map(|l| {
+                    let asked = l
+                        .failed_request
+                        .as_ref()
+                        .map(|f| format!("; it was asked at {}", f.short()))
+                        .unwrap_or_default();
+                    let held = match l.top_text(3) {
+                        t if t.is_empty() => String::new(),
+                        t => format!("; allocated then: {t}"),
+                    };
+                    format!("{asked}{held}")
+                })
+                .unwrap_or_default();
             (
                 "out_of_memory",
                 format!(
-                    "the job ran out of device memory: a {} request on cuda:{} failed with {} of {} free{when}{earlier}; it {}",
+                    "the job ran out of device memory: a {} request on cuda:{} failed with {} of {} free{when}{earlier}{lines}; it {}",
                     fmt_bytes(o.requested_bytes),
                     o.device,
                     fmt_bytes(o.free_bytes),

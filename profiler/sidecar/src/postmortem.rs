@@ -179,7 +179,7 @@ fn rebuilt_report(e: &Ending) -> Report {
                 .collect(),
         ),
     };
-    build(Parts {
+    let mut report = build(Parts {
         job: Job {
             pid,
             command,
@@ -198,7 +198,9 @@ fn rebuilt_report(e: &Ending) -> Report {
             .collect(),
         tensors: w.last().and_then(|s| s.tensors),
         device_ooms: w.device_ooms.clone(),
-    })
+    });
+    report.device_lines = w.device_lines.clone();
+    report
 }
 
 /// What the flight recorder gave: a rebuilt report, an error, or nothing (no session in the job).

@@ -43,6 +43,10 @@ pub struct RunOptions {
     pub cupti: bool,
     /// Mark a PyTorch job's steps and phases from PyTorch's global hooks (memsight/_auto.py).
     pub auto_steps: bool,
+    /// Turn on PyTorch's allocator history with Python stacks in a job that imports torch, and
+    /// report the device memory by Python line at each device's peak and at an OOM
+    /// (memsight/torch.py; `MEMSIGHT_DEVICE_HISTORY`).
+    pub device_history: bool,
 }
 
 /// The environment that sets the job's heap sampling (memsight's heap sampler reads it) and says
@@ -94,6 +98,10 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         .env(
             "MEMSIGHT_AUTO_STEPS",
             if opts.auto_steps { "1" } else { "0" },
+        )
+        .env(
+            "MEMSIGHT_DEVICE_HISTORY",
+            if opts.device_history { "1" } else { "0" },
         );
     let _injected = opts
         .preload

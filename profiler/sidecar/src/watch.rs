@@ -36,6 +36,8 @@ pub(crate) struct Watch {
     pub histogram: Vec<memsight_format::report::HistogramBucket>,
     /// Device OOMs the job's observer recorded.
     pub device_ooms: Vec<memsight_format::device::DeviceOom>,
+    /// The latest device-by-line record of each device's peak (wire 1.7).
+    pub device_lines: Vec<memsight_format::device::DeviceLines>,
     /// Heap profiles the job announced, one per file still on disk.
     pub heap_dumps: Vec<memsight_format::heap_profile::DumpRecord>,
     /// The job's process tree, when the sidecar adds it (read from outside: PSS, workers) to the
@@ -62,6 +64,7 @@ impl Watch {
             phases: Vec::new(),
             histogram: Vec::new(),
             device_ooms: Vec::new(),
+            device_lines: Vec::new(),
             heap_dumps: Vec::new(),
             trees: None,
         }
@@ -173,6 +176,10 @@ impl Watch {
                     }
                 }
                 Record::DeviceOom(o) => self.device_ooms.push(*o),
+                Record::DeviceLines(l) => {
+                    self.device_lines.retain(|o| o.device != l.device);
+                    self.device_lines.push(*l);
+                }
                 Record::HeapProfile(d) => {
                     // One record per file still on disk (rotated step profiles are deleted), so a
                     // long job's list stays short.

@@ -550,6 +550,8 @@ impl Session {
         // to read them.
         let report = {
             let mut report = report;
+            report.device_lines = devices::lines();
+            report.python_arenas = crate::pymalloc::latest();
             if training.is_some() {
                 report.training = training;
                 report.tips = report::tips::derive(&report);

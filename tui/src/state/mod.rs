@@ -67,6 +67,8 @@ pub struct ViewerState {
     pub interval_ms: Option<u64>,
     /// Device OOMs caught by the job's observer.
     pub device_ooms: Vec<memsight::devices::DeviceOom>,
+    /// Device memory at each device's peak by Python line (`--device-history`), one per device.
+    pub device_lines: Vec<memsight::devices::DeviceLines>,
     /// The heap-profile section (reports).
     pub heap_profile: Option<memsight::heapprof::HeapProfile>,
     /// How many heap profiles the job announced while running.
@@ -148,6 +150,7 @@ impl ViewerState {
             post_mortem: None,
             interval_ms: None,
             device_ooms: Vec::new(),
+            device_lines: Vec::new(),
             heap_profile: None,
             heap_dumps: 0,
             last_heap_dump: None,
@@ -183,6 +186,7 @@ impl ViewerState {
         });
         s.post_mortem = r.post_mortem.clone();
         s.device_ooms = r.device_ooms.clone();
+        s.device_lines = r.device_lines.clone();
         s.heap_profile = r.heap_profile.clone();
         s.report = Some(r);
         s
@@ -262,6 +266,10 @@ impl ViewerState {
             Record::DeviceOom(o) => {
                 self.device_ooms.push(*o);
                 self.refresh_report(true);
+            }
+            Record::DeviceLines(l) => {
+                self.device_lines.retain(|o| o.device != l.device);
+                self.device_lines.push(*l);
             }
             Record::HeapProfile(d) => {
                 self.heap_dumps += 1;

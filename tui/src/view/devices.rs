@@ -21,7 +21,7 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
         .find(|x| !x.devices.is_empty())
         .map(|x| x.devices.iter().collect())
         .unwrap_or_default();
-    if !has_tensors && latest.is_empty() && s.device_ooms.is_empty() {
+    if !has_tensors && latest.is_empty() && s.device_ooms.is_empty() && s.device_lines.is_empty() {
         // How this job's language turns its devices on.
         let install = match s
             .report
@@ -60,14 +60,31 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
         .flat_map(|x| x.devices.iter())
         .find(|d| !d.segments.is_empty());
     let map_h = segments.map_or(0, |d| (d.segments.len() as u16 + 2).min(12));
-    let [top, bottom, map_area] = Layout::vertical([
+    let by_line = line_rows(s);
+    let lines_h = if by_line.is_empty() {
+        0
+    } else {
+        (by_line.len() as u16 + 2).min(14)
+    };
+    let [top, bottom, lines_area, map_area] = Layout::vertical([
         Constraint::Min(8),
         Constraint::Length(table_h.max(5)),
+        Constraint::Length(lines_h),
         Constraint::Length(map_h),
     ])
     .areas(area);
     if let Some(d) = segments {
         segment_map(f, map_area, d);
+    }
+    if !by_line.is_empty() {
+        f.render_widget(
+            Paragraph::new(by_line.join("\n")).block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .title(" device memory by Python line (PyTorch's allocator history) "),
+            ),
+            lines_area,
+        );
     }
     let max = top.width as usize * 2;
     let series: Vec<Series> = [
@@ -172,6 +189,63 @@ pub fn render(f: &mut Frame, area: Rect, s: &ViewerState) {
         .map(|(_, w)| Constraint::Length(w))
         .collect();
     f.render_widget(Table::new(rows, widths).header(header).block(block), bottom);
+}
+
+/// The lines of the device-by-line panel: each device's peak, then each OOM that has its lines
+/// (the request that failed first), top lines largest first.
+pub fn line_rows(s: &ViewerState) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut moment = |head: String, l: &memsight::devices::DeviceLines| {
+        out.push(head);
+        for line in l.lines.iter().take(5) {
+            out.push(format!(
+                "  {:>10}  {}  ({})",
+                fmt_bytes(line.bytes),
+                line.short(),
+                line.category
+            ));
+        }
+        if l.no_stack_bytes > 0 {
+            out.push(format!(
+                "  {:>10}  no Python stack (autograd's backward thread, or before the history)",
+                fmt_bytes(l.no_stack_bytes)
+            ));
+        }
+    };
+    for l in &s.device_lines {
+        let reach = match l.covers_peak {
+            Some(false) => " (the history's window; the allocator's own peak is older)",
+            _ => "",
+        };
+        moment(
+            format!(
+                "cuda:{} at its peak, {} allocated{reach}",
+                l.device,
+                fmt_bytes(l.live_bytes)
+            ),
+            l,
+        );
+    }
+    for o in &s.device_ooms {
+        if let Some(l) = &o.lines {
+            let asked = l
+                .failed_request
+                .as_ref()
+                .map(|f| format!(", asked at {}", f.short()))
+                .unwrap_or_default();
+            moment(
+                format!(
+                    "cuda:{} OOM at step {}: {} refused{asked}; {} allocated then",
+                    o.device,
+                    o.step,
+                    fmt_bytes(o.requested_bytes),
+                    fmt_bytes(l.live_bytes)
+                ),
+                l,
+            );
+        }
+    }
+    out
 }
 
 /// One character per slice of a segment: free `·`, then ░ ▒ ▓ █ as the allocated share grows.

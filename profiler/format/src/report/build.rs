@@ -97,6 +97,8 @@ pub fn build(p: Parts) -> Report {
         sources: p.sources,
         devices: sp.devices.clone(),
         device_ooms: p.device_ooms,
+        device_lines: Vec::new(),
+        python_arenas: None,
         tips: Vec::new(),
         post_mortem: None,
         heap_profile: None,

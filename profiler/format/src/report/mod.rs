@@ -73,6 +73,14 @@ pub struct Report {
     /// Device out-of-memory events caught by an OOM observer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub device_ooms: Vec<crate::device::DeviceOom>,
+    /// Python's small-object arenas (pymalloc), which the heap figures leave out: their exact
+    /// peak and size (a Python job under `memsight run`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_arenas: Option<crate::heap::PythonArenas>,
+    /// Device memory at each device's peak by Python line (PyTorch's allocator history:
+    /// `memsight run --device-history`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_lines: Vec<crate::device::DeviceLines>,
     /// Advice derived from the numbers above.
     pub tips: Vec<tips::Tip>,
     /// How the job ended, written by the sidecar (`memsight run`): cause, last sample, diagnosis.

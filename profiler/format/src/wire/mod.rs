@@ -19,7 +19,7 @@ use std::fmt;
 /// Incompatible format changes bump this; readers reject other majors.
 pub const MAJOR: u16 = 1;
 /// Additive changes (new record types, new optional fields) bump this.
-pub const MINOR: u16 = 6;
+pub const MINOR: u16 = 7;
 
 /// One thing the job tells its watchers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -92,6 +92,9 @@ pub enum Record {
     DeviceOom(Box<crate::device::DeviceOom>),
     /// The job wrote a jemalloc heap profile (added in 1.2).
     HeapProfile(crate::heap_profile::DumpRecord),
+    /// A device's allocated memory at its peak so far by Python line (PyTorch's allocator
+    /// history; added in 1.7): the latest per device replaces the earlier.
+    DeviceLines(Box<crate::device::DeviceLines>),
     /// A record type from a newer minor version: skipped by this reader.
     #[serde(other)]
     Unknown,
