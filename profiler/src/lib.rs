@@ -53,6 +53,7 @@ mod flight;
 pub mod heapprof;
 mod phases;
 pub mod pymalloc;
+pub mod pyframes;
 mod session;
 mod sys;
 pub mod tensors;

@@ -246,3 +246,70 @@ impl DeviceSource for Pushed {
         );
     }
 }
+
+/// Turns on Python frames in sampled stacks (`memsight::pyframes::enable`): called by the
+/// `memsight` package from a Python function named `caller`, whose frame the reader must find
+/// innermost. 1: on; 0: off (the reason, when `why` is not null, as a string to free with
+/// `memsight_string_free`).
+///
+/// # Safety
+/// `caller` is a NUL-terminated string; `why` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn memsight_python_frames(
+    caller: *const c_char,
+    why: *mut *mut c_char,
+) -> c_int {
+    if caller.is_null() {
+        return 0;
+    }
+    let caller = CStr::from_ptr(caller).to_string_lossy();
+    match memsight::pyframes::enable(&caller) {
+        Ok(()) => 1,
+        Err(e) => {
+            if !why.is_null() {
+                *why = CString::new(e).map_or(std::ptr::null_mut(), CString::into_raw);
+            }
+            0
+        }
+    }
+}
+
+/// The calling thread's stack as a sample would record it — native frames (libgcc's unwinder)
+/// interleaved with Python's — as text, one frame per line, innermost first (`file:line function`
+/// or an address); a string to free with `memsight_string_free`. For the package's tests.
+#[no_mangle]
+pub extern "C" fn memsight_python_stack() -> *mut c_char {
+    let mut native = NativeStack {
+        frames: [0; 128],
+        len: 0,
+    };
+    // SAFETY: `one_frame` writes only into `native`, which outlives the walk.
+    unsafe { _Unwind_Backtrace(one_frame, (&mut native as *mut NativeStack).cast()) };
+    let text = memsight::pyframes::stack_text(&native.frames[..native.len]);
+    CString::new(text).map_or(std::ptr::null_mut(), CString::into_raw)
+}
+
+struct NativeStack {
+    frames: [usize; 128],
+    len: usize,
+}
+
+extern "C" {
+    fn _Unwind_Backtrace(
+        trace: extern "C" fn(*mut std::ffi::c_void, *mut std::ffi::c_void) -> c_int,
+        arg: *mut std::ffi::c_void,
+    ) -> c_int;
+    fn _Unwind_GetIP(ctx: *mut std::ffi::c_void) -> usize;
+}
+
+extern "C" fn one_frame(ctx: *mut std::ffi::c_void, arg: *mut std::ffi::c_void) -> c_int {
+    // SAFETY: `arg` is the NativeStack passed above; `ctx` is the unwinder's frame context.
+    let s = unsafe { &mut *arg.cast::<NativeStack>() };
+    let ip = unsafe { _Unwind_GetIP(ctx) };
+    if ip == 0 || s.len == s.frames.len() {
+        return 5; // _URC_END_OF_STACK
+    }
+    s.frames[s.len] = ip;
+    s.len += 1;
+    0 // _URC_NO_REASON
+}
