@@ -59,6 +59,8 @@ def _frames(entry):
 
 
 def _int(value):
+    if type(value) is int:
+        return value
     try:
         return int(value)
     except (TypeError, ValueError):
@@ -164,13 +166,19 @@ def default_library_paths():
     return tuple(sorted(paths))
 
 
-def is_user_frame(frame, library_paths):
-    """A frame of the job's own Python code: a ``.py`` file outside ``library_paths``."""
+def is_user_frame(frame, library_paths, memo=None):
+    """A frame of the job's own Python code: a ``.py`` file outside ``library_paths``. ``memo``
+    (a dict) keeps the answer per file name: a history repeats the same few files."""
     filename = frame.get("filename") or ""
-    if not filename.endswith(".py"):
-        return False
-    real = os.path.realpath(filename) if os.path.isabs(filename) else filename
-    return not any(real == p or real.startswith(p + os.sep) for p in library_paths)
+    if memo is not None and filename in memo:
+        return memo[filename]
+    user = False
+    if filename.endswith(".py"):
+        real = os.path.realpath(filename) if os.path.isabs(filename) else filename
+        user = not any(real == p or real.startswith(p + os.sep) for p in library_paths)
+    if memo is not None:
+        memo[filename] = user
+    return user
 
 
 def category(frames, seen=True):
@@ -194,11 +202,11 @@ def frame_text(frame):
     return "%s:%s %s" % (frame.get("filename") or "?", frame.get("line", 0), frame.get("name") or "?")
 
 
-def _line_of(frames, library_paths):
+def _line_of(frames, library_paths, memo=None):
     """The job's line that allocated a block: its first own frame from the innermost, else the
     innermost frame; None without frames."""
     for f in frames:
-        if is_user_frame(f, library_paths):
+        if is_user_frame(f, library_paths, memo):
             return f
     return frames[0] if frames else None
 
@@ -211,12 +219,13 @@ def attribute(blocks, library_paths=None, top=TOP_LINES, depth=STACK_DEPTH):
         library_paths = default_library_paths()
     by_line = {}
     categories = {}
+    memo = {}
     live = unattributed = 0
     for size, frames, seen in blocks.values():
         live += size
         cat = category(frames, seen)
         categories[cat] = categories.get(cat, 0) + size
-        f = _line_of(frames, library_paths)
+        f = _line_of(frames, library_paths, memo)
         if f is None:
             unattributed += size
             continue

@@ -19,12 +19,14 @@ With ``device_history`` (``memsight run --device-history``, ``MEMSIGHT_DEVICE_HI
 turns on PyTorch's allocator history with Python stacks as CUDA starts (before the job's first
 device allocation), bounded to ``MEMSIGHT_DEVICE_HISTORY_ENTRIES`` actions (100000), and says
 which Python lines hold the device memory: at each device's peak (read again whenever the
-allocator's own peak has grown 5% since, and at the end) and at an OOM (memsight/_device_lines.py).
+allocator's own peak has grown 5% since, at most every 0.5 s unless it doubled, and at the end)
+and at an OOM (memsight/_device_lines.py).
 """
 
 import atexit
 import os
 import threading
+import time
 import traceback
 import warnings
 
@@ -44,8 +46,12 @@ _contexts = set()
 
 #: Actions PyTorch's allocator history keeps (a ring; each costs a few hundred bytes of host memory).
 HISTORY_ENTRIES = 100_000
-#: The allocator's peak must grow by this share before the lines at the peak are read again.
+#: The allocator's peak must grow by this share before the lines at the peak are read again...
 PEAK_GROWTH = 0.05
+#: ...and this many seconds must have passed since the last read, unless the peak doubled (the
+#: same rule as the heap's peak profile, MEMSIGHT_HEAP_PEAK_EVERY_MS): a job loading a model grows
+#: its peak in many small steps, and each read copies the whole history into Python.
+READ_EVERY = 0.5
 
 
 def _history_wanted(device_history):
@@ -250,6 +256,7 @@ class _Poller:
         self.history_wanted = history
         self.history = False  # on once CUDA started and PyTorch accepted it
         self.captured = {}  # device -> the allocator peak the last lines were read at
+        self.last_read = None  # time.monotonic() of the last read
         self.library_paths = _device_lines.default_library_paths()
         self.status = {}
         self.names = {}
@@ -273,6 +280,7 @@ class _Poller:
                     "memory by line at each device's peak and at an OOM" % _history_entries())
             else:
                 self.status["torch-cuda history"] = "absent: " + why
+                memsight._device_absent("torch-cuda history", why)
         self.nvml = None
         try:
             self.nvml = _nvml.Nvml()
@@ -319,16 +327,21 @@ class _Poller:
     def _read_lines(self, samples, final=False):
         """Reads the lines at the peak of each device whose allocator peak grew enough (any growth
         at the end) since they were last read, and hands them to the session."""
+        now = time.monotonic()
+        waited = self.last_read is None or now - self.last_read >= READ_EVERY
         due = []
         for s in samples:
             peak = s.get("peak_allocated_bytes")
             if s.get("backend") != "torch-cuda" or not peak:
                 continue
             last = self.captured.get(s["index"])
-            if last is None or peak > last * (1 + (0 if final else PEAK_GROWTH)):
+            if last is None or final and peak > last or peak >= 2 * last:
+                due.append((s["index"], peak))
+            elif waited and peak > last * (1 + PEAK_GROWTH):
                 due.append((s["index"], peak))
         if not due:
             return
+        self.last_read = now
         snapshot = torch.cuda.memory._snapshot()
         for device, peak in due:
             lines = _device_lines.device_lines(

@@ -137,6 +137,41 @@ class TorchReadsTheFixture(unittest.TestCase):
         self.assertIn("active_allocated", _memory_viz.segments(snap, format_flamegraph=lambda lines: lines))
 
 
+class ReadSchedule(unittest.TestCase):
+    """The lines at the peak are read again when the allocator's peak grew 5% and 0.5 s passed,
+    at once when it doubled, and at the end when it grew at all."""
+
+    def test_when_the_lines_are_read(self):
+        need("torch")
+        from unittest import mock
+
+        import memsight
+        import memsight.torch as mt
+
+        poller = object.__new__(mt._Poller)
+        poller.captured, poller.last_read, poller.library_paths = {}, None, cs.LIBRARY_PATHS
+        alloc, _ = cs.training()
+        snap = alloc.snapshot()
+        reads, pushed, clock = [], [], [1000.0]
+        with mock.patch("torch.cuda.memory._snapshot", lambda device=None: reads.append(1) or snap), \
+                mock.patch.object(memsight, "_device_lines_push", pushed.append), \
+                mock.patch("time.monotonic", lambda: clock[0]):
+
+            def tick(peak, dt=0.0, final=False):
+                clock[0] += dt
+                poller._read_lines([{"index": 0, "backend": "torch-cuda", "peak_allocated_bytes": peak}], final)
+                return len(reads)
+
+            self.assertEqual(tick(100), 1)  # the first peak
+            self.assertEqual(tick(110, dt=0.1), 1)  # grew 10%, too soon
+            self.assertEqual(tick(110, dt=0.5), 2)  # grew 10%, 0.6 s after the read
+            self.assertEqual(tick(114, dt=1), 2)  # grew 3.6%
+            self.assertEqual(tick(220), 3)  # doubled: at once
+            self.assertEqual(tick(220, final=True), 3)  # no growth
+            self.assertEqual(tick(221, final=True), 4)  # the end: any growth
+        self.assertEqual([p["allocator_peak_bytes"] for p in pushed], [100, 110, 220, 221])
+
+
 # torch.cuda faked: one initialised device whose allocator history is the fixture's.
 FAKE = """
 import json, sys, torch
