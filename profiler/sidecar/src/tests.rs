@@ -306,3 +306,61 @@ fn the_reports_headline_peaks_and_oom_counts_have_gauges() {
         assert!(text.contains(line), "{line} missing in\n{text}");
     }
 }
+
+/// A device OOM whose record carries its Python lines (`memsight run --device-history`): the
+/// post-mortem names the line that asked and the lines holding the memory then.
+#[test]
+fn a_device_oom_post_mortem_names_the_line_that_asked_and_those_that_held() {
+    use crate::cause::{End, Seen};
+    use memsight_format::device::{DeviceLine, DeviceLines, DeviceOom};
+    use memsight_format::Report;
+    use std::os::unix::process::ExitStatusExt;
+
+    let line = |file: &str, line, function: &str, bytes, category: &str| DeviceLine {
+        file: file.into(),
+        line,
+        function: function.into(),
+        bytes,
+        blocks: 1,
+        category: category.into(),
+        stack: Vec::new(),
+    };
+    let report = Report {
+        device_ooms: vec![DeviceOom {
+            device: 0,
+            step: 7,
+            requested_bytes: 3 << 30,
+            total_bytes: 80 << 30,
+            free_bytes: 200 << 20,
+            lines: Some(Box::new(DeviceLines {
+                moment: "oom".into(),
+                live_bytes: 70 << 30,
+                lines: vec![
+                    line("/u/model.py", 87, "forward", 40 << 30, "activations"),
+                    line("/u/train.py", 210, "<module>", 20 << 30, "parameters"),
+                ],
+                failed_request: Some(line("/u/model.py", 190, "forward", 3 << 30, "activations")),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let seen = Seen {
+        end: End::Child(Some(std::process::ExitStatus::from_raw(1 << 8))),
+        status: Some(std::process::ExitStatus::from_raw(1 << 8)),
+        signal: None,
+        pid: 1,
+        oom_kills: None,
+        place: String::new(),
+    };
+    let (cause, description, _) = seen.judge(&report, &Watch::new());
+    assert_eq!(cause, "out_of_memory");
+    assert!(
+        description.contains(
+            "it was asked at model.py:190 forward; allocated then: 40.00 GiB model.py:87 forward \
+             (activations), 20.00 GiB train.py:210 <module> (parameters)"
+        ),
+        "{description}"
+    );
+}
