@@ -7,9 +7,11 @@
 //! says otherwise); sampling can be switched on and off at run time ([`set_sampling`],
 //! `memsight heap sampling on|off PID`).
 
+mod apart;
 pub mod control;
 mod recorder;
 
+pub(crate) use apart::section as report_section;
 pub use control::{enabled, sample_bytes, sampling, set_sampling};
 pub use memsight_format::heap_profile::{DumpKind, DumpRecord, HeapProfile};
 pub(crate) use recorder::{finish, on_sample, on_step, start};

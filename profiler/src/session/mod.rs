@@ -431,43 +431,21 @@ impl Session {
         lock(&self.shared.timeline).samples().to_vec()
     }
 
-    /// The report's heap-profile section of a session without a sidecar: symbolized here with the
-    /// `symbolize` feature; otherwise the profiles, and how to read their sites.
+    /// The report's heap-profile section of a session without a sidecar: symbolized with the
+    /// `symbolize` feature (in a forked child: `heapprof::report_section`); otherwise the
+    /// profiles, and how to read their sites.
     fn heap_profile_section(
         &self,
         dumps: Vec<heapprof::DumpRecord>,
     ) -> Option<heapprof::HeapProfile> {
-        #[cfg(feature = "symbolize")]
-        {
-            let dir = self
-                .cfg
-                .report_path
-                .as_deref()
-                .and_then(std::path::Path::parent)
-                .map(PathBuf::from)
-                .unwrap_or_default();
-            memsight_analysis::heapprof::summarize(&dumps, &dir)
-        }
-        #[cfg(not(feature = "symbolize"))]
-        {
-            let peak = dumps
-                .iter()
-                .find(|d| d.kind == heapprof::DumpKind::Peak)
-                .or(dumps.last())
-                .map(|d| d.path.clone())
-                .unwrap_or_default();
-            Some(heapprof::HeapProfile {
-                sample_bytes: heapprof::sample_bytes().unwrap_or_default(),
-                at_peak: None,
-                growth: None,
-                dumps,
-                notes: vec![format!(
-                    "not symbolized by the job: `memsight heap top {peak}` lists its sites \
-                     (`memsight run` puts them in the report, as does memsight's `symbolize` \
-                     feature)"
-                )],
-            })
-        }
+        let dir = self
+            .cfg
+            .report_path
+            .as_deref()
+            .and_then(std::path::Path::parent)
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        heapprof::report_section(dumps, &dir)
     }
 
     /// Stops sampling, takes a last snapshot, writes the report (when a path is set) and returns it.

@@ -1,0 +1,127 @@
+//! No spike at exit (issue 41): the session's end — writing the heap profiles and, with the
+//! `symbolize` feature, symbolizing them into the report — adds at most a few MiB to a sampled
+//! job's max RSS (the kernel's VmHWM, what `getrusage` reports for the job itself). Symbolizing in
+//! the job raised the reference job's max RSS by 180 MiB in its last 0.2 s.
+//!
+//! The test runs this binary as the job, sampled and unsampled, three rounds alternating which goes
+//! first, and prints both max RSS figures (the sampler's own cost while the job runs).
+
+use std::hint::black_box;
+
+#[global_allocator]
+static ALLOC: memsight::Allocator = memsight::Allocator::new();
+
+/// Set in the job's environment: the directory its report goes to.
+const JOB: &str = "MEMSIGHT_TEST_EXIT_RSS_JOB";
+
+/// The process's max RSS so far, in KiB.
+fn vm_hwm_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// A training-shaped job: 256 MiB held across 30 steps of short-lived allocations of many sizes
+/// (so the sampler has blocks and stacks to record), then the session's end; prints its max RSS
+/// before and after the end.
+#[inline(never)]
+fn job(dir: &str) {
+    let report = std::path::Path::new(dir).join("r.json");
+    let session = memsight::Session::builder()
+        .report_path(&report)
+        .quiet()
+        .start()
+        .unwrap();
+    let mut held: Vec<Vec<u8>> = Vec::new();
+    for step in 0..30u64 {
+        session.step(step);
+        for i in 0..64u64 {
+            let v = vec![(step + i) as u8; 4 << 20];
+            if i % 8 == 0 {
+                held.push(v);
+            } else {
+                black_box(v);
+            }
+        }
+        let small: Vec<Vec<u8>> = (0..2000).map(|i| vec![i as u8; 100 + i * 7]).collect();
+        black_box(small);
+        // 256 MiB held at most: older steps' blocks are dropped.
+        while held.len() > 64 {
+            held.remove(0);
+        }
+    }
+    let before = vm_hwm_kib();
+    session.finish().unwrap();
+    black_box(&held);
+    println!("vmhwm_kib={before},{}", vm_hwm_kib());
+}
+
+/// Runs the job in a child process with `MEMSIGHT_HEAP_SAMPLE=sample`: its max RSS in KiB before
+/// and after the session's end.
+fn run(sample: &str, round: usize) -> (u64, u64) {
+    let dir = std::env::temp_dir().join(format!(
+        "memsight-exit-rss-{}-{round}-{}",
+        std::process::id(),
+        sample.replace(|c: char| !c.is_alphanumeric(), "")
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "the_sessions_end_adds_at_most_a_few_mib_to_a_sampled_jobs_max_rss",
+            "--nocapture",
+        ])
+        .env(JOB, &dir)
+        .env("MEMSIGHT_HEAP_SAMPLE", sample)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "the job failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("vmhwm_kib="))
+        .and_then(|v| v.split_once(','))
+        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+        .unwrap_or_else(|| panic!("no VmHWM in the job's output: {text}"))
+}
+
+#[test]
+fn the_sessions_end_adds_at_most_a_few_mib_to_a_sampled_jobs_max_rss() {
+    if let Ok(dir) = std::env::var(JOB) {
+        job(&dir);
+        return;
+    }
+    let (mut sampled, mut unsampled) = (Vec::new(), Vec::new());
+    for round in 0..3 {
+        if round % 2 == 0 {
+            sampled.push(run("512KiB", round));
+            unsampled.push(run("off", round));
+        } else {
+            unsampled.push(run("off", round));
+            sampled.push(run("512KiB", round));
+        }
+    }
+    for (before, after) in &sampled {
+        assert!(
+            after.saturating_sub(*before) <= 4 << 10,
+            "the session's end raised a sampled job's max RSS from {before} to {after} KiB"
+        );
+    }
+    let median = |v: &[(u64, u64)]| {
+        let mut m: Vec<u64> = v.iter().map(|r| r.1).collect();
+        m.sort_unstable();
+        m[m.len() / 2]
+    };
+    let (s, u) = (median(&sampled), median(&unsampled));
+    println!(
+        "max RSS: sampled {s} KiB, unsampled {u} KiB ({:.3}×)",
+        s as f64 / u as f64
+    );
+}
