@@ -14,11 +14,14 @@ The dict is the one ``torch._C._cuda_memorySnapshot`` builds (torch/csrc/cuda/Mo
   ``free_requested``, ``free_completed``, ``segment_alloc``, ``segment_free``, ``segment_map``,
   ``segment_unmap``, ``oom``, ``snapshot``), each with ``addr`` (``device_free`` for ``oom``),
   ``size``, ``stream``, ``time_us`` and, when recorded, ``frames``. It is a ring of the last
-  ``max_entries`` actions.
+  ``max_entries`` actions. An ``alloc``'s and a ``free_requested``'s ``size`` is the size asked
+  for (the allocator's ``orig_size``: the block's ``requested_size``), not the rounded block.
 
-"Allocated" follows the allocator's ``allocated_bytes`` statistic: a block counts from its
-``alloc`` to its ``free_requested`` (an ``active_pending_free`` block is no longer allocated), so
-the replayed peak equals ``torch.cuda.max_memory_allocated`` when the history reaches back to it.
+So the bytes here are the bytes asked for, as the allocator's ``requested_bytes`` statistic counts
+them: a block counts from its ``alloc`` to its ``free_requested`` (an ``active_pending_free`` block
+is no longer allocated), and the replayed peak equals ``torch.cuda.memory_stats()
+["requested_bytes.all.peak"]`` when the history reaches back to it (``max_memory_allocated`` is
+higher by the rounding, at most 511 bytes a block with the default settings).
 
 Categories come from the frames alone, by which part of PyTorch was running (``CATEGORY_RULES``):
 the first rule that matches any frame, innermost first, names the block's category. A block the
@@ -38,7 +41,9 @@ STACK_DEPTH = 12
 #: (category, path part, function names or None for any): a block is in the first category whose
 #: path part appears in one of its frames' file (with "/" separators) and whose function matches.
 #: Checked innermost frame first, rule by rule: the optimizer's step and the autograd engine are
-#: found below the user's line, module construction and forward above the tensor op.
+#: found below the user's line, module construction and forward above the tensor op. What the
+#: frames cannot tell apart stays together: "optimizer state" holds the step's temporaries too
+#: (SGD creates its momentum buffers inside the step), "activations" a forward's temporaries.
 CATEGORY_RULES = (
     ("optimizer state", "/torch/optim/", None),
     ("gradients", "/torch/autograd/", None),
@@ -77,7 +82,8 @@ def live_blocks(snapshot, device):
         for block in seg.get("blocks") or ():
             if not isinstance(block, dict) or block.get("state") != ALLOCATED:
                 continue
-            addr, size = _int(block.get("address")), _int(block.get("size"))
+            addr = _int(block.get("address"))
+            size = _int(block.get("requested_size", block.get("size")))
             if addr is not None and size is not None:
                 live[addr] = (size, _frames(block), False)
     return live
@@ -287,8 +293,8 @@ def failed_request(snapshot, device, library_paths=None, depth=STACK_DEPTH):
 def device_lines(snapshot, device, moment, allocator_peak_bytes=None, library_paths=None, top=TOP_LINES):
     """The report's device-lines record for ``device`` at ``moment`` (``"peak"``: the highest point
     the history holds; ``"oom"`` or ``"now"``: the blocks allocated now, with the refused request
-    at an OOM). ``allocator_peak_bytes`` (``torch.cuda.max_memory_allocated``) says whether the
-    history reached back to the allocator's own peak: ``covers_peak``."""
+    at an OOM). ``allocator_peak_bytes`` (the allocator's own peak of requested bytes) says whether
+    the history reached back to it: ``covers_peak``."""
     if not isinstance(snapshot, dict):
         raise TypeError("a torch.cuda.memory._snapshot() dict, not %s" % type(snapshot).__name__)
     device = int(device)

@@ -344,8 +344,10 @@ class _Poller:
         self.last_read = now
         snapshot = torch.cuda.memory._snapshot()
         for device, peak in due:
+            # The history's sizes are those asked for: its peak is the allocator's requested peak.
+            requested = _stat(torch.cuda.memory_stats_as_nested_dict(device), "requested_bytes", "peak")
             lines = _device_lines.device_lines(
-                snapshot, device, "peak", allocator_peak_bytes=peak, library_paths=self.library_paths)
+                snapshot, device, "peak", allocator_peak_bytes=requested, library_paths=self.library_paths)
             memsight._device_lines_push(lines)
             self.captured[device] = peak
 

@@ -9,9 +9,11 @@ format's emitter, field for field: ``THCPModule_memorySnapshot`` in torch/csrc/c
 ``device_free`` for an ``oom`` —, ``size``, ``stream``, ``time_us``, ``frames`` when recorded);
 ``allocator_settings`` and ``external_annotations``. Frames are ``filename``/``line``/``name``,
 innermost first; a backward allocation has none under ``stacks="python"`` (autograd's device
-thread). The allocator below rounds to 512 bytes, splits one segment per allocation (large
-blocks) and frees in place, as the caching allocator's large pool does for these sizes; a test
-checks that torch's own reader of the format (``torch.cuda._memory_viz``) takes them.
+thread). As in c10/cuda/CUDACachingAllocator.cpp, a history action's ``size`` is the size asked
+for (``orig_size``, the block's ``requested_size``), not the block's rounded ``size``. The
+allocator below rounds to 512 bytes, makes one segment per allocation (large blocks) and frees in
+place, as the caching allocator's large pool does for these sizes; a test checks that torch's own
+reader of the format (``torch.cuda._memory_viz``) takes them.
 """
 
 MIB = 1 << 20
@@ -38,8 +40,10 @@ class Allocator:
         self.segments = []  # [addr, total, frames]
         self.trace = []
         self.recording = False
-        self.allocated = 0
+        self.allocated = 0  # rounded block sizes: torch.cuda.memory_allocated
         self.peak = 0
+        self.requested = 0  # sizes asked for: memory_stats()["requested_bytes.all.current"]
+        self.requested_peak = 0
 
     def _event(self, action, size, frames, addr=None, device_free=None):
         self.time_us += 7
@@ -62,18 +66,21 @@ class Allocator:
         self.segments.append([addr, size, frames if self.recording else []])
         self._event("segment_alloc", size, frames, addr)
         self.blocks[addr] = [size, requested, "active_allocated", frames if self.recording else []]
-        self._event("alloc", size, frames, addr)
+        self._event("alloc", requested, frames, addr)
         self.allocated += size
         self.peak = max(self.peak, self.allocated)
+        self.requested += requested
+        self.requested_peak = max(self.requested_peak, self.requested)
         return addr
 
     def free(self, addr, frames=None):
         b = self.blocks[addr]
-        self._event("free_requested", b[0], frames, addr)
-        self._event("free_completed", b[0], frames, addr)
+        self._event("free_requested", b[1], frames, addr)
+        self._event("free_completed", b[1], frames, addr)
         b[2] = "inactive"
         b[3] = []
         self.allocated -= b[0]
+        self.requested -= b[1]
 
     def oom(self, requested, frames, device_free):
         self._event("oom", requested, frames, device_free=device_free)
@@ -159,15 +166,15 @@ def training(steps=2):
     of parameters (train.py:210), per step a batch (train.py:116) and activations (model.py:87 and
     model.py:120), gradients of the parameters in backward and a backward temporary (no frames),
     Adam's state on the first step (2 x 64 MiB, train.py:310) and temporaries inside each step.
-    Returns ``(allocator, expected)``: the bytes per line and per category at the peak, by
-    construction (the second step's backward, once Adam's state exists)."""
+    Returns ``(allocator, expected)``: the bytes asked for per line and per category at the peak,
+    by construction (the second step's backward, once Adam's state exists)."""
     a = Allocator()
     a.alloc(16 * MIB, [])  # before the history: no frames, no trace entry
     a.recording = True
     params = [a.alloc(32 * MIB, to_device(210)) for _ in range(4)]
     grads = adam = None
     for _ in range(steps):
-        batch = a.alloc(4 * MIB, BATCH)
+        batch = a.alloc(4 * MIB + 100, BATCH)  # rounded to 4 MiB + 512 in its block
         acts = [a.alloc(48 * MIB, forward(87, "/nn/modules/linear.py", 134, "forward")) for _ in range(3)]
         acts += [a.alloc(24 * MIB, forward(120, "/nn/functional.py", 2910, "gelu"))]
         if grads is None:
@@ -182,13 +189,13 @@ def training(steps=2):
         for t in [a.alloc(16 * MIB, ADAM_TMP) for _ in range(2)]:
             a.free(t)
     expected = {
-        "peak_bytes": (16 + 4 * 32 + 4 + 3 * 48 + 24 + 4 * 32 + 40 + 2 * 64) * MIB,
+        "peak_bytes": (16 + 4 * 32 + 4 + 3 * 48 + 24 + 4 * 32 + 40 + 2 * 64) * MIB + 100,
         "lines": {
             (MODEL, 87): 3 * 48 * MIB,
             (TRAIN, 210): 4 * 32 * MIB,
             (TRAIN, 310): 2 * 64 * MIB,
             (MODEL, 120): 24 * MIB,
-            (TRAIN, 116): 4 * MIB,
+            (TRAIN, 116): 4 * MIB + 100,
         },
         "categories": {
             "backward": (4 * 32 + 40) * MIB,
@@ -196,7 +203,7 @@ def training(steps=2):
             "parameters": 4 * 32 * MIB,
             "optimizer state": 2 * 64 * MIB,
             "before history": 16 * MIB,
-            "other": 4 * MIB,
+            "other": 4 * MIB + 100,
         },
     }
     return a, expected

@@ -92,8 +92,9 @@ class InTheReport(unittest.TestCase):
         got = last_json(out)
         blocks = got["after"]["allocated_blocks_bytes"] - got["before"]["allocated_blocks_bytes"]
         self.assertAlmostEqual(blocks / (16 * N), 1.0, delta=0.01)
-        # The heap count sees the list's pointer array (8 bytes each), not the objects.
-        self.assertAlmostEqual(got["heap"] / (8 * N), 1.0, delta=0.01)
+        # The heap count sees the list's pointer array (8 bytes each), not the objects' 16 (its
+        # session's sampler thread allocates meanwhile too: a few KiB either way).
+        self.assertAlmostEqual(got["heap"] / (8 * N), 1.0, delta=0.05)
         arenas = report["python_arenas"]
         self.assertGreaterEqual(arenas["peak_bytes"], 16 * N)
         self.assertEqual(arenas["peak_bytes"], arenas["peak_arenas"] * arenas["arena_size_bytes"])

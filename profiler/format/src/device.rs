@@ -160,7 +160,8 @@ pub struct DeviceLines {
     /// Milliseconds since the session started, when it was recorded (0 without a session).
     #[serde(default)]
     pub t_ms: u64,
-    /// Bytes allocated at that moment (blocks as the allocator rounds them).
+    /// Bytes allocated at that moment, as asked for (the allocator's history and its
+    /// `requested_bytes` statistic count them so; its allocated bytes add each block's rounding).
     pub live_bytes: u64,
     /// Of those, bytes in blocks without a Python stack (see the categories `backward` and
     /// `before history`).
@@ -179,7 +180,7 @@ pub struct DeviceLines {
     /// Allocator actions the history held when read (bounded: a ring of the last ones).
     #[serde(default)]
     pub history_entries: u64,
-    /// The allocator's own peak of allocated bytes (`torch.cuda.max_memory_allocated`).
+    /// The allocator's own peak of requested bytes (`requested_bytes.all.peak`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocator_peak_bytes: Option<u64>,
     /// For a `peak`: whether the history reached back to the allocator's own peak (false: it
