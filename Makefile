@@ -57,7 +57,7 @@ bench: setup
 	$(CARGO) build --release -p memsight --examples
 	./target/release/sampler-bench
 	./target/release/alloc-bench 21
-	./target/release/alloc-ab
+	./target/release/alloc-ab 100 5
 	./target/release/frame-bench
 	./target/release/sidecar-bench
 	./target/release/helper-bench

@@ -84,6 +84,144 @@ impl Side for TrackedC {
     }
 }
 
+/// "Count nothing twice" (issue 41), measured before it is built: what memsight's paths would cost
+/// if they kept on the hot path only a compare of jemalloc's own per-thread counter against a mark
+/// (no counts of their own, no separate sample stream), the sampled-block test on a free, and a
+/// tail call. The slow path here only places the marks 64 KiB ahead; a real one would publish and
+/// sample there.
+mod je_mark {
+    use std::cell::Cell;
+
+    /// This thread's pointers to jemalloc's allocated/deallocated counters and its marks.
+    pub struct Marks {
+        pub allocated: Cell<*const u64>,
+        pub freed: Cell<*const u64>,
+        pub alloc_mark: Cell<u64>,
+        pub free_mark: Cell<u64>,
+    }
+
+    static NONE: u64 = u64::MAX;
+
+    thread_local! {
+        pub static MARKS: Marks = const {
+            Marks {
+                allocated: Cell::new(&NONE),
+                freed: Cell::new(&NONE),
+                alloc_mark: Cell::new(0),
+                free_mark: Cell::new(0),
+            }
+        };
+    }
+
+    fn counter(name: &std::ffi::CStr) -> *const u64 {
+        let mut p: *mut u64 = std::ptr::null_mut();
+        let mut len = std::mem::size_of::<*mut u64>();
+        // SAFETY: a NUL-terminated name; `p` and `len` describe a pointer-sized output.
+        let rc = unsafe {
+            tikv_jemalloc_sys::mallctl(
+                name.as_ptr(),
+                (&raw mut p).cast(),
+                &mut len,
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        if rc == 0 && !p.is_null() {
+            p
+        } else {
+            &NONE
+        }
+    }
+
+    /// The slow path: takes the counters on first use, places both marks 64 KiB ahead.
+    #[cold]
+    #[inline(never)]
+    pub fn settle() {
+        MARKS.with(|m| {
+            if std::ptr::eq(m.allocated.get(), &NONE) {
+                m.allocated.set(counter(c"thread.allocatedp"));
+                m.freed.set(counter(c"thread.deallocatedp"));
+            }
+            // SAFETY: jemalloc's counters of this thread.
+            unsafe {
+                m.alloc_mark
+                    .set((*m.allocated.get()).wrapping_add(64 << 10));
+                m.free_mark.set((*m.freed.get()).wrapping_add(64 << 10));
+            }
+        });
+    }
+
+    /// Whether this thread's allocated counter stays below its mark after `size` more bytes.
+    #[inline(always)]
+    pub fn alloc_fits(size: usize) -> bool {
+        // SAFETY: `allocated` points at jemalloc's counter of this thread (or at `NONE`).
+        MARKS.with(|m| unsafe { *m.allocated.get() }.wrapping_add(size as u64) < m.alloc_mark.get())
+    }
+
+    /// As [`alloc_fits`], for a free of `size` bytes.
+    #[inline(always)]
+    pub fn free_fits(size: usize) -> bool {
+        // SAFETY: as above.
+        MARKS.with(|m| unsafe { *m.freed.get() }.wrapping_add(size as u64) < m.free_mark.get())
+    }
+
+    /// Whether this thread's freed counter passed its mark (checked after a C `free`).
+    #[inline(always)]
+    pub fn freed_past() -> bool {
+        // SAFETY: as above.
+        MARKS.with(|m| unsafe { *m.freed.get() } >= m.free_mark.get())
+    }
+
+    /// The sampled-block test of a free (one subtraction and compare against constants).
+    #[inline(always)]
+    pub fn sampled(p: *const u8) -> bool {
+        (p as usize).wrapping_sub(64 << 40) < 1 << 40
+    }
+}
+
+/// Rust's path with only jemalloc's counter compared against a mark.
+struct MarkRust;
+/// C's path the same way: `malloc` compares and tail-calls; `free` calls, then compares (a free
+/// has no size to compare before).
+struct MarkC;
+
+impl Side for MarkRust {
+    #[inline(never)]
+    unsafe fn alloc(l: Layout) -> *mut u8 {
+        if !je_mark::alloc_fits(l.size()) {
+            je_mark::settle();
+        }
+        tikv_jemallocator::Jemalloc.alloc(l)
+    }
+    #[inline(never)]
+    unsafe fn dealloc(p: *mut u8, l: Layout) {
+        if je_mark::sampled(p) || !je_mark::free_fits(l.size()) {
+            je_mark::settle();
+        }
+        tikv_jemallocator::Jemalloc.dealloc(p, l)
+    }
+}
+
+impl Side for MarkC {
+    #[inline(never)]
+    unsafe fn alloc(l: Layout) -> *mut u8 {
+        if !je_mark::alloc_fits(l.size()) {
+            je_mark::settle();
+        }
+        tikv_jemalloc_sys::malloc(l.size()).cast()
+    }
+    #[inline(never)]
+    unsafe fn dealloc(p: *mut u8, _: Layout) {
+        if je_mark::sampled(p) {
+            je_mark::settle();
+        }
+        tikv_jemalloc_sys::free(p.cast());
+        if je_mark::freed_past() {
+            je_mark::settle();
+        }
+    }
+}
+
 fn xorshift(s: &mut u64) -> u64 {
     *s ^= *s << 13;
     *s ^= *s >> 7;
@@ -316,10 +454,11 @@ fn header(a: &str, b: &str, extra: &str) {
     println!("{}|", "|---".repeat(cols));
 }
 
-const USAGE: &str = "usage: alloc-ab [PAIRS [RUNS]] [rust] [c] [sampling]
+const USAGE: &str = "usage: alloc-ab [PAIRS [RUNS]] [rust] [c] [sampling] [variants]
   PAIRS: chunk pairs per cell and run (default 400); RUNS: interleaved runs of every cell
   (default 1; the table then shows the median over runs and the range of the runs' ratios);
-  the words pick tables (default: all three)";
+  the words pick tables (default: rust, c and sampling; variants: jemalloc's own counter against
+  a mark, then a tail call -- issue 41's count-nothing-twice hot path -- vs bare jemalloc)";
 
 fn main() {
     let mut nums = Vec::new();
@@ -327,7 +466,7 @@ fn main() {
     for a in std::env::args().skip(1) {
         match a.parse::<usize>() {
             Ok(n) if n > 0 => nums.push(n),
-            _ if ["rust", "c", "sampling"].contains(&a.as_str()) => tables.push(a),
+            _ if ["rust", "c", "sampling", "variants"].contains(&a.as_str()) => tables.push(a),
             _ => {
                 eprintln!("{USAGE}");
                 std::process::exit(2);
@@ -340,15 +479,15 @@ fn main() {
     }
     let pairs = nums.first().copied().unwrap_or(400);
     let runs = nums.get(1).copied().unwrap_or(1);
-    let want = |t: &str| tables.is_empty() || tables.iter().any(|x| x == t);
+    let want = |t: &str| (tables.is_empty() && t != "variants") || tables.iter().any(|x| x == t);
     println!("CPU: {}", cpu_model());
     println!("{}", sampler_state());
     println!("{pairs} chunk pairs of {OPS} alloc+free per cell and run, {runs} interleaved run(s)");
     type Cell = Box<dyn Fn() -> ([f64; 5], f64)>;
     let mut cells: Vec<(&str, String, usize, Cell)> = Vec::new();
-    for threads in [1, 2] {
-        for workload in ["box32", "batch1000", "mixed"] {
-            if want("rust") {
+    if want("rust") {
+        for threads in [1, 2] {
+            for workload in ["box32", "batch1000", "mixed"] {
                 cells.push((
                     "rust",
                     workload.into(),
@@ -357,13 +496,33 @@ fn main() {
                 ));
             }
         }
-        for workload in ["box32", "mixed"] {
-            if want("c") {
+    }
+    if want("c") {
+        for threads in [1, 2] {
+            for workload in ["box32", "mixed"] {
                 cells.push((
                     "c",
                     format!("c-{workload}"),
                     threads,
                     Box::new(move || (cell::<BareC, TrackedC>(workload, threads, pairs), 0.0)),
+                ));
+            }
+        }
+    }
+    if want("variants") {
+        for threads in [1, 2] {
+            for workload in ["box32", "mixed"] {
+                cells.push((
+                    "variants",
+                    workload.into(),
+                    threads,
+                    Box::new(move || (cell::<Bare, MarkRust>(workload, threads, pairs), 0.0)),
+                ));
+                cells.push((
+                    "variants",
+                    format!("c-{workload}"),
+                    threads,
+                    Box::new(move || (cell::<BareC, MarkC>(workload, threads, pairs), 0.0)),
                 ));
             }
         }
@@ -402,6 +561,13 @@ fn main() {
                         "C code's malloc/free: memsight's interposed functions vs jemalloc's own"
                     );
                     header("jemalloc", "memsight", "");
+                }
+                "variants" => {
+                    println!(
+                        "Variants: jemalloc's per-thread counter against a mark, then a tail call \
+                         (no counts of memsight's own), vs bare jemalloc"
+                    );
+                    header("jemalloc", "variant", "");
                 }
                 _ => {
                     println!(
