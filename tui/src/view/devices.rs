@@ -245,7 +245,11 @@ pub fn line_rows(s: &ViewerState) -> Vec<String> {
             );
         }
     }
-    out
+    // File and function names come from the job: no control character of theirs reaches the
+    // terminal.
+    out.into_iter()
+        .map(|l| memsight_format::text::line(&l).into_owned())
+        .collect()
 }
 
 /// One character per slice of a segment: free `·`, then ░ ▒ ▓ █ as the allocated share grows.
