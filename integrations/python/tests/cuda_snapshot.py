@@ -115,15 +115,18 @@ class Allocator:
         return {
             "segments": segments,
             "device_traces": traces,
+            # As torch 2.11's emitter writes them with the default settings (read from it by
+            # test_device_lines on a torch built with CUDA: its _snapshot() runs without a GPU).
             "allocator_settings": {
                 "PYTORCH_CUDA_ALLOC_CONF": "",
-                "max_split_size": -1,
-                "garbage_collection_threshold": 0.0,
                 "expandable_segments": False,
+                "garbage_collection_threshold": 0.0,
+                "graph_capture_record_stream_reuse": False,
+                "max_split_size": -1,
                 "pinned_num_register_threads": 1,
-                "release_lock_on_cudamalloc": False,
                 "pinned_use_cuda_host_register": False,
-                "roundup_power2_divisions": {"1": 0, "2": 0},
+                "release_lock_on_cudamalloc": False,
+                "roundup_power2_divisions": {str(1 << i): 0 for i in range(16)},
             },
             "external_annotations": [],
         }

@@ -124,6 +124,42 @@ class RustFixture(unittest.TestCase):
 class TorchReadsTheFixture(unittest.TestCase):
     """The fixture is the format torch's own snapshot tools read (torch.cuda._memory_viz)."""
 
+    def test_the_fixture_has_the_real_emitters_keys(self):
+        """A torch built with CUDA runs ``_snapshot()`` without a GPU (an allocator with nothing in
+        it): its dict has the fixture's keys and settings, and attributing it gives nothing."""
+        need("torch")
+        import torch
+
+        if torch.version.cuda is None:
+            self.skipTest("torch %s has no CUDA compiled in" % torch.__version__)
+        try:
+            real = torch.cuda.memory._snapshot()
+        except Exception as e:  # noqa: BLE001 - an older torch that needs a device for it
+            self.skipTest("torch.cuda.memory._snapshot() needs a device here: %s" % e)
+        alloc, _ = cs.training()
+        fixture = alloc.snapshot()
+        self.assertEqual(sorted(real), sorted(fixture))
+        self.assertEqual(real["allocator_settings"], fixture["allocator_settings"])
+        got = dl.device_lines(real, 0, "peak", library_paths=())
+        self.assertEqual((got["live_bytes"], got["lines"], got["history_entries"]), (0, [], 0))
+
+    def test_the_history_call_passes_torchs_own_checks(self):
+        """memsight.torch's call of _record_memory_history passes torch's argument checks (which
+        run before CUDA starts: without a driver it fails only there)."""
+        need("torch")
+        import torch
+
+        if torch.version.cuda is None or torch.cuda.is_available():
+            self.skipTest("needs a torch built with CUDA on a machine without a GPU")
+        with self.assertRaises(RuntimeError) as wrong:
+            torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="nope", max_entries=10)
+        self.assertIn("expected stacks", str(wrong.exception))
+        try:
+            torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
+                                                     max_entries=100_000)
+        except Exception as e:  # noqa: BLE001 - CUDA's start, after the arguments were taken
+            self.assertNotIn("expected", str(e))
+
     def test_memory_viz_reads_it(self):
         need("torch")
         from torch.cuda import _memory_viz
