@@ -274,6 +274,13 @@ pub unsafe extern "C" fn memsight_python_frames(
     }
 }
 
+/// Turns Python frames off: the interpreter is exiting (the `memsight` package calls it as
+/// finalization starts; thread states go away after it).
+#[no_mangle]
+pub extern "C" fn memsight_python_frames_off() {
+    memsight::pyframes::disable();
+}
+
 /// The calling thread's stack as a sample would record it — native frames (libgcc's unwinder)
 /// interleaved with Python's — as text, one frame per line, innermost first (`file:line function`
 /// or an address); a string to free with `memsight_string_free`. For the package's tests.

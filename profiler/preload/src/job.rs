@@ -129,6 +129,7 @@ extern "C" fn on_load(_argc: c_int, _argv: *const *const c_char, _envp: *const *
         return;
     }
     memsight::alloc::foreign::install();
+    memsight::alloc::foreign::sampled::note_main_thread();
     resolve_exit();
     let wanted = SESSION_VARS
         .iter()

@@ -3,11 +3,16 @@
 //! glibc's normally, found with `dlsym(RTLD_NEXT)` — and counts the block's usable size (the same
 //! figure on allocation and on free, so the process heap is exact) in memsight's counters.
 //!
+//! An allocation that reaches its thread's next heap-sample point (one per 512 KiB allocated on
+//! average, while a session samples) is served instead from the sampler's own mappings, its stack
+//! recorded ([`sampled`]); `free` tells such a block by its address, with one compare.
+//!
 //! Until the next allocator is found (`dlsym` may itself allocate), calls are served from a small
 //! static arena whose blocks are never counted nor freed. Nothing here allocates, locks or panics;
 //! `errno` is what the next allocator left (the counting keeps it).
 
 use memsight::alloc::foreign;
+use memsight::alloc::foreign::sampled;
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -143,6 +148,7 @@ unsafe fn counted(p: *mut c_void, size: usize) -> *mut c_void {
         // Only running out of memory is an allocation failure (a bad alignment is EINVAL).
         if *libc::__errno_location() == libc::ENOMEM {
             foreign::count_failure(size);
+            sampled::alloc_failed(size);
         }
     } else {
         // glibc's malloc_usable_size leaves errno alone; the counting keeps it too.
@@ -157,12 +163,21 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     if !ready() {
         return boot::alloc(size, 16);
     }
+    if !sampled::sample_fits(size) {
+        let p = sampled::alloc_sampled(size, 16, false);
+        if !p.is_null() {
+            return p;
+        }
+    }
     counted(next::<Malloc>(&NEXT.malloc)(size), size)
 }
 
 /// `free(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
+    if sampled::is_sampled(p) {
+        return sampled::free_sampled(p);
+    }
     if p.is_null() || boot::owns(p) {
         return;
     }
@@ -200,6 +215,14 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
             None => std::ptr::null_mut(),
         };
     }
+    if let Some(total) = n.checked_mul(size) {
+        if !sampled::sample_fits(total) {
+            let p = sampled::alloc_sampled(total, 16, true);
+            if !p.is_null() {
+                return p;
+            }
+        }
+    }
     counted(
         next::<Calloc>(&NEXT.calloc)(n, size),
         n.saturating_mul(size),
@@ -215,6 +238,15 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     if boot::owns(p) || !ready() {
         return boot::move_out(p, size);
     }
+    if sampled::is_sampled(p) || !sampled::sample_fits(size) {
+        return realloc_sampling(p, size);
+    }
+    realloc_plain(p, size)
+}
+
+/// `realloc` by the next allocator, counted.
+#[inline(always)]
+unsafe fn realloc_plain(p: *mut c_void, size: usize) -> *mut c_void {
     let old = usable(p);
     let q = next::<Realloc>(&NEXT.realloc)(p, size);
     if !q.is_null() {
@@ -225,6 +257,50 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     } else {
         foreign::count_failure(size);
     }
+    q
+}
+
+/// `realloc` of a sampled block, or of a size that reaches the thread's next sample point (a
+/// reallocation is an allocation of `size` bytes in the sample stream, as the linked library and
+/// jemalloc's profiler count it): due a sample, the block is (or stays) sampled, a sampled block
+/// keeping its first stack; a sampled block not due moves to the next allocator.
+#[cold]
+#[inline(never)]
+unsafe fn realloc_sampling(p: *mut c_void, size: usize) -> *mut c_void {
+    let was_sampled = sampled::is_sampled(p);
+    let due = size != 0 && sampled::realloc_due(size);
+    if !was_sampled && !due {
+        return realloc_plain(p, size);
+    }
+    if size == 0 {
+        // As glibc's `realloc(p, 0)`: frees, returns null.
+        free(p);
+        return std::ptr::null_mut();
+    }
+    if was_sampled && due {
+        let q = sampled::realloc_sampled(p, size);
+        if !q.is_null() {
+            return q;
+        }
+    }
+    let mut q = if due {
+        sampled::alloc_sampled(size, 16, false)
+    } else {
+        std::ptr::null_mut()
+    };
+    if q.is_null() {
+        q = counted(next::<Malloc>(&NEXT.malloc)(size), size);
+    }
+    if q.is_null() {
+        return q;
+    }
+    let old = if was_sampled {
+        sampled::usable(p)
+    } else {
+        usable(p)
+    };
+    std::ptr::copy_nonoverlapping(p.cast::<u8>(), q.cast::<u8>(), old.min(size));
+    free(p);
     q
 }
 
@@ -250,10 +326,25 @@ unsafe fn aligned_via(slot: &AtomicUsize, align: usize, size: usize) -> *mut c_v
         *libc::__errno_location() = libc::ENOMEM;
         return std::ptr::null_mut();
     }
+    if let Some(p) = aligned_sample(align, size) {
+        return p;
+    }
     counted(
         next::<Memalign>(slot)(align, size),
         aligned_need(align, size),
     )
+}
+
+/// An aligned allocation that reaches the thread's next sample point, served sampled (PyTorch's
+/// CPU tensors are `posix_memalign`ed); `None` when not due, or for an alignment the sampled
+/// mappings do not take (not a power of two, or above 1 MiB).
+#[inline(always)]
+unsafe fn aligned_sample(align: usize, size: usize) -> Option<*mut c_void> {
+    if !align.is_power_of_two() || align > 1 << 20 || sampled::sample_fits(size) {
+        return None;
+    }
+    let p = sampled::alloc_sampled(size, align, false);
+    (!p.is_null()).then_some(p)
 }
 
 /// What an aligned request needs of the address space at worst, as its failure is recorded: a
@@ -311,6 +402,12 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
         *out = p;
         return 0;
     }
+    if align.is_multiple_of(std::mem::size_of::<usize>()) {
+        if let Some(p) = aligned_sample(align, size) {
+            *out = p;
+            return 0;
+        }
+    }
     let rc = next::<PosixMemalign>(&NEXT.posix_memalign)(out, align, size);
     if rc == 0 {
         counted(*out, size);
@@ -323,10 +420,86 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
 /// `malloc_usable_size(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
+    if sampled::is_sampled(p) {
+        return sampled::usable(p);
+    }
     if p.is_null() || !ready() && !boot::owns(p) {
         return 0;
     }
     usable(p)
+}
+
+/// glibc's public aliases of its allocator (`__libc_malloc`, …), which some libraries call
+/// directly: the same functions as the standard names here, so that a sampled block never reaches
+/// glibc's `free` and every block is counted once.
+mod libc_aliases {
+    use std::ffi::c_void;
+
+    /// `__libc_malloc`.
+    ///
+    /// # Safety
+    /// As `malloc`.
+    #[no_mangle]
+    pub unsafe extern "C" fn __libc_malloc(size: usize) -> *mut c_void {
+        super::malloc(size)
+    }
+
+    /// `__libc_calloc`.
+    ///
+    /// # Safety
+    /// As `calloc`.
+    #[no_mangle]
+    pub unsafe extern "C" fn __libc_calloc(n: usize, size: usize) -> *mut c_void {
+        super::calloc(n, size)
+    }
+
+    /// `__libc_realloc`.
+    ///
+    /// # Safety
+    /// As `realloc`.
+    #[no_mangle]
+    pub unsafe extern "C" fn __libc_realloc(p: *mut c_void, size: usize) -> *mut c_void {
+        super::realloc(p, size)
+    }
+
+    /// `__libc_free`.
+    ///
+    /// # Safety
+    /// As `free`.
+    #[no_mangle]
+    pub unsafe extern "C" fn __libc_free(p: *mut c_void) {
+        super::free(p)
+    }
+
+    /// `__libc_memalign`.
+    ///
+    /// # Safety
+    /// As `memalign`.
+    #[no_mangle]
+    pub unsafe extern "C" fn __libc_memalign(align: usize, size: usize) -> *mut c_void {
+        super::memalign(align, size)
+    }
+}
+
+/// `dlclose(3)`: the heap sampler's stack walker stops reading the loaded objects' unwind tables
+/// (one of them may go away) until its next refresh, then the C library's `dlclose` runs.
+///
+/// # Safety
+/// The C contract of `dlclose`.
+#[no_mangle]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> std::ffi::c_int {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    foreign::sampled::objects_unloading();
+    let mut real = REAL.load(Ordering::Relaxed);
+    if real == 0 {
+        real = libc::dlsym(libc::RTLD_NEXT, c"dlclose".as_ptr()) as usize;
+        REAL.store(real, Ordering::Relaxed);
+    }
+    if real == 0 || real == dlclose as *const () as usize {
+        return -1;
+    }
+    let real: unsafe extern "C" fn(*mut c_void) -> std::ffi::c_int = std::mem::transmute(real);
+    real(handle)
 }
 
 fn page_size() -> usize {

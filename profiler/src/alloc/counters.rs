@@ -119,7 +119,7 @@ pub(crate) struct Local {
     #[cfg(feature = "jemalloc")]
     pub(crate) je: super::process_heap::JeView,
     /// This thread's heap-sample points.
-    #[cfg(feature = "jemalloc")]
+    #[cfg(feature = "sampling")]
     pub(crate) sample: super::sampling::Points,
     /// Measuring scopes open on this thread (`crate::testing`): while any is, every call takes the
     /// slow path, which keeps this thread's peaks exactly.
@@ -142,7 +142,7 @@ impl Local {
             entry: AtomicU64::new(0),
             #[cfg(feature = "jemalloc")]
             je: super::process_heap::JeView::new(),
-            #[cfg(feature = "jemalloc")]
+            #[cfg(feature = "sampling")]
             sample: super::sampling::Points::new(),
             probes: AtomicU32::new(0),
             rust_peak: AtomicI64::new(0),
@@ -216,14 +216,14 @@ fn bump(c: &AtomicU64, by: u64) -> u64 {
 }
 
 /// Runs `f` on this thread's block (not at all once its storage is gone).
-#[cfg(feature = "jemalloc")]
+#[cfg(feature = "sampling")]
 #[inline(always)]
 pub(crate) fn with_local(f: impl FnOnce(&Local)) {
     let _ = LOCAL.try_with(f);
 }
 
 /// `f` of this thread's block, or `otherwise` once its storage is gone.
-#[cfg(feature = "jemalloc")]
+#[cfg(feature = "sampling")]
 #[inline(always)]
 pub(crate) fn with_local_or<R>(otherwise: R, f: impl FnOnce(&Local) -> R) -> R {
     LOCAL.try_with(f).unwrap_or(otherwise)
@@ -231,7 +231,7 @@ pub(crate) fn with_local_or<R>(otherwise: R, f: impl FnOnce(&Local) -> R) -> R {
 
 /// This thread's registry entry while it counts in its own block (the heap sampler's records go
 /// to that entry's pool).
-#[cfg(feature = "jemalloc")]
+#[cfg(feature = "sampling")]
 #[inline]
 pub(crate) fn own_entry() -> Option<usize> {
     with_local_or(None, |l| {
@@ -251,7 +251,7 @@ pub(crate) fn register_this(l: &Local) -> bool {
 #[inline]
 pub(crate) fn raise_peaks(live: i64) {
     // A new peak of the session: the sampled set live now is the set at the peak.
-    #[cfg(feature = "jemalloc")]
+    #[cfg(feature = "sampling")]
     if live > PEAKS[Tracker::Run as usize].load(Relaxed) {
         super::sample_table::note_peak();
     }
@@ -377,7 +377,7 @@ pub(crate) fn retire_this_thread() {
         }
         l.state.store(state::SHARED, Relaxed);
         l.close_fast_path();
-        #[cfg(feature = "jemalloc")]
+        #[cfg(feature = "sampling")]
         super::sample_heap::retire_thread(l);
         registry::release(l.entry.load(Relaxed) as usize, || {
             l.counts.fold_into(&SHARED);

@@ -48,8 +48,11 @@ pub fn count_alloc(bytes: usize) {
     }
 }
 
-/// Runs the hook set by [`on_slow_alloc`], if any.
+/// Runs the hook set by [`on_slow_alloc`], if any (and re-arms the heap sampler's streams when
+/// sampling was switched on or off since).
 fn run_slow_hook() {
+    #[cfg(feature = "sampling")]
+    super::sampling::rearm_if_stale();
     let hook = SLOW_HOOK.load(Relaxed);
     if hook != 0 {
         // SAFETY: only [`on_slow_alloc`] stores here, the address of a `fn()`.
@@ -96,4 +99,117 @@ fn keeping_errno(f: impl FnOnce()) {
 #[cold]
 pub fn count_failure(bytes: usize) {
     super::failed(bytes);
+}
+
+/// Heap sampling for the wrapping library: the `malloc` family checks [`sample_fits`] before each
+/// allocation (one add and compare on the thread's own counters); a call that reaches the thread's
+/// next sample point goes to [`alloc_sampled`], which serves it from the sampler's own mappings
+/// (`free` tells them with [`is_sampled`]: one compare) and records its stack — as the linked
+/// library samples C's allocations, over whatever allocator the program uses.
+#[cfg(feature = "sampling")]
+pub mod sampled {
+    use super::super::{counters, sample_heap, sampling};
+
+    use std::ffi::c_void;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    /// Adds `size` bytes to this thread's sample stream when they stay below its next sample
+    /// point: `true`, the call goes to the program's allocator; `false`, to [`alloc_sampled`].
+    #[inline(always)]
+    pub fn sample_fits(size: usize) -> bool {
+        counters::with_local_or(true, |l| {
+            let c = l.sample.c_bytes.load(Relaxed).wrapping_add(size as u64);
+            if c < l.sample.c_at.load(Relaxed) {
+                l.sample.c_bytes.store(c, Relaxed);
+                true
+            } else {
+                false
+            }
+        })
+    }
+
+    /// Whether `p` is a sampled block (one compare).
+    #[inline(always)]
+    pub fn is_sampled(p: *const c_void) -> bool {
+        sample_heap::contains(p.cast())
+    }
+
+    /// A sampled block of `size` bytes aligned to `align` (zeroed when `zero`), counted, with its
+    /// stack recorded; null when this call is not due a sample after all (the sampler is busy on
+    /// this thread, or off) or the sampled range is full: the caller then allocates as usual.
+    ///
+    /// # Safety
+    /// `align` is a power of two.
+    #[cold]
+    #[inline(never)]
+    pub unsafe fn alloc_sampled(size: usize, align: usize, zero: bool) -> *mut c_void {
+        if !sampling::c_due(size) {
+            return std::ptr::null_mut();
+        }
+        let p = sampling::alloc(size, align, zero);
+        if !p.is_null() {
+            super::count_alloc(sampling::usable(p));
+        }
+        p.cast()
+    }
+
+    /// Frees a sampled block, counted.
+    ///
+    /// # Safety
+    /// `p` is a live sampled block, freed once.
+    #[cold]
+    #[inline(never)]
+    pub unsafe fn free_sampled(p: *mut c_void) {
+        super::count_free(sampling::usable(p.cast()));
+        sampling::free(p.cast());
+    }
+
+    /// The usable size of a sampled block.
+    ///
+    /// # Safety
+    /// `p` is a live sampled block.
+    pub unsafe fn usable(p: *mut c_void) -> usize {
+        sampling::usable(p.cast())
+    }
+
+    /// Moves a live sampled block to a new sampled block of `size` bytes, its recorded stack kept
+    /// (a reallocation due a sample keeps the block sampled), counted; null when the range is
+    /// full (the caller moves it out).
+    ///
+    /// # Safety
+    /// `p` is a live sampled block; `size` is not 0.
+    #[cold]
+    pub unsafe fn realloc_sampled(p: *mut c_void, size: usize) -> *mut c_void {
+        let old = sampling::usable(p.cast());
+        let q = sampling::realloc(p.cast(), old, size, 16);
+        if !q.is_null() {
+            super::count_realloc(old, sampling::usable(q));
+        }
+        q.cast()
+    }
+
+    /// After an allocation of `size` bytes the program's allocator refused: the bytes leave the
+    /// sample stream again.
+    #[cold]
+    pub fn alloc_failed(size: usize) {
+        sampling::c_failed(size);
+    }
+
+    /// An object is about to be unloaded (`dlclose`): stack walks use libgcc's unwinder until the
+    /// session's sampler refreshes the walker.
+    pub fn objects_unloading() {
+        sampling::objects_unloading();
+    }
+
+    /// Records the calling thread as the main thread, for the stack walker (the wrapping library
+    /// calls it as it loads).
+    pub fn note_main_thread() {
+        super::super::unwind::note_main_thread();
+    }
+
+    /// Whether a reallocation to `size` bytes is due a sample (its bytes join the stream).
+    #[cold]
+    pub fn realloc_due(size: usize) -> bool {
+        sampling::c_due(size)
+    }
 }

@@ -18,13 +18,20 @@ pub(crate) mod process_heap;
 mod registry;
 #[cfg(feature = "jemalloc")]
 mod sample_heap;
-#[cfg(feature = "jemalloc")]
+// Without jemalloc (the preloaded library), sampled blocks get mappings of their own.
+#[cfg(all(feature = "sampling", not(feature = "jemalloc")))]
+#[path = "sample_pages.rs"]
+mod sample_heap;
+#[cfg(feature = "sampling")]
 mod sample_table;
-#[cfg(feature = "jemalloc")]
+#[cfg(feature = "sampling")]
+// Without jemalloc only C's stream is sampled (the preloaded library): Rust's stream and the
+// executable's pre-initialiser are the linked library's.
+#[cfg_attr(not(feature = "jemalloc"), allow(dead_code))]
 pub mod sampling;
-#[cfg(feature = "jemalloc")]
+#[cfg(feature = "sampling")]
 mod spin;
-#[cfg(feature = "jemalloc")]
+#[cfg(feature = "sampling")]
 mod unwind;
 
 use std::alloc::{GlobalAlloc, Layout};

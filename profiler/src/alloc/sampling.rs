@@ -152,6 +152,17 @@ impl Points {
     }
 }
 
+/// Re-arms this thread's sample streams when the rate changed since they were armed (sampling
+/// switched on or off). The linked allocator's slow path does it through [`Points::rust_point`];
+/// the wrapping library's counting slow path (`super::foreign`) calls this.
+#[cfg(not(feature = "jemalloc"))]
+pub(crate) fn rearm_if_stale() {
+    counters::with_local(|l: &Local| {
+        l.sample
+            .rearm_if_stale(l.counts.bytes_allocated.load(Relaxed))
+    });
+}
+
 /// After a failed Rust allocation on the slow path: the next sample point is drawn again from the
 /// thread's allocated bytes (the failed request had moved it past bytes never allocated: a failed
 /// `try_reserve` of a TiB would otherwise stop the thread's sampling).
@@ -341,6 +352,8 @@ impl Stack {
             // SAFETY: `one_frame` only writes into `self`, which outlives the walk.
             unsafe { _Unwind_Backtrace(one_frame, (self as *mut Stack).cast()) };
         }
+        // Python's frames where the interpreter ran them (nothing when Python frames are off).
+        self.len = crate::pyframes::splice(&mut self.frames, self.len);
     }
 
     fn frames(&self) -> &[usize] {
@@ -502,6 +515,30 @@ pub fn peak_missed() -> u64 {
     sample_table::PEAK_MISSED.load(Relaxed)
 }
 
+/// The Python frames of a profile's stacks (tagged words, `crate::pyframes`), one per line after
+/// `PYTHON_FRAMES:`: `word<TAB>line<TAB>function<TAB>file` — what a reader shows for them, as the
+/// memory map after it tells what native addresses are.
+fn python_section(out: &mut String, mut words: Vec<u64>) {
+    if words.is_empty() {
+        return;
+    }
+    words.sort_unstable();
+    words.dedup();
+    out.push_str("\nPYTHON_FRAMES:\n");
+    let clean = |s: &str| s.replace(['\t', '\n', '\r'], " ");
+    for w in words {
+        if let Some(f) = crate::pyframes::describe(w) {
+            let _ = writeln!(
+                out,
+                "{w:#x}\t{}\t{}\t{}",
+                f.line,
+                clean(f.function),
+                clean(f.file)
+            );
+        }
+    }
+}
+
 fn text_of(mut blocks: Vec<(u32, usize)>, rate: u64) -> String {
     blocks.sort_unstable_by_key(|&(stack, _)| stack);
     let mut per_stack: Vec<(u32, u64, u64)> = Vec::new();
@@ -517,6 +554,7 @@ fn text_of(mut blocks: Vec<(u32, usize)>, rate: u64) -> String {
     let objects: u64 = per_stack.iter().map(|s| s.1).sum();
     let bytes: u64 = per_stack.iter().map(|s| s.2).sum();
     let mut out = format!("heap_v2/{rate}\n  t*: {objects}: {bytes} [0: 0]\n");
+    let mut python = Vec::new();
     for (stack, n, b) in per_stack {
         out.push('@');
         let frames = sample_table::frames_of(stack);
@@ -526,9 +564,13 @@ fn text_of(mut blocks: Vec<(u32, usize)>, rate: u64) -> String {
         }
         for f in frames {
             let _ = write!(out, " {f:#x}");
+            if crate::pyframes::is_python(*f) {
+                python.push(*f);
+            }
         }
         let _ = write!(out, "\n  t*: {n}: {b} [0: 0]\n");
     }
+    python_section(&mut out, python);
     out.push_str("\nMAPPED_LIBRARIES:\n");
     if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
         out.push_str(&maps);

@@ -1,6 +1,6 @@
 //! The heap sampler's switches: is it available, sampling on or off now, the sampling rate, and
 //! writing a profile. The sampler is memsight's own (`crate::alloc::sampling`), in every build with
-//! the default `jemalloc` feature; a session turns it on at its start (one sample per 512 KiB
+//! the default `jemalloc` feature and in the preloaded library (the `sampling` feature); a session turns it on at its start (one sample per 512 KiB
 //! allocated, or `MEMSIGHT_HEAP_SAMPLE`: `off` or a size, set by `memsight run --heap-sample` /
 //! `--no-heap-profile`).
 
@@ -12,13 +12,13 @@ session (memsight::Session, or run the job under `memsight run`)";
 
 /// The default mean bytes between samples.
 pub const DEFAULT_SAMPLE_BYTES: u64 = 512 * 1024;
-#[cfg(feature = "jemalloc")]
+#[cfg(feature = "sampling")]
 const _: () = assert!(DEFAULT_SAMPLE_BYTES == crate::alloc::sampling::DEFAULT_RATE);
 
 /// The rate sampling runs at when switched on (the last one configured).
 static CONFIGURED: AtomicU64 = AtomicU64::new(DEFAULT_SAMPLE_BYTES);
 
-#[cfg(feature = "jemalloc")]
+#[cfg(feature = "sampling")]
 mod imp {
     use crate::alloc::sampling;
     use std::path::Path;
@@ -49,12 +49,12 @@ mod imp {
     }
 }
 
-#[cfg(not(feature = "jemalloc"))]
+#[cfg(not(feature = "sampling"))]
 mod imp {
     use std::path::Path;
 
     pub const NO: &str =
-        "memsight was built without its `jemalloc` feature, which the heap sampler needs";
+        "memsight was built without its `sampling` feature (part of `jemalloc`), which the heap sampler is";
 
     pub fn enabled() -> bool {
         false
@@ -73,7 +73,7 @@ mod imp {
 
 /// Why there is no heap profiling in this process, and how to get it.
 fn not_enabled() -> String {
-    #[cfg(not(feature = "jemalloc"))]
+    #[cfg(not(feature = "sampling"))]
     if crate::alloc::foreign::installed() {
         return "allocation sites are not recorded in a job memsight is preloaded into (its heap \
                 is counted exactly, without sites)"
@@ -114,13 +114,13 @@ pub fn set_sampling(on: bool) -> Result<(), String> {
 /// mean bytes between samples; unset: one sample per 512 KiB) and says what is in effect:
 /// `Ok(Some(bytes))` sampling, `Ok(None)` off.
 pub fn configure_from_env() -> Result<Option<u64>, String> {
-    #[cfg(not(feature = "jemalloc"))]
+    #[cfg(not(feature = "sampling"))]
     return Err(if crate::alloc::foreign::installed() {
         not_enabled()
     } else {
         imp::NO.into()
     });
-    #[cfg(feature = "jemalloc")]
+    #[cfg(feature = "sampling")]
     {
         let wanted = crate::alloc::sampling::rate_from_env(CONFIGURED.load(Relaxed))?;
         if let Some(rate) = wanted {

@@ -142,7 +142,7 @@ impl Recorder {
 
 /// Called by the sampler with the heap's current size: dumps at a new peak, and serves requests.
 pub(crate) fn on_sample(heap_bytes: u64, step: u64) {
-    #[cfg(feature = "jemalloc")]
+    #[cfg(feature = "sampling")]
     crate::alloc::sampling::refresh_walker();
     let mut guard = lock(&RECORDER);
     let Some(r) = guard.as_mut() else { return };

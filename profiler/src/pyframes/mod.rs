@@ -184,6 +184,13 @@ pub fn enable(caller: &str) -> Result<(), String> {
     }
 }
 
+/// Turns Python frames off (the interpreter is about to finalize: its thread states go away).
+/// Stacks recorded since keep their Python frames.
+pub fn disable() {
+    // The reader stays allocated: a sample being taken on another thread may still hold it.
+    PYTHON.store(std::ptr::null_mut(), Ordering::Release);
+}
+
 /// Whether Python frames are read in this process.
 pub fn enabled() -> bool {
     !PYTHON.load(Ordering::Acquire).is_null()
