@@ -154,6 +154,14 @@ fn run_inner(what: What) -> Result<(), String> {
                         text::line(&module)
                     );
                 }
+                for (module, bytes) in p.import_bytes() {
+                    println!(
+                        "{:>10}  {:>5.1}%  (import) {}",
+                        fmt_bytes(bytes.round() as u64),
+                        bytes / total * 100.0,
+                        text::line(&module)
+                    );
+                }
             }
         }
         What::Diff {

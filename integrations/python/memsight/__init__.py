@@ -193,3 +193,32 @@ def _python_arenas_push(arenas):
     f = getattr(_lib, "memsight_python_arenas", None)
     if f is not None:
         _checked("Python arenas", f(json.dumps(arenas).encode()))
+
+
+def _python_frames():
+    """Lets the heap sampler read this interpreter's frames (the preloaded library's
+    ``memsight_python_frames``, which checks itself on this very frame); warns once why not."""
+    f = getattr(_lib, "memsight_python_frames", None)  # a library older than the package: absent
+    if f is None:
+        return False
+    f.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    f.restype = ctypes.c_int
+    why = ctypes.c_void_p()
+    if f(b"_python_frames", ctypes.byref(why)):
+        return True
+    if why.value:
+        import warnings
+
+        warnings.warn("memsight: allocation sites without Python lines: "
+                      + ctypes.string_at(why.value).decode("utf-8", "replace"))
+        _lib.memsight_string_free(why.value)
+    return False
+
+
+def _python_frames_off():
+    """The interpreter is exiting: the sampler stops reading its frames."""
+    f = getattr(_lib, "memsight_python_frames_off", None)
+    if f is not None:
+        f.argtypes = []
+        f.restype = None
+        f()

@@ -96,6 +96,7 @@ def _torch_imported(torch):
 def _training_ends():
     import memsight
 
+    memsight._python_frames_off()
     state = getattr(memsight, "_auto_state", None)
     if state is not None:
         state.close()  # whatever phase of ours is open
@@ -135,6 +136,7 @@ def start():
         return
     if not memsight.active():
         return
+    memsight._python_frames()
     if "torch" in sys.modules:
         _torch_imported(sys.modules["torch"])
     else:

@@ -7,7 +7,7 @@
 //! its size ([`memory_budget`]), stacks are at most [`MAX_STACK_DEPTH`] deep and mapped paths at
 //! most [`MAX_PATH_BYTES`] long; a profile over a limit is refused with a clear error.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// The deepest stack a profile may hold (jemalloc records at most 128 frames, memsight 64).
@@ -115,6 +115,18 @@ pub struct Mapping {
     pub inode: u64,
 }
 
+/// A Python frame of the dumped process's stacks (the `PYTHON_FRAMES:` section): a tagged word of
+/// a stack stands for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PythonFrame {
+    /// The function's qualified name.
+    pub function: String,
+    /// Its file (`co_filename`).
+    pub file: String,
+    /// The line running (0: unknown).
+    pub line: u32,
+}
+
 /// A parsed heap dump.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HeapDump {
@@ -124,6 +136,8 @@ pub struct HeapDump {
     pub stacks: Vec<SampledStack>,
     /// Executable file mappings, sorted by start address.
     pub mappings: Vec<Mapping>,
+    /// The Python frames the stacks name, by their word.
+    pub python: HashMap<u64, PythonFrame>,
 }
 
 impl HeapDump {
@@ -163,8 +177,14 @@ impl HeapDump {
         };
         let mut pending: Option<Vec<u64>> = None;
         let mut in_maps = false;
-        for (i, line) in lines {
-            let line = line.trim();
+        let mut in_python = false;
+        for (i, raw) in lines {
+            // A Python frame's line keeps its tabs (file names may hold blanks).
+            let line = if in_python && !in_maps {
+                raw.trim_end_matches(['\r', '\n'])
+            } else {
+                raw.trim()
+            };
             if in_maps {
                 if let Some(m) = parse_mapping(line) {
                     let path = m.path.as_os_str().len();
@@ -179,8 +199,17 @@ impl HeapDump {
                 }
                 continue;
             }
+            if in_python && !line.is_empty() && line.trim() != "MAPPED_LIBRARIES:" {
+                let (word, frame) = parse_python_frame(line)
+                    .ok_or_else(|| format!("bad Python frame on line {}", i + 1))?;
+                cost.add(COST_PER_MAPPING + frame.function.len() + frame.file.len())?;
+                dump.python.insert(word, frame);
+                continue;
+            }
             if line == "MAPPED_LIBRARIES:" {
                 in_maps = true;
+            } else if line == "PYTHON_FRAMES:" {
+                in_python = true;
             } else if let Some(rest) = line.strip_prefix('@') {
                 let addrs = parse_addrs(rest, i + 1)?;
                 cost.stack(&addrs)?;
@@ -244,6 +273,24 @@ fn unbias(mean: f64, rate: f64) -> f64 {
     }
 }
 
+/// A `PYTHON_FRAMES:` line: `word<TAB>line<TAB>function<TAB>file`.
+fn parse_python_frame(line: &str) -> Option<(u64, PythonFrame)> {
+    let mut parts = line.splitn(4, '\t');
+    let word = parts.next()?.trim();
+    let word = u64::from_str_radix(word.strip_prefix("0x")?, 16).ok()?;
+    let line_no = parts.next()?.trim().parse().ok()?;
+    let function = parts.next()?.to_string();
+    let file = parts.next()?.to_string();
+    (function.len() <= MAX_PATH_BYTES && file.len() <= MAX_PATH_BYTES).then_some((
+        word,
+        PythonFrame {
+            function,
+            file,
+            line: line_no,
+        },
+    ))
+}
+
 fn parse_counts(rest: &str) -> Option<(f64, f64)> {
     let mut words = rest.split_ascii_whitespace();
     let objs = words.next()?.trim_end_matches(':').parse().ok()?;
@@ -292,6 +339,21 @@ MAPPED_LIBRARIES:
 7f0000002000-7f0000003000 r-xp 00002000 fe:00 2 /lib/libc.so.6
 7f0000004000-7f0000005000 rw-p 00000000 00:00 0
 ";
+
+    #[test]
+    fn reads_the_python_frames_of_a_dump() {
+        let text = "heap_v2/524288\n  t*: 1: 100 [0: 0]\n@ 0x10 0x800000000100000c\n  t*: 1: 100 [0: 0]\n\n\
+PYTHON_FRAMES:\n0x800000000100000c\t12\tModel.forward\t/a dir/model.py\n\n\
+MAPPED_LIBRARIES:\n1000-2000 r-xp 00000000 fe:00 1 /bin/x\n";
+        let d = HeapDump::parse(text).unwrap();
+        let f = &d.python[&0x8000_0000_0100_000c];
+        assert_eq!(
+            (f.function.as_str(), f.file.as_str(), f.line),
+            ("Model.forward", "/a dir/model.py", 12)
+        );
+        assert_eq!(d.mappings.len(), 1);
+        assert!(HeapDump::parse("heap_v2/8\nPYTHON_FRAMES:\nnot a frame\n").is_err());
+    }
 
     #[test]
     fn parses_stacks_and_executable_mappings() {

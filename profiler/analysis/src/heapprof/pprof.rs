@@ -205,6 +205,7 @@ mod tests {
             line: Some(7),
             rust: true,
             module: "app".into(),
+            python: false,
         };
         let p = Profile {
             sample_bytes: 524_288,

@@ -34,10 +34,15 @@ impl Stack {
         self.locations.iter().flat_map(|l| l.frames.iter())
     }
 
-    /// The allocation site: the first frame in the user's own Rust code, else the innermost frame.
-    /// A closure is named after the function around it (`app::load::{closure#0}`).
+    /// The allocation site: in a Python process, the innermost Python frame (the line whose code
+    /// allocated, as memray names it: `torch/nn/modules/linear.py:125`); else the first frame in
+    /// the user's own Rust code, else the innermost frame. A closure is named after the function
+    /// around it (`app::load::{closure#0}`).
     pub fn site(&self) -> Option<Frame> {
         let frames: Vec<&Frame> = self.frames().collect();
+        if let Some(py) = frames.iter().find(|f| f.python) {
+            return Some((*py).clone());
+        }
         let i = frames.iter().position(|f| is_user_code(f)).unwrap_or(0);
         let mut site = (*frames.get(i)?).clone();
         if site.function.starts_with("{closure") {
@@ -74,10 +79,33 @@ impl Stack {
         frames.get(init).map(|f| f.module.as_str())
     }
 
+    /// The top-level Python module whose import made these allocations (`torch` for everything
+    /// `import torch` allocated, its libraries' initialisers included): the first module body
+    /// (`<module>`) run inside the outermost frame of the import machinery. `None` outside an
+    /// import.
+    pub fn import_module(&self) -> Option<String> {
+        let python: Vec<&Frame> = self.frames().filter(|f| f.python).collect();
+        let outermost = python.iter().rposition(|f| is_import_machinery(f))?;
+        let body = python[..outermost]
+            .iter()
+            .rev()
+            .find(|f| f.function == "<module>")?;
+        Some(top_level_module(body.file.as_deref().unwrap_or("?")))
+    }
+
     /// Whether memsight's own bookkeeping made these allocations (its sampler's timeline, its
     /// recorders): memsight frames and none of the user's.
+    ///
+    /// Without user code, the frame that decides is the innermost one that is neither the
+    /// allocator, the standard library nor the C library: memsight's, or the program's (a C
+    /// program's `main` under the preloaded library, whose start-up wrapper is memsight's frame
+    /// outside all of the program's).
     pub fn is_memsight_own(&self) -> bool {
-        !self.frames().any(is_user_code) && self.frames().any(is_memsight)
+        !self.frames().any(|f| is_user_code(f) || f.python)
+            && self
+                .frames()
+                .find(|f| !is_allocator(f) && !is_runtime(f))
+                .is_some_and(is_memsight)
     }
 }
 
@@ -139,12 +167,26 @@ impl Profile {
             .sum()
     }
 
-    /// The stacks of the program's allocations: all but memsight's own and the libraries'
-    /// start-up.
+    /// The stacks of the program's allocations: all but memsight's own, the libraries' start-up
+    /// and Python's imports.
     fn program_stacks(&self) -> impl Iterator<Item = &Stack> {
-        self.stacks
-            .iter()
-            .filter(|s| !s.is_memsight_own() && s.start_up_module().is_none())
+        self.stacks.iter().filter(|s| {
+            !s.is_memsight_own() && s.start_up_module().is_none() && s.import_module().is_none()
+        })
+    }
+
+    /// Estimated live bytes Python's imports allocated, per top-level module, largest first (left
+    /// out of sites and growth, as libraries' start-up is).
+    pub fn import_bytes(&self) -> Vec<(String, f64)> {
+        let mut by: HashMap<String, f64> = HashMap::new();
+        for s in &self.stacks {
+            if let Some(m) = s.import_module() {
+                *by.entry(m).or_default() += s.bytes;
+            }
+        }
+        let mut out: Vec<(String, f64)> = by.into_iter().collect();
+        out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        out
     }
 
     /// Estimated live bytes the libraries' start-up allocated, per library, largest first (left
@@ -152,7 +194,7 @@ impl Profile {
     pub fn start_up_bytes(&self) -> Vec<(String, f64)> {
         let mut by: HashMap<&str, f64> = HashMap::new();
         for s in &self.stacks {
-            if let Some(m) = s.start_up_module() {
+            if let Some(m) = s.start_up_module().filter(|_| s.import_module().is_none()) {
                 *by.entry(m).or_default() += s.bytes;
             }
         }
@@ -239,11 +281,7 @@ pub fn growth_folded(a: &Profile, b: &Profile) -> Vec<(String, u64)> {
 fn fold<'a>(stacks: impl Iterator<Item = (&'a Stack, f64)>) -> Vec<(String, u64)> {
     let mut by: HashMap<String, f64> = HashMap::new();
     for (s, bytes) in stacks {
-        let names: Vec<String> = s
-            .frames()
-            .rev()
-            .map(|f| f.function.replace(';', ":"))
-            .collect();
+        let names: Vec<String> = s.frames().rev().map(folded_name).collect();
         if !names.is_empty() {
             *by.entry(names.join(";")).or_default() += bytes;
         }
@@ -255,6 +293,19 @@ fn fold<'a>(stacks: impl Iterator<Item = (&'a Stack, f64)>) -> Vec<(String, u64)
         .collect();
     out.sort();
     out
+}
+
+/// A frame's name in folded stacks: a Python frame with its file and line (one box per line, as
+/// memray draws them), a native one by its function.
+fn folded_name(f: &Frame) -> String {
+    let name = if f.python {
+        let file = f.file.as_deref().unwrap_or("?");
+        let short = file.rsplit('/').next().unwrap_or(file);
+        format!("{} ({short}:{})", f.function, f.line.unwrap_or(0))
+    } else {
+        f.function.clone()
+    };
+    name.replace(';', ":")
 }
 
 /// Removes the allocator's frames (jemalloc, `malloc`, Rust's allocation shims, memsight's
@@ -310,6 +361,54 @@ fn is_allocator(f: &Frame) -> bool {
     EXACT.contains(&f.function.as_str()) || PREFIX.iter().any(|p| name.starts_with(p))
 }
 
+/// Whether a Python frame is the import machinery's (`<frozen importlib._bootstrap>`, its
+/// `_external` half, or `importlib` itself).
+fn is_import_machinery(f: &Frame) -> bool {
+    f.python
+        && f.file.as_deref().is_some_and(|file| {
+            file.starts_with("<frozen importlib._bootstrap")
+                || file.contains("/importlib/_bootstrap")
+                || file.ends_with("/importlib/__init__.py")
+        })
+}
+
+/// The top-level module a Python file belongs to: the first name under `site-packages` (or
+/// `dist-packages`, or the standard library's `lib/pythonX.Y`), else the file's own name.
+fn top_level_module(file: &str) -> String {
+    let under = ["/site-packages/", "/dist-packages/"]
+        .iter()
+        .find_map(|d| file.split_once(d).map(|(_, rest)| rest))
+        .or_else(|| {
+            let (_, rest) = file.split_once("/lib/python3")?;
+            rest.split_once('/').map(|(_, rest)| rest)
+        });
+    let name = match under {
+        Some(rest) => rest.split('/').next().unwrap_or(rest),
+        None => file.rsplit('/').next().unwrap_or(file),
+    };
+    name.strip_suffix(".py").unwrap_or(name).to_string()
+}
+
+/// Whether a frame is the language runtime's rather than anyone's program: Rust's standard
+/// library, or the C library and dynamic loader.
+fn is_runtime(f: &Frame) -> bool {
+    const STD: &[&str] = &[
+        "std::",
+        "core::",
+        "alloc::",
+        "hashbrown::",
+        "<std::",
+        "<core::",
+        "<alloc::",
+    ];
+    const C: &[&str] = &["libc.so", "ld-linux", "libpthread.so", "libgcc_s.so"];
+    STD.iter().any(|p| f.function.starts_with(p))
+        || f.file
+            .as_deref()
+            .is_some_and(|file| file.starts_with("/rustc/"))
+        || C.iter().any(|m| f.module.starts_with(m))
+}
+
 /// Whether a frame is the dynamic loader running a library's initialisers (at `dlopen` or before
 /// `main`). Only the loader's initialiser-running functions: its other work (thread-local storage
 /// for a new thread, `dlsym`) is made for the caller.
@@ -326,6 +425,7 @@ fn is_initialiser(f: &Frame) -> bool {
 /// memsight's crates: a frame named in one is memsight's.
 const OWN_CRATES: &[&str] = &[
     "memsight::",
+    "memsight_preload::",
     "memsight_format::",
     "memsight_analysis::",
     "memsight_sidecar::",
@@ -338,9 +438,15 @@ fn is_own_source(file: &str) -> bool {
     let here = env!("CARGO_MANIFEST_DIR");
     let profiler = here.strip_suffix("/analysis").unwrap_or(here);
     file.strip_prefix(profiler).is_some_and(|rest| {
-        ["/src/", "/format/src/", "/analysis/src/", "/sidecar/src/"]
-            .iter()
-            .any(|dir| rest.starts_with(dir))
+        [
+            "/src/",
+            "/format/src/",
+            "/analysis/src/",
+            "/sidecar/src/",
+            "/preload/src/",
+        ]
+        .iter()
+        .any(|dir| rest.starts_with(dir))
     })
 }
 
@@ -401,6 +507,7 @@ mod tests {
             line: Some(line),
             rust,
             module: "app".into(),
+            python: false,
         }
     }
 
@@ -417,6 +524,134 @@ mod tests {
             bytes,
             objects: 1.0,
         }
+    }
+
+    fn py(function: &str, file: &str, line: u32) -> Frame {
+        Frame {
+            function: function.into(),
+            file: Some(file.into()),
+            line: Some(line),
+            rust: false,
+            module: "python".into(),
+            python: true,
+        }
+    }
+
+    fn frames_stack(frames: Vec<Frame>, bytes: f64) -> Stack {
+        Stack {
+            locations: frames
+                .into_iter()
+                .enumerate()
+                .map(|(i, f)| Location {
+                    addr: i as u64,
+                    frames: vec![f].into(),
+                })
+                .collect(),
+            bytes,
+            objects: 1.0,
+        }
+    }
+
+    #[test]
+    fn a_python_stack_is_sited_at_its_innermost_python_line_and_imports_are_apart() {
+        let native = |n: &str| Frame {
+            module: "libtorch_cpu.so".into(),
+            ..frame(n, false, 1)
+        };
+        let boot = "<frozen importlib._bootstrap>";
+        // A tensor made in training: native frames, then the user's lines.
+        let train = frames_stack(
+            vec![
+                native("c10::alloc_cpu"),
+                py(
+                    "Linear.forward",
+                    "/v/lib/python3.11/site-packages/torch/nn/modules/linear.py",
+                    125,
+                ),
+                py("Model.forward", "/job/model.py", 87),
+                py("<module>", "/job/train.py", 112),
+            ],
+            100.0,
+        );
+        assert_eq!(train.site().unwrap().function, "Linear.forward");
+        assert_eq!(train.import_module(), None);
+        assert!(!train.is_memsight_own());
+        // What `import torch` allocated, through a meta-path hook (memsight's own start-up) and a
+        // nested import of numpy: torch's.
+        let import = frames_stack(
+            vec![
+                native("_GLOBAL__sub_I_registry"),
+                py(
+                    "<module>",
+                    "/v/lib/python3.11/site-packages/numpy/core/__init__.py",
+                    3,
+                ),
+                py("_find_and_load", boot, 1176),
+                py(
+                    "<module>",
+                    "/v/lib/python3.11/site-packages/torch/__init__.py",
+                    20,
+                ),
+                py("_call_with_frames_removed", boot, 241),
+                py("_Loader.exec_module", "/mem/memsight/_startup.py", 70),
+                py("_load_unlocked", boot, 690),
+                py("_find_and_load", boot, 1176),
+                py("<module>", "/job/train.py", 3),
+            ],
+            40.0,
+        );
+        assert_eq!(import.import_module().as_deref(), Some("torch"));
+        let p = Profile {
+            sample_bytes: 1,
+            stacks: vec![train, import],
+        };
+        assert_eq!(p.import_bytes(), vec![("torch".to_string(), 40.0)]);
+        let top = p.top_sites(5);
+        assert_eq!(top.len(), 1, "imports are not among the sites");
+        assert_eq!(top[0].at.line, Some(125));
+        // Folded stacks draw a Python frame with its file and line.
+        assert!(p
+            .folded()
+            .iter()
+            .any(|(s, _)| s.contains("Model.forward (model.py:87)")));
+        assert_eq!(
+            top_level_module("/usr/lib/python3.11/json/decoder.py"),
+            "json"
+        );
+        assert_eq!(top_level_module("/home/u/proj/data.py"), "data");
+    }
+
+    #[test]
+    fn a_c_program_under_the_preloaded_library_is_not_memsights_own() {
+        let preload = |n: &str| Frame {
+            module: "libmemsight_preload.so".into(),
+            ..frame(n, true, 1)
+        };
+        let s = frames_stack(
+            vec![
+                Frame {
+                    module: "t".into(),
+                    ..frame("main", false, 5)
+                },
+                preload("memsight_preload::job::main_then_say"),
+                Frame {
+                    module: "libc.so.6".into(),
+                    ..frame("__libc_start_call_main", false, 0)
+                },
+            ],
+            8.0,
+        );
+        assert!(!s.is_memsight_own());
+        assert_eq!(s.site().unwrap().function, "main");
+        let own = frames_stack(
+            vec![
+                frame("alloc::vec::Vec<T>::push", true, 1),
+                preload("memsight::session::sampler::run"),
+                preload("std::thread::spawn::{closure#0}"),
+            ],
+            8.0,
+        );
+        assert!(own.is_memsight_own());
     }
 
     #[test]

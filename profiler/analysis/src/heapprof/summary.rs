@@ -121,6 +121,21 @@ fn view(d: &DumpRecord, p: &Profile, report_dir: &Path, notes: &mut Vec<String>)
             each.join(", ")
         ));
     }
+    let imports = p.import_bytes();
+    if !imports.is_empty() {
+        let total: f64 = imports.iter().map(|(_, b)| b).sum();
+        let each: Vec<String> = imports
+            .iter()
+            .take(4)
+            .map(|(m, b)| format!("{m} {}", fmt_bytes(b.round() as u64)))
+            .collect();
+        notes.push(format!(
+            "Python's imports held about {} at step {}: {} (in the flamegraph, not among the sites)",
+            fmt_bytes(total.round() as u64),
+            d.step,
+            each.join(", ")
+        ));
+    }
     let own = p.own_bytes();
     if own >= 1.0 {
         notes.push(format!(

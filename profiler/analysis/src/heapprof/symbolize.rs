@@ -21,8 +21,10 @@ pub struct Frame {
     pub line: Option<u32>,
     /// Whether the function is Rust code.
     pub rust: bool,
-    /// The mapped file's name (`train`, `libtorch_cpu.so`).
+    /// The mapped file's name (`train`, `libtorch_cpu.so`); `python` for a Python frame.
     pub module: String,
+    /// Whether this is a Python function's frame (its file and line are the script's).
+    pub python: bool,
 }
 
 /// A mapped file opened for lookups.
@@ -60,6 +62,11 @@ impl Symbolizer {
 
     /// The frames at return address `addr` in `dump`'s process, innermost (inlined) first.
     pub fn frames(&mut self, dump: &HeapDump, addr: u64) -> Frames {
+        if addr & PYTHON_TAG != 0 {
+            // Not cached: a word names a function of its own process only (dumps of several
+            // processes share a symbolizer).
+            return Arc::new(vec![python_frame(dump, addr)]);
+        }
         let Some(m) = dump.mapping_of(addr) else {
             let frames = self
                 .unmapped
@@ -126,8 +133,38 @@ fn unknown(function: String, module: String) -> Frame {
         line: None,
         rust: false,
         module,
+        python: false,
     }
 }
+
+/// The frame a Python word of a stack stands for (its `PYTHON_FRAMES:` entry).
+fn python_frame(dump: &HeapDump, word: u64) -> Frame {
+    match dump.python.get(&word) {
+        Some(f) => Frame {
+            function: f.function.clone(),
+            file: Some(f.file.clone()),
+            line: (f.line > 0).then_some(f.line),
+            rust: false,
+            module: PYTHON_MODULE.to_string(),
+            python: true,
+        },
+        None => Frame {
+            function: "<python>".to_string(),
+            file: None,
+            line: None,
+            rust: false,
+            module: PYTHON_MODULE.to_string(),
+            python: true,
+        },
+    }
+}
+
+/// The module name of Python frames.
+pub const PYTHON_MODULE: &str = "python";
+
+/// The tag of a Python frame's word in a stack (memsight::pyframes::TAG): never a user-space
+/// return address.
+const PYTHON_TAG: u64 = 1 << 63;
 
 fn file_name(p: &Path) -> String {
     p.file_name()
@@ -179,6 +216,7 @@ impl Module {
                     line: f.location.as_ref().and_then(|l| l.line),
                     rust: func.language == Some(gimli::DW_LANG_Rust),
                     module: self.name.clone(),
+                    python: false,
                 });
             }
         }
@@ -200,6 +238,7 @@ impl Module {
                     line: None,
                     rust,
                     module: self.name.clone(),
+                    python: false,
                 });
             }
         }
