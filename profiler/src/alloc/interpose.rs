@@ -65,6 +65,7 @@ static MALLOC_CONF_FROM_ENV: extern "C" fn(c_int, *const *const c_char, *const *
 /// start-up. It reads the environment block the dynamic loader passes: libc's own `environ` is set
 /// up only after the pre-initialisers ran.
 extern "C" fn malloc_conf_from_env(_: c_int, _: *const *const c_char, envp: *const *const c_char) {
+    super::process_heap::note_preinit();
     if envp.is_null() {
         super::process_heap::start_jemalloc();
         return;
@@ -73,6 +74,12 @@ extern "C" fn malloc_conf_from_env(_: c_int, _: *const *const c_char, envp: *con
         _rjem_malloc_conf_2_conf_harder.store(conf.cast_mut(), Relaxed);
     }
     super::process_heap::start_jemalloc();
+    // The program started again by a session to symbolize its heap profiles (`heapprof::apart`):
+    // it serves that request and exits, before any library's initialiser runs.
+    #[cfg(feature = "symbolize")]
+    if env_value(envp, SYMBOLIZING_CHILD).is_some() {
+        crate::heapprof::serve_symbolizing_child();
+    }
     let rate = env_value(envp, b"MEMSIGHT_HEAP_SAMPLE=")
         // SAFETY: a NUL-terminated string of the environment block.
         .map(|v| {
@@ -82,6 +89,20 @@ extern "C" fn malloc_conf_from_env(_: c_int, _: *const *const c_char, envp: *con
         });
     sampling::start_at_load(rate);
 }
+
+/// The environment entry of the symbolizing child (`heapprof::SYMBOLIZING_CHILD_ENV`, then `=`).
+#[cfg(feature = "symbolize")]
+const SYMBOLIZING_CHILD: &[u8] = b"MEMSIGHT_SYMBOLIZE_CHILD=";
+#[cfg(feature = "symbolize")]
+const _: () = {
+    let name = crate::heapprof::SYMBOLIZING_CHILD_ENV.as_bytes();
+    assert!(name.len() + 1 == SYMBOLIZING_CHILD.len());
+    let mut i = 0;
+    while i < name.len() {
+        assert!(name[i] == SYMBOLIZING_CHILD[i]);
+        i += 1;
+    }
+};
 
 /// The value of the environment entry starting with `name` (`NAME=`), as a C string pointer.
 fn env_value(envp: *const *const c_char, name: &[u8]) -> Option<*const c_char> {

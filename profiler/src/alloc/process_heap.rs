@@ -110,6 +110,22 @@ pub(crate) fn start_jemalloc() {
     STARTING.store(false, Relaxed);
 }
 
+/// Set by the executable's pre-initialiser (`super::interpose`): this program is one that memsight
+/// starts with — started again, it runs memsight's pre-initialiser before anything else.
+static PREINIT_RAN: AtomicBool = AtomicBool::new(false);
+
+/// Notes that the executable's pre-initialiser runs (called from it).
+pub(crate) fn note_preinit() {
+    PREINIT_RAN.store(true, Relaxed);
+}
+
+/// Whether this program's executable runs memsight's pre-initialiser (memsight is linked into it,
+/// not into a shared library it loaded).
+#[cfg(feature = "symbolize")]
+pub(crate) fn preinit_ran() -> bool {
+    PREINIT_RAN.load(Relaxed)
+}
+
 /// The address of one of jemalloc's per-thread counters, by `mallctl` name.
 fn counter(name: &std::ffi::CStr) -> Option<*mut u64> {
     let mut p: *mut u64 = std::ptr::null_mut();

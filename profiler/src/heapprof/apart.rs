@@ -1,15 +1,19 @@
 //! The heap-profile section of a session's report when the session has no sidecar: symbolized
-//! (with the `symbolize` feature) in a forked child, never in the job's own address space; or the
-//! profiles and how to read their sites.
+//! (with the `symbolize` feature) in a process of its own, never in the job's address space; or
+//! the profiles and how to read their sites.
 //!
 //! Symbolizing maps the loaded objects' symbol tables and debug information — for a PyTorch job,
 //! libtorch's hundreds of MiB — and touching them counts in the process's resident set: done in
-//! the job, it raised a 550 MiB job's max RSS by 180 MiB in its last 0.2 s (issue 41). A forked
-//! child shares the job's pages copy-on-write, symbolizes in its own resident set (file pages that
-//! the kernel can drop, and the symbolizer's own few tens of MiB), and sends the section back as
-//! JSON through a pipe. A child that fails, or runs past [`DEADLINE`], leaves the report
-//! unsymbolized, with a note that says how to list its sites; the readers (`memsight summary`,
-//! `view`, `heap top`) symbolize such a report's profiles when they open it.
+//! the job, it raised a 490 MiB job's max RSS by 230 MiB in its last 0.2 s (issue 41). A forked
+//! child would not do either: forking a PyTorch process made the job's own file pages rise by up to
+//! 100 MiB (its libraries' fork handlers). So the session starts the job's own executable again
+//! (`posix_spawn`: no fork handlers run, the job waits only until the new program starts), and
+//! memsight's pre-initialiser in it, seeing [`CHILD_ENV`], serves the request before any library's
+//! initialiser runs and exits ([`serve`]): the request (the profiles and the report's directory)
+//! on its standard input, the section on its standard output, as JSON. A child that fails, or runs
+//! past [`DEADLINE`], leaves the report unsymbolized, with a note that says how to list its sites;
+//! the readers (`memsight summary`, `view`, `heap top`) symbolize such a report's profiles when
+//! they open it.
 
 use super::{sample_bytes, DumpKind, DumpRecord, HeapProfile};
 use std::path::Path;
@@ -61,111 +65,118 @@ fn unsymbolized(dumps: Vec<DumpRecord>, why: Option<String>) -> HeapProfile {
     }
 }
 
-/// Runs the symbolizer in a forked child and reads its section back.
+/// Set in the symbolizing child's environment (the job's own executable, started again).
+#[cfg(feature = "symbolize")]
+pub(crate) const CHILD_ENV: &str = "MEMSIGHT_SYMBOLIZE_CHILD";
+
+/// What the session asks the child: the profiles and the report's directory.
+#[cfg(feature = "symbolize")]
+type Request = (Vec<DumpRecord>, std::path::PathBuf);
+
+/// Serves a request in the symbolizing child: called by memsight's pre-initialiser when
+/// [`CHILD_ENV`] is set, before any library's initialiser; never returns.
+#[cfg(feature = "symbolize")]
+pub(crate) fn serve() -> ! {
+    use std::io::{Read, Write};
+    use std::os::fd::FromRawFd;
+    let answer = std::panic::catch_unwind(|| {
+        // SAFETY: the descriptors the session set up as this process's standard input and output;
+        // each is owned here once.
+        let mut input = unsafe { std::fs::File::from_raw_fd(0) };
+        let mut request = Vec::new();
+        input.read_to_end(&mut request).ok()?;
+        let (dumps, report_dir): Request = serde_json::from_slice(&request).ok()?;
+        let section = memsight_analysis::heapprof::summarize(&dumps, &report_dir);
+        let json = serde_json::to_vec(&section).ok()?;
+        // SAFETY: as above.
+        let mut output = unsafe { std::fs::File::from_raw_fd(1) };
+        output.write_all(&json).ok()
+    });
+    let code = i32::from(!matches!(answer, Ok(Some(()))));
+    // SAFETY: ends the child at once, running no initialiser or exit handler of the program's.
+    unsafe { libc::_exit(code) }
+}
+
+/// Runs the symbolizer in a child process (the job's executable, served by [`serve`]) and reads
+/// its section back.
 #[cfg(feature = "symbolize")]
 fn in_child(dumps: &[DumpRecord], report_dir: &Path) -> Result<Option<HeapProfile>, String> {
-    use std::io::Read;
-    use std::os::fd::FromRawFd;
+    use std::io::{Read, Write};
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
 
-    let mut fds = [0; 2];
-    // SAFETY: `fds` has room for the two descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(format!(
-            "no pipe to a symbolizing child: {}",
-            std::io::Error::last_os_error()
-        ));
+    if !crate::alloc::process_heap::preinit_ran() {
+        // Started again, this program would not serve the request (memsight is in a library it
+        // loaded, not in its executable).
+        return Err("memsight is not linked into the program's executable".into());
     }
-    let [read_fd, write_fd] = fds;
-    // SAFETY: the child runs only the symbolizer (in the calling thread's copy of the process:
-    // jemalloc's and the sampler's fork handlers leave the allocator usable there), writes to the
-    // pipe and leaves with `_exit`, running no exit handler of the job's.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        // SAFETY: the child's copy of the read end.
-        unsafe { libc::close(read_fd) };
-        let section =
-            std::panic::catch_unwind(|| memsight_analysis::heapprof::summarize(dumps, report_dir));
-        let code = match section.ok().and_then(|s| serde_json::to_vec(&s).ok()) {
-            Some(json) => i32::from(!write_all(write_fd, &json)),
-            None => 1,
-        };
-        // SAFETY: ends the child without running the job's exit handlers or destructors.
-        unsafe { libc::_exit(code) };
-    }
-    // SAFETY: the parent's write end (the child has its own).
-    unsafe { libc::close(write_fd) };
-    if pid < 0 {
-        // SAFETY: the read end, unused.
-        unsafe { libc::close(read_fd) };
-        return Err(format!(
-            "no symbolizing child: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    // SAFETY: the read end is the parent's own; the `File` owns it from here.
-    let mut pipe = unsafe { std::fs::File::from_raw_fd(read_fd) };
+    let request: Request = (dumps.to_vec(), report_dir.to_path_buf());
+    let request = serde_json::to_vec(&request)
+        .map_err(|e| format!("the symbolizing child's request: {e}"))?;
+    // std's `Command` starts the program with `posix_spawn` when it can (no pre-exec hook, as
+    // here): the job's fork handlers do not run.
+    let mut child = Command::new("/proc/self/exe")
+        .arg0("memsight-symbolize")
+        .env(CHILD_ENV, "1")
+        .env("MEMSIGHT_HEAP_SAMPLE", "off")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("no symbolizing child: {e}"))?;
+    let (Some(mut stdin), Some(mut stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err("no pipes to the symbolizing child".into());
+    };
+    // The request is small (a few records): written whole before the answer is read.
+    let sent = stdin.write_all(&request);
+    drop(stdin);
     let started = std::time::Instant::now();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stdout);
     let mut json = Vec::new();
     let mut buf = [0u8; 64 << 10];
-    let finished = loop {
-        let left = DEADLINE.saturating_sub(started.elapsed());
-        if left.is_zero() {
-            break false;
-        }
-        let mut pfd = libc::pollfd {
-            fd: read_fd,
-            events: libc::POLLIN,
-            revents: 0,
+    let finished = sent.is_ok()
+        && loop {
+            let left = DEADLINE.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                break false;
+            }
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd, valid for the call.
+            let ready = unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(1000) as i32) };
+            if ready < 0
+                && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
+            {
+                break false;
+            }
+            if ready <= 0 {
+                continue;
+            }
+            match stdout.read(&mut buf) {
+                Ok(0) => break true,
+                Ok(n) => json.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break false,
+            }
         };
-        // SAFETY: one pollfd, valid for the call.
-        let ready = unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(1000) as i32) };
-        if ready < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            break false;
-        }
-        if ready <= 0 {
-            continue;
-        }
-        match pipe.read(&mut buf) {
-            Ok(0) => break true,
-            Ok(n) => json.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break false,
-        }
-    };
     if !finished {
-        // SAFETY: our own child.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let _ = child.kill();
     }
-    let mut status = 0;
-    // SAFETY: reaps our own child.
-    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
-        && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
-    {}
+    let status = child.wait();
     if !finished {
         return Err(format!(
-            "the symbolizing child took longer than {} s",
+            "the symbolizing child did not answer within {} s",
             DEADLINE.as_secs()
         ));
     }
-    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        return Err("the symbolizing child failed".into());
+    match status {
+        Ok(s) if s.success() => {}
+        _ => return Err("the symbolizing child failed".into()),
     }
     serde_json::from_slice(&json).map_err(|e| format!("the symbolizing child's answer: {e}"))
-}
-
-/// Writes all of `data` to `fd`; `false` when the pipe refused it.
-#[cfg(feature = "symbolize")]
-fn write_all(fd: i32, mut data: &[u8]) -> bool {
-    while !data.is_empty() {
-        // SAFETY: `data` is valid for its length.
-        let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
-        if n < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return false;
-        }
-        data = &data[n as usize..];
-    }
-    true
 }
