@@ -104,4 +104,25 @@ fn tensors_and_bytearrays_are_named_by_their_python_lines() {
         drawn.contains("&lt;module&gt; (two_sites.py:"),
         "no module frame in the flamegraph"
     );
+
+    // `memsight heap top … | head`: a reader that goes away ends the command quietly (SIGPIPE, as
+    // Unix tools do), never a panic.
+    let mut top = std::process::Command::new(memsight_e2e::memsight_bin())
+        .args(["heap", "top"])
+        .arg(&heap)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(top.stdout.take()); // the reader is gone before the first line
+    let done = top.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        done.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?} {err}",
+        done.status
+    );
 }

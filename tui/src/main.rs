@@ -62,9 +62,24 @@ struct EstimateArgs {
     hf: estimate_hf::HfArgs,
 }
 
+/// A command that only prints (a report, sites, a diagnosis) ends quietly when its reader goes
+/// away (`memsight heap top … | head`), as Unix tools do, instead of failing to print: Rust's
+/// runtime ignores `SIGPIPE`, so its default action is put back. Not for `run`, `attach`, `top`
+/// and `view`, which outlive a closed pipe (the job goes on; the sidecar must not die).
+fn end_quietly_on_closed_pipe() {
+    // SAFETY: restores a signal's default disposition; no handler runs.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     preload::register();
+    if !matches!(
+        cli.verb,
+        Verb::Run(_) | Verb::Attach(_) | Verb::Top(_) | Verb::View(_)
+    ) {
+        end_quietly_on_closed_pipe();
+    }
     match cli.verb {
         Verb::Check(a) => check::run(a),
         Verb::Summary(a) => summary::run(a),
