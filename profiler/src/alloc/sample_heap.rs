@@ -98,21 +98,6 @@ pub(crate) fn create() -> Result<(), String> {
             "jemalloc could not create the sampled arena (error {rc})"
         ));
     }
-    let mut max = 0usize;
-    let mut len_out = std::mem::size_of::<usize>();
-    // SAFETY: `opt.tcache_max` is a size_t.
-    if unsafe {
-        je::mallctl(
-            c"opt.tcache_max".as_ptr(),
-            (&raw mut max).cast(),
-            &mut len_out,
-            std::ptr::null_mut(),
-            0,
-        )
-    } == 0
-    {
-        CACHED_MAX.store(max, Relaxed);
-    }
     FLAGS.store(je::MALLOCX_ARENA(arena as usize) as usize, Relaxed);
     Ok(())
 }
@@ -149,16 +134,11 @@ pub(crate) unsafe fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
     if arena == 0 {
         return std::ptr::null_mut();
     }
-    let mut flags = arena | je::MALLOCX_ALIGN(align.max(1));
+    // The thread's own cache (jemalloc serves sizes above what caches hold from the arena).
+    let mut flags = arena | je::MALLOCX_ALIGN(align.max(1)) | thread_cache();
     if zero {
         flags |= je::MALLOCX_ZERO;
     }
-    // Larger than any cached size: straight to the arena (zeroing or mapping gigabytes).
-    flags |= if size > CACHED_MAX.load(Relaxed) {
-        je::MALLOCX_TCACHE_NONE
-    } else {
-        thread_cache()
-    };
     je::mallocx(size.max(1 << MAP_SHIFT), flags).cast()
 }
 
@@ -168,16 +148,14 @@ pub(crate) unsafe fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
 /// `p` came from [`alloc`] and is freed once.
 #[inline]
 pub(crate) unsafe fn free(p: *mut u8) {
-    let cache = if !ready() || je::malloc_usable_size(p.cast()) > CACHED_MAX.load(Relaxed) {
-        je::MALLOCX_TCACHE_NONE
-    } else {
+    // A block of the range freed before the arena existed: no cache of its arena.
+    let cache = if ready() {
         thread_cache()
+    } else {
+        je::MALLOCX_TCACHE_NONE
     };
     je::dallocx(p.cast(), cache);
 }
-
-/// The largest size jemalloc's thread caches hold (`opt.tcache_max`, 32 KiB by default).
-static CACHED_MAX: AtomicUsize = AtomicUsize::new(32 << 10);
 
 /// This thread's cache of sampled blocks, as `mallocx` flags: made at its first use by a
 /// registered thread (whose exit destroys it, [`retire_thread`]); none for other threads, or when
