@@ -78,7 +78,7 @@ extern "C" fn malloc_conf_from_env(_: c_int, _: *const *const c_char, envp: *con
     // it serves that request and exits, before any library's initialiser runs.
     #[cfg(feature = "symbolize")]
     if env_value(envp, SYMBOLIZING_CHILD).is_some() {
-        crate::heapprof::serve_symbolizing_child();
+        serve_symbolizing_child();
     }
     let rate = env_value(envp, b"MEMSIGHT_HEAP_SAMPLE=")
         // SAFETY: a NUL-terminated string of the environment block.
@@ -90,12 +90,12 @@ extern "C" fn malloc_conf_from_env(_: c_int, _: *const *const c_char, envp: *con
     sampling::start_at_load(rate);
 }
 
-/// The environment entry of the symbolizing child (`heapprof::SYMBOLIZING_CHILD_ENV`, then `=`).
+/// The environment entry of the symbolizing child (`process_heap::SYMBOLIZING_CHILD_ENV`, then `=`).
 #[cfg(feature = "symbolize")]
 const SYMBOLIZING_CHILD: &[u8] = b"MEMSIGHT_SYMBOLIZE_CHILD=";
 #[cfg(feature = "symbolize")]
 const _: () = {
-    let name = crate::heapprof::SYMBOLIZING_CHILD_ENV.as_bytes();
+    let name = super::process_heap::SYMBOLIZING_CHILD_ENV.as_bytes();
     assert!(name.len() + 1 == SYMBOLIZING_CHILD.len());
     let mut i = 0;
     while i < name.len() {
@@ -103,6 +103,32 @@ const _: () = {
         i += 1;
     }
 };
+
+/// Serves the request of a session that started this program again to symbolize its heap
+/// profiles: reads it from standard input, writes the report's section to standard output, and
+/// ends the process — before any library's initialiser runs.
+#[cfg(feature = "symbolize")]
+fn serve_symbolizing_child() -> ! {
+    use std::io::{Read, Write};
+    use std::os::fd::FromRawFd;
+    let answer = std::panic::catch_unwind(|| {
+        // SAFETY: the descriptors the session set up as this process's standard input and output;
+        // each is owned here once.
+        let mut input = unsafe { std::fs::File::from_raw_fd(0) };
+        let mut request = Vec::new();
+        input.read_to_end(&mut request).ok()?;
+        let (dumps, report_dir): super::process_heap::SymbolizeRequest =
+            serde_json::from_slice(&request).ok()?;
+        let section = memsight_analysis::heapprof::summarize(&dumps, &report_dir);
+        let json = serde_json::to_vec(&section).ok()?;
+        // SAFETY: as above.
+        let mut output = unsafe { std::fs::File::from_raw_fd(1) };
+        output.write_all(&json).ok()
+    });
+    let code = i32::from(!matches!(answer, Ok(Some(()))));
+    // SAFETY: ends the child at once, running no initialiser or exit handler of the program's.
+    unsafe { libc::_exit(code) }
+}
 
 /// The value of the environment entry starting with `name` (`NAME=`), as a C string pointer.
 fn env_value(envp: *const *const c_char, name: &[u8]) -> Option<*const c_char> {

@@ -114,6 +114,20 @@ pub(crate) fn start_jemalloc() {
 /// starts with — started again, it runs memsight's pre-initialiser before anything else.
 static PREINIT_RAN: AtomicBool = AtomicBool::new(false);
 
+/// Set in the environment of the job's executable started again by a session to symbolize its heap
+/// profiles outside the job (`crate::heapprof`'s report section): its pre-initialiser then serves
+/// that request (`super::interpose`) and exits.
+#[cfg(feature = "symbolize")]
+pub(crate) const SYMBOLIZING_CHILD_ENV: &str = "MEMSIGHT_SYMBOLIZE_CHILD";
+
+/// The symbolizing child's request, JSON on its standard input: the profiles and the report's
+/// directory (its answer, on its standard output: the report's heap-profile section).
+#[cfg(feature = "symbolize")]
+pub(crate) type SymbolizeRequest = (
+    Vec<memsight_format::heap_profile::DumpRecord>,
+    std::path::PathBuf,
+);
+
 /// Notes that the executable's pre-initialiser runs (called from it).
 pub(crate) fn note_preinit() {
     PREINIT_RAN.store(true, Relaxed);

@@ -4,18 +4,20 @@
 //!
 //! Symbolizing maps the loaded objects' symbol tables and debug information — for a PyTorch job,
 //! libtorch's hundreds of MiB — and touching them counts in the process's resident set: done in
-//! the job, it raised a 490 MiB job's max RSS by 230 MiB in its last 0.2 s (issue 41). A forked
-//! child would not do either: forking a PyTorch process made the job's own file pages rise by up to
-//! 100 MiB (its libraries' fork handlers). So the session starts the job's own executable again
-//! (`posix_spawn`: no fork handlers run, the job waits only until the new program starts), and
-//! memsight's pre-initialiser in it, seeing [`CHILD_ENV`], serves the request before any library's
-//! initialiser runs and exits ([`serve`]): the request (the profiles and the report's directory)
-//! on its standard input, the section on its standard output, as JSON. A child that fails, or runs
-//! past [`DEADLINE`], leaves the report unsymbolized, with a note that says how to list its sites;
-//! the readers (`memsight summary`, `view`, `heap top`) symbolize such a report's profiles when
-//! they open it.
+//! the job, it raised a 490 MiB job's max RSS by 230 MiB in its last 0.2 s (issue 41). Nor is it
+//! done in a fork of the job: a fork of a multi-threaded process copies one thread (a lock another
+//! thread held stays held in the child) and runs every library's fork handlers. The session starts
+//! the job's own executable again (`posix_spawn`, through `std::process::Command`), and memsight's
+//! pre-initialiser in it, seeing `MEMSIGHT_SYMBOLIZE_CHILD`, serves the request before any
+//! library's initialiser runs and exits (`alloc::interpose`): the profiles and the report's
+//! directory on its standard input, the report's section on its standard output, as JSON. A child
+//! that fails, or runs past [`DEADLINE`], leaves the report unsymbolized, with a note that says how
+//! to list its sites; the readers (`memsight summary`, `view`, `heap top`) symbolize such a
+//! report's profiles when they open it.
 
 use super::{sample_bytes, DumpKind, DumpRecord, HeapProfile};
+#[cfg(feature = "symbolize")]
+use crate::alloc::process_heap::{SymbolizeRequest, SYMBOLIZING_CHILD_ENV};
 use std::path::Path;
 
 /// How long the child may take before the session gives up on it (and kills it).
@@ -65,40 +67,8 @@ fn unsymbolized(dumps: Vec<DumpRecord>, why: Option<String>) -> HeapProfile {
     }
 }
 
-/// Set in the symbolizing child's environment (the job's own executable, started again).
-#[cfg(feature = "symbolize")]
-pub(crate) const CHILD_ENV: &str = "MEMSIGHT_SYMBOLIZE_CHILD";
-
-/// What the session asks the child: the profiles and the report's directory.
-#[cfg(feature = "symbolize")]
-type Request = (Vec<DumpRecord>, std::path::PathBuf);
-
-/// Serves a request in the symbolizing child: called by memsight's pre-initialiser when
-/// [`CHILD_ENV`] is set, before any library's initialiser; never returns.
-#[cfg(feature = "symbolize")]
-pub(crate) fn serve() -> ! {
-    use std::io::{Read, Write};
-    use std::os::fd::FromRawFd;
-    let answer = std::panic::catch_unwind(|| {
-        // SAFETY: the descriptors the session set up as this process's standard input and output;
-        // each is owned here once.
-        let mut input = unsafe { std::fs::File::from_raw_fd(0) };
-        let mut request = Vec::new();
-        input.read_to_end(&mut request).ok()?;
-        let (dumps, report_dir): Request = serde_json::from_slice(&request).ok()?;
-        let section = memsight_analysis::heapprof::summarize(&dumps, &report_dir);
-        let json = serde_json::to_vec(&section).ok()?;
-        // SAFETY: as above.
-        let mut output = unsafe { std::fs::File::from_raw_fd(1) };
-        output.write_all(&json).ok()
-    });
-    let code = i32::from(!matches!(answer, Ok(Some(()))));
-    // SAFETY: ends the child at once, running no initialiser or exit handler of the program's.
-    unsafe { libc::_exit(code) }
-}
-
-/// Runs the symbolizer in a child process (the job's executable, served by [`serve`]) and reads
-/// its section back.
+/// Runs the symbolizer in a child process (the job's executable, served by memsight's
+/// pre-initialiser in `alloc::interpose`) and reads its section back.
 #[cfg(feature = "symbolize")]
 fn in_child(dumps: &[DumpRecord], report_dir: &Path) -> Result<Option<HeapProfile>, String> {
     use std::io::{Read, Write};
@@ -110,14 +80,14 @@ fn in_child(dumps: &[DumpRecord], report_dir: &Path) -> Result<Option<HeapProfil
         // loaded, not in its executable).
         return Err("memsight is not linked into the program's executable".into());
     }
-    let request: Request = (dumps.to_vec(), report_dir.to_path_buf());
+    let request: SymbolizeRequest = (dumps.to_vec(), report_dir.to_path_buf());
     let request = serde_json::to_vec(&request)
         .map_err(|e| format!("the symbolizing child's request: {e}"))?;
     // std's `Command` starts the program with `posix_spawn` when it can (no pre-exec hook, as
     // here): the job's fork handlers do not run.
     let mut child = Command::new("/proc/self/exe")
         .arg0("memsight-symbolize")
-        .env(CHILD_ENV, "1")
+        .env(SYMBOLIZING_CHILD_ENV, "1")
         .env("MEMSIGHT_HEAP_SAMPLE", "off")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

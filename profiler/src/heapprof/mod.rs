@@ -12,8 +12,6 @@ pub mod control;
 mod recorder;
 
 pub(crate) use apart::section as report_section;
-#[cfg(feature = "symbolize")]
-pub(crate) use apart::{serve as serve_symbolizing_child, CHILD_ENV as SYMBOLIZING_CHILD_ENV};
 pub use control::{enabled, sample_bytes, sampling, set_sampling};
 pub use memsight_format::heap_profile::{DumpKind, DumpRecord, HeapProfile};
 pub(crate) use recorder::{finish, on_sample, on_step, start};
