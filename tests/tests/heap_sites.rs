@@ -404,3 +404,43 @@ fn a_running_job_writes_a_profile_when_asked() {
     assert_eq!(r.code, 2);
     assert!(r.err.contains("999999999"), "{}", r.err);
 }
+
+#[test]
+fn a_30_ms_spike_is_the_top_site_at_the_peak_under_memsight_run() {
+    let dir = scratch("spike-linked");
+    let report = dir.join("r.json");
+    // The default interval and sampling rate: the spike lives a third of an interval.
+    let out = Command::new(memsight_bin())
+        .args(["run", "--report"])
+        .arg(&report)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_spike_job"))
+        .output()
+        .expect("memsight runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let at_peak = &v["heap_profile"]["at_peak"];
+    assert_eq!(at_peak["step"], 123, "{at_peak}");
+    let top = &at_peak["top_sites"][0];
+    let bytes = top["bytes"].as_f64().unwrap();
+    println!(
+        "top site at the peak: {} {:.1} MiB",
+        top["function"],
+        bytes / MIB
+    );
+    assert!(
+        top["function"]
+            .as_str()
+            .is_some_and(|f| f.ends_with("attention_spike")),
+        "{at_peak:#}"
+    );
+    assert!(
+        (bytes / (192.0 * MIB) - 1.0).abs() <= 0.05,
+        "{:.1} MiB",
+        bytes / MIB
+    );
+}
