@@ -4,18 +4,29 @@
 //! pointer with one compare ([`contains`]), as in the jemalloc build (`sample_heap.rs`), whose
 //! interface this module has. Every other block stays the program's allocator's.
 //!
-//! A block's mapping starts with its header: the record id the sampler keeps for it
-//! ([`record_slot`]), where the block starts in the mapping, and its size. A sample is taken once
+//! A block's header lies right before it in its mapping: the mapping's length, the record id the
+//! sampler keeps for it ([`record_slot`]), where the block starts in the mapping, and its size. A sample is taken once
 //! per 512 KiB allocated on average, so a mapping per sampled block costs two system calls per
 //! 512 KiB and at most a page of memory per sampled block (≤ 0.8% of the live heap at the default
 //! rate); the block's usable size, the figure the heap counts, is its size rounded to 16 bytes,
 //! as small as glibc's would be. Mappings are placed at a cursor that moves through the range and
 //! wraps; a place still taken (`MAP_FIXED_NOREPLACE` refuses it) is skipped.
 //!
-//! Nothing here allocates, locks or panics: `mmap` and `munmap` only.
+//! A training step allocates and frees the same large tensors again and again, nearly all of them
+//! sampled (a block of several MiB is sampled with near certainty): a fresh mapping for each would
+//! fault in every page every step, where glibc reuses its memory. So a freed mapping of at least
+//! 1 MiB is kept (up to 16 mappings and 64 MiB, the most free memory glibc itself keeps at the top
+//! of its heap: `M_TRIM_THRESHOLD` at its dynamic maximum), its pages given back to the kernel lazily
+//! (`MADV_FREE`: reclaimed under memory pressure, never the reason for an OOM, and free to reuse
+//! while still there), and a sampled block of a close size reuses it.
+//!
+//! Nothing here allocates, locks or panics: `mmap`, `madvise` and `munmap` only.
 
 use super::counters;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 /// Where the range starts: the jemalloc build's range (far below the kernel's mappings and the
 /// program's heap). A constant, so that [`contains`] loads nothing.
@@ -23,9 +34,14 @@ const BASE: usize = 64 << 40;
 /// The range's length.
 const RANGE: usize = 1 << 40;
 const PAGE: usize = 4096;
-/// A block's header, right before it: record id (`u32`), the block's offset in its mapping
-/// (`u32`), its size (`u64`).
-const HEADER: usize = 16;
+/// A block's header, right before it: its mapping's length (`u64`), record id (`u32`), the
+/// block's offset in its mapping (`u32`), its size (`u64`).
+const HEADER: usize = 32;
+/// Freed mappings at least this long are kept for reuse ([`Kept`]); shorter ones are unmapped.
+const KEEP_FROM: usize = 1 << 20;
+/// Freed mappings kept at most, and their bytes at most.
+const KEPT_SLOTS: usize = 16;
+const KEPT_BYTES: usize = 64 << 20;
 /// Places tried for one block before the sample is given up (the caller allocates as usual).
 const TRIES: usize = 16;
 
@@ -102,13 +118,13 @@ fn place(len: usize, align: usize) -> Option<usize> {
     }
 }
 
-/// Allocates a sampled block of `size` bytes aligned to `align` (a new mapping is zeroed, so
-/// `zero` is always kept); null when the range has no place for it.
+/// Allocates a sampled block of `size` bytes aligned to `align` (zeroed when `zero`: a new mapping
+/// is; a kept one is cleared); null when the range has no place for it.
 ///
 /// # Safety
 /// `align` is a power of two.
 #[inline]
-pub(crate) unsafe fn alloc(size: usize, align: usize, _zero: bool) -> *mut u8 {
+pub(crate) unsafe fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
     if !ready() {
         return std::ptr::null_mut();
     }
@@ -122,6 +138,17 @@ pub(crate) unsafe fn alloc(size: usize, align: usize, _zero: bool) -> *mut u8 {
     let Ok(offset32) = u32::try_from(offset) else {
         return std::ptr::null_mut();
     };
+    if offset <= PAGE {
+        if let Some((at, kept_len)) = KEPT.take(len) {
+            let p = at + offset;
+            if zero {
+                // Kept pages hold what their last block wrote (or zeros, where reclaimed).
+                std::ptr::write_bytes(p as *mut u8, 0, size);
+            }
+            write_header(p, kept_len, offset32, size);
+            return p as *mut u8;
+        }
+    }
     for _ in 0..TRIES {
         let Some(at) = place(len, offset.max(PAGE)) else {
             return std::ptr::null_mut();
@@ -130,34 +157,121 @@ pub(crate) unsafe fn alloc(size: usize, align: usize, _zero: bool) -> *mut u8 {
             continue;
         }
         let p = at + offset;
-        ((p - 12) as *mut u32).write(offset32);
-        ((p - 8) as *mut u64).write(size as u64);
+        write_header(p, len, offset32, size);
         return p as *mut u8;
     }
     std::ptr::null_mut()
 }
 
-/// The offset in its mapping and the size of the sampled block at `p`.
+/// Writes the header of the block at `p` (record id 0).
+unsafe fn write_header(p: usize, len: usize, offset: u32, size: usize) {
+    ((p - 24) as *mut u64).write(len as u64);
+    ((p - 16) as *mut u32).write(0);
+    ((p - 12) as *mut u32).write(offset);
+    ((p - 8) as *mut u64).write(size as u64);
+}
+
+/// Freed mappings kept for reuse: `(start, length)` pairs, each slot taken or filled whole by one
+/// compare-and-swap of its start (0: empty) — no lock.
+struct Kept {
+    start: [AtomicUsize; KEPT_SLOTS],
+    len: [AtomicUsize; KEPT_SLOTS],
+    bytes: AtomicUsize,
+}
+
+static KEPT: Kept = Kept {
+    start: [const { AtomicUsize::new(0) }; KEPT_SLOTS],
+    len: [const { AtomicUsize::new(0) }; KEPT_SLOTS],
+    bytes: AtomicUsize::new(0),
+};
+
+/// A slot's start while its owner fills or empties it.
+const BUSY: usize = 1;
+
+impl Kept {
+    /// A kept mapping of at least `need` bytes and not much more (a quarter and 64 KiB): its start
+    /// and length.
+    fn take(&self, need: usize) -> Option<(usize, usize)> {
+        if self.bytes.load(Relaxed) == 0 {
+            return None;
+        }
+        let most = need + need / 4 + (64 << 10);
+        for i in 0..KEPT_SLOTS {
+            let start = self.start[i].load(Acquire);
+            if start <= BUSY {
+                continue;
+            }
+            let len = self.len[i].load(Relaxed);
+            if len < need || len > most {
+                continue;
+            }
+            if self.start[i]
+                .compare_exchange(start, BUSY, Acquire, Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            // The length read before the swap may be another mapping's: read it again, ours now.
+            let len = self.len[i].load(Relaxed);
+            self.start[i].store(0, Release);
+            self.bytes.fetch_sub(len, Relaxed);
+            if len >= need && len <= most {
+                return Some((start, len));
+            }
+            // SAFETY: the kept mapping, taken from its slot: ours alone.
+            unsafe { libc::munmap(start as *mut libc::c_void, len) };
+        }
+        None
+    }
+
+    /// Keeps a freed mapping when there is room; false: the caller unmaps it.
+    fn keep(&self, start: usize, len: usize) -> bool {
+        if len < KEEP_FROM || self.bytes.load(Relaxed) + len > KEPT_BYTES {
+            return false;
+        }
+        for i in 0..KEPT_SLOTS {
+            if self.start[i]
+                .compare_exchange(0, BUSY, Acquire, Relaxed)
+                .is_ok()
+            {
+                // SAFETY: the freed block's own mapping. The kernel may take its pages back at any
+                // time; they read as zeros then.
+                unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_FREE) };
+                self.len[i].store(len, Relaxed);
+                self.bytes.fetch_add(len, Relaxed);
+                self.start[i].store(start, Release);
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// The mapping's length, the block's offset in it and the block's size, of the sampled block at
+/// `p`.
 ///
 /// # Safety
 /// `p` is a live block from [`alloc`].
-unsafe fn header(p: *mut u8) -> (usize, usize) {
+unsafe fn header(p: *mut u8) -> (usize, usize, usize) {
     let p = p as usize;
     (
+        ((p - 24) as *const u64).read() as usize,
         ((p - 12) as *const u32).read() as usize,
         ((p - 8) as *const u64).read() as usize,
     )
 }
 
-/// Frees a sampled block: unmaps it.
+/// Frees a sampled block: keeps its mapping for reuse, or unmaps it.
 ///
 /// # Safety
 /// `p` came from [`alloc`] and is freed once.
 #[inline]
 pub(crate) unsafe fn free(p: *mut u8) {
-    let (offset, size) = header(p);
-    let len = (offset + size.max(1)).next_multiple_of(PAGE);
-    libc::munmap((p as usize - offset) as *mut libc::c_void, len);
+    let (len, offset, _) = header(p);
+    let start = p as usize - offset;
+    if !KEPT.keep(start, len) {
+        libc::munmap(start as *mut libc::c_void, len);
+    }
 }
 
 /// Nothing kept per thread.
@@ -170,7 +284,7 @@ pub(crate) fn record_slot(p: *const u8) -> Option<&'static AtomicU32> {
         return None;
     }
     // SAFETY: a sampled block's header lies right before it, `u32`-aligned, in its mapping.
-    Some(unsafe { &*((p as usize - HEADER) as *const AtomicU32) })
+    Some(unsafe { &*((p as usize - 16) as *const AtomicU32) })
 }
 
 /// The usable size of a sampled block: its size rounded up to 16 bytes.
@@ -178,5 +292,5 @@ pub(crate) fn record_slot(p: *const u8) -> Option<&'static AtomicU32> {
 /// # Safety
 /// `p` is a live block from [`alloc`].
 pub(crate) unsafe fn usable(p: *mut u8) -> usize {
-    header(p).1.max(1).next_multiple_of(16)
+    header(p).2.max(1).next_multiple_of(16)
 }
