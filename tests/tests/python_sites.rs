@@ -76,6 +76,33 @@ fn tensors_and_bytearrays_are_named_by_their_python_lines() {
         );
     }
 
+    // How much of the peak is tensor storage (PyTorch's CPU allocator): the 200 MiB of tensors.
+    let heap_top = run_memsight(
+        &[
+            "heap".as_ref(),
+            "top".as_ref(),
+            dir.join(
+                report["heap_profile"]["at_peak"]["heap_file"]
+                    .as_str()
+                    .unwrap(),
+            )
+            .as_os_str(),
+        ],
+        None,
+    );
+    let storage = heap_top
+        .out
+        .lines()
+        .find(|l| l.contains("(CPU tensor storage"))
+        .unwrap_or_else(|| panic!("no tensor storage line: {}", heap_top.out));
+    let mib: f64 = storage.split_whitespace().next().unwrap().parse().unwrap();
+    let truth_mib = expected[0].2 / MIB;
+    println!("{storage} (torch's count {truth_mib:.1} MiB)");
+    assert!(
+        storage.contains("MiB") && (mib / truth_mib - 1.0).abs() <= 0.10,
+        "{storage}"
+    );
+
     // The flamegraph draws the Python frames, one box per line.
     let heap = dir.join(
         report["heap_profile"]["at_peak"]["heap_file"]

@@ -154,6 +154,14 @@ fn run_inner(what: What) -> Result<(), String> {
                         text::line(&module)
                     );
                 }
+                let tensors = p.tensor_storage_bytes();
+                if tensors >= 1.0 {
+                    println!(
+                        "{:>10}  {:>5.1}%  (CPU tensor storage, all sites above included)",
+                        fmt_bytes(tensors.round() as u64),
+                        tensors / total * 100.0
+                    );
+                }
                 for (module, bytes) in p.import_bytes() {
                     println!(
                         "{:>10}  {:>5.1}%  (import) {}",

@@ -175,6 +175,16 @@ impl Profile {
         })
     }
 
+    /// Estimated live bytes of CPU tensor storage: the stacks that pass through PyTorch's CPU
+    /// allocator (`c10::alloc_cpu`, libtorch's one way to a tensor's host memory), whoever asked.
+    pub fn tensor_storage_bytes(&self) -> f64 {
+        self.stacks
+            .iter()
+            .filter(|s| s.frames().any(|f| f.function.starts_with("c10::alloc_cpu")))
+            .map(|s| s.bytes)
+            .sum()
+    }
+
     /// Estimated live bytes Python's imports allocated, per top-level module, largest first (left
     /// out of sites and growth, as libraries' start-up is).
     pub fn import_bytes(&self) -> Vec<(String, f64)> {
@@ -606,6 +616,7 @@ mod tests {
             stacks: vec![train, import],
         };
         assert_eq!(p.import_bytes(), vec![("torch".to_string(), 40.0)]);
+        assert_eq!(p.tensor_storage_bytes(), 100.0);
         let top = p.top_sites(5);
         assert_eq!(top.len(), 1, "imports are not among the sites");
         assert_eq!(top[0].at.line, Some(125));

@@ -121,6 +121,15 @@ fn view(d: &DumpRecord, p: &Profile, report_dir: &Path, notes: &mut Vec<String>)
             each.join(", ")
         ));
     }
+    let tensors = p.tensor_storage_bytes();
+    if tensors >= 1.0 {
+        notes.push(format!(
+            "CPU tensor storage (PyTorch's CPU allocator) held about {} of the {} sampled at step {}",
+            fmt_bytes(tensors.round() as u64),
+            fmt_bytes(p.total_bytes().round() as u64),
+            d.step
+        ));
+    }
     let imports = p.import_bytes();
     if !imports.is_empty() {
         let total: f64 = imports.iter().map(|(_, b)| b).sum();
