@@ -225,6 +225,39 @@ impl Drop for Tmpfs {
     }
 }
 
+/// nanoGPT's files (tests/tests/python_jobs/nanogpt, unmodified) in `dir`, with `tokens` random
+/// training tokens (a fifth of that for validation) in its `shakespeare_char` data format, made
+/// with `py` (the torch venv's python: numpy).
+pub fn nanogpt_in(dir: &std::path::Path, py: &std::path::Path, tokens: usize) {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python_jobs/nanogpt");
+    std::fs::create_dir_all(dir.join("config")).expect("a scratch directory");
+    for f in [
+        "train.py",
+        "model.py",
+        "configurator.py",
+        "config/train_shakespeare_char.py",
+    ] {
+        std::fs::copy(src.join(f), dir.join(f)).expect("nanoGPT's files");
+    }
+    let made = std::process::Command::new(py)
+        .current_dir(dir)
+        .args([
+            "-c",
+            &format!(
+                "import os, pickle, numpy as np\n\
+                 os.makedirs('data/shakespeare_char', exist_ok=True)\n\
+                 rng = np.random.default_rng(0)\n\
+                 for n, k in (('train', {tokens}), ('val', {val})):\n\
+                 \x20   rng.integers(0, 65, k, dtype=np.uint16).tofile('data/shakespeare_char/%s.bin' % n)\n\
+                 pickle.dump({{'vocab_size': 65}}, open('data/shakespeare_char/meta.pkl', 'wb'))\n",
+                val = tokens / 5
+            ),
+        ])
+        .status()
+        .expect("python runs");
+    assert!(made.success(), "the token files were not written");
+}
+
 /// The torch venv's python that `scripts/setup.sh` makes (`make build` runs it), if present.
 pub fn torch_python() -> Option<std::path::PathBuf> {
     let cache = std::env::var_os("MEMSIGHT_CACHE")

@@ -190,30 +190,7 @@ fn nanogpts_top_sites_are_memrays_peak_lines() {
         return;
     }
     let dir = scratch("py-nanogpt-memray");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python_jobs/nanogpt");
-    std::fs::create_dir_all(dir.join("config")).unwrap();
-    for f in [
-        "train.py",
-        "model.py",
-        "configurator.py",
-        "config/train_shakespeare_char.py",
-    ] {
-        std::fs::copy(src.join(f), dir.join(f)).unwrap();
-    }
-    let tokens = std::process::Command::new(&py)
-        .current_dir(&dir)
-        .args([
-            "-c",
-            "import os, pickle, numpy as np\n\
-             os.makedirs('data/shakespeare_char', exist_ok=True)\n\
-             rng = np.random.default_rng(0)\n\
-             for n, k in (('train', 200000), ('val', 20000)):\n\
-             \x20   rng.integers(0, 65, k, dtype=np.uint16).tofile('data/shakespeare_char/%s.bin' % n)\n\
-             pickle.dump({'vocab_size': 65}, open('data/shakespeare_char/meta.pkl', 'wb'))\n",
-        ])
-        .status()
-        .unwrap();
-    assert!(tokens.success());
+    memsight_e2e::nanogpt_in(&dir, &py, 200_000);
 
     let mut args = vec![py.as_os_str()];
     args.extend(NANOGPT_ARGS.iter().map(std::ffi::OsStr::new));

@@ -5,7 +5,7 @@
 //! by default. Needs the torch virtual environment and the preloaded library (`make build`); each
 //! test skips, saying why, without them.
 
-use memsight_e2e::{memsight_bin, run_job, scratch, torch_python};
+use memsight_e2e::{memsight_bin, nanogpt_in, run_job, scratch, torch_python};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -66,34 +66,6 @@ fn phase_counts(r: &Value) -> BTreeMap<String, u64> {
         .unwrap_or_default()
 }
 
-/// nanoGPT's files (unmodified, tests/python_jobs/nanogpt) and random tokens in `dir`.
-fn nanogpt_in(dir: &Path, py: &Path) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python_jobs/nanogpt");
-    std::fs::create_dir_all(dir.join("config")).unwrap();
-    for f in [
-        "train.py",
-        "model.py",
-        "configurator.py",
-        "config/train_shakespeare_char.py",
-    ] {
-        std::fs::copy(src.join(f), dir.join(f)).unwrap();
-    }
-    let made = Command::new(py)
-        .current_dir(dir)
-        .args([
-            "-c",
-            "import os, pickle, numpy as np\n\
-             os.makedirs('data/shakespeare_char', exist_ok=True)\n\
-             rng = np.random.default_rng(0)\n\
-             for n, k in (('train', 20000), ('val', 4000)):\n\
-             \x20   rng.integers(0, 65, k, dtype=np.uint16).tofile('data/shakespeare_char/%s.bin' % n)\n\
-             pickle.dump({'vocab_size': 65}, open('data/shakespeare_char/meta.pkl', 'wb'))\n",
-        ])
-        .status()
-        .unwrap();
-    assert!(made.success(), "the token files were not written");
-}
-
 /// nanoGPT's README's CPU command, smaller: 7 iterations (0..=6) of 2 micro-steps, evaluation at
 /// iterations 0, 3 and 6.
 const NANOGPT_ARGS: &[&str] = &[
@@ -123,7 +95,7 @@ fn lines_starting(out: &str, prefix: &str) -> u64 {
 fn unmodified_nanogpt_gets_its_iterations_as_steps_and_pytorch_phases() {
     let Some(py) = ready() else { return };
     let dir = scratch("auto-nanogpt");
-    nanogpt_in(&dir, &py);
+    nanogpt_in(&dir, &py, 20000);
     let mut args = vec![py.to_str().unwrap()];
     args.extend_from_slice(NANOGPT_ARGS);
     let (code, out, r) = run_in(&dir, &[], &args);

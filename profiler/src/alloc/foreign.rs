@@ -111,21 +111,12 @@ pub mod sampled {
     use super::super::{counters, sample_heap, sampling};
 
     use std::ffi::c_void;
-    use std::sync::atomic::Ordering::Relaxed;
 
     /// Adds `size` bytes to this thread's sample stream when they stay below its next sample
     /// point: `true`, the call goes to the program's allocator; `false`, to [`alloc_sampled`].
     #[inline(always)]
     pub fn sample_fits(size: usize) -> bool {
-        counters::with_local_or(true, |l| {
-            let c = l.sample.c_bytes.load(Relaxed).wrapping_add(size as u64);
-            if c < l.sample.c_at.load(Relaxed) {
-                l.sample.c_bytes.store(c, Relaxed);
-                true
-            } else {
-                false
-            }
-        })
+        counters::with_local_or(true, |l| l.sample.c_stream_takes(size))
     }
 
     /// Whether `p` is a sampled block (one compare).

@@ -181,13 +181,7 @@ pub(crate) fn c_stream_fits(size: usize) -> bool {
 
 #[inline(always)]
 fn stream_takes(l: &Local, size: usize) -> bool {
-    let c = l.sample.c_bytes.load(Relaxed).wrapping_add(size as u64);
-    if c < l.sample.c_at.load(Relaxed) {
-        l.sample.c_bytes.store(c, Relaxed);
-        true
-    } else {
-        false
-    }
+    l.sample.c_stream_takes(size)
 }
 
 /// After a C allocation that [`alloc_fits`] refused: registers, settles or folds.

@@ -124,6 +124,21 @@ impl Points {
         self.passes(&self.rust_at, before.saturating_add(size as u64))
     }
 
+    /// Adds a C call's `size` bytes to the C stream when they stay below its next sample point:
+    /// `true`, the call goes straight to the allocator; `false` (nothing added), it takes the
+    /// sampler's slow path ([`c_due`]). The fast paths' one check, for the linked and the
+    /// preloaded library alike.
+    #[inline(always)]
+    pub(crate) fn c_stream_takes(&self, size: usize) -> bool {
+        let c = self.c_bytes.load(Relaxed).wrapping_add(size as u64);
+        if c < self.c_at.load(Relaxed) {
+            self.c_bytes.store(c, Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
     /// Adds a C call's `size` bytes to the C stream; whether it is due a sample (re-armed past it).
     fn c_due(&self, size: usize, rust_bytes: u64) -> bool {
         let after = self.c_bytes.load(Relaxed).wrapping_add(size as u64);

@@ -105,21 +105,12 @@ fn view(d: &DumpRecord, p: &Profile, report_dir: &Path, notes: &mut Vec<String>)
         report_dir,
         notes,
     );
-    let start_up = p.start_up_bytes();
-    if !start_up.is_empty() {
-        let total: f64 = start_up.iter().map(|(_, b)| b).sum();
-        let each: Vec<String> = start_up
-            .iter()
-            .take(4)
-            .map(|(m, b)| format!("{m} {}", fmt_bytes(b.round() as u64)))
-            .collect();
-        notes.push(format!(
-            "libraries' start-up (their initialisers) held about {} at step {}: {} (in the \
-             flamegraph, not among the sites)",
-            fmt_bytes(total.round() as u64),
-            d.step,
-            each.join(", ")
-        ));
+    if let Some(note) = kept_apart(
+        "libraries' start-up (their initialisers)",
+        &p.start_up_bytes(),
+        d.step,
+    ) {
+        notes.push(note);
     }
     let tensors = p.tensor_storage_bytes();
     if tensors >= 1.0 {
@@ -130,20 +121,8 @@ fn view(d: &DumpRecord, p: &Profile, report_dir: &Path, notes: &mut Vec<String>)
             d.step
         ));
     }
-    let imports = p.import_bytes();
-    if !imports.is_empty() {
-        let total: f64 = imports.iter().map(|(_, b)| b).sum();
-        let each: Vec<String> = imports
-            .iter()
-            .take(4)
-            .map(|(m, b)| format!("{m} {}", fmt_bytes(b.round() as u64)))
-            .collect();
-        notes.push(format!(
-            "Python's imports held about {} at step {}: {} (in the flamegraph, not among the sites)",
-            fmt_bytes(total.round() as u64),
-            d.step,
-            each.join(", ")
-        ));
+    if let Some(note) = kept_apart("Python's imports", &p.import_bytes(), d.step) {
+        notes.push(note);
     }
     let own = p.own_bytes();
     if own >= 1.0 {
@@ -238,4 +217,23 @@ fn relative(path: &Path, base: &Path) -> String {
     full.strip_prefix(&base)
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| path.display().to_string())
+}
+
+/// The note for bytes kept out of the sites by who made them (libraries' start-up, Python's
+/// imports): their total and the four largest.
+fn kept_apart(what: &str, by: &[(String, f64)], step: u64) -> Option<String> {
+    if by.is_empty() {
+        return None;
+    }
+    let total: f64 = by.iter().map(|(_, b)| b).sum();
+    let each: Vec<String> = by
+        .iter()
+        .take(4)
+        .map(|(m, b)| format!("{m} {}", fmt_bytes(b.round() as u64)))
+        .collect();
+    Some(format!(
+        "{what} held about {} at step {step}: {} (in the flamegraph, not among the sites)",
+        fmt_bytes(total.round() as u64),
+        each.join(", ")
+    ))
 }
