@@ -103,6 +103,15 @@ fn tensors_and_bytearrays_are_named_by_their_python_lines() {
         "{storage}"
     );
 
+    // The summary says what imports held, apart from the sites.
+    let summary = run_memsight(&["summary".as_ref(), dir.join("r.json").as_os_str()], None);
+    let imports = summary
+        .out
+        .lines()
+        .find(|l| l.contains("Python's imports held about"))
+        .unwrap_or_else(|| panic!("no imports note in the summary:\n{}", summary.out));
+    assert!(imports.contains(": torch "), "{imports}");
+
     // The flamegraph draws the Python frames, one box per line.
     let heap = dir.join(
         report["heap_profile"]["at_peak"]["heap_file"]

@@ -404,6 +404,14 @@ fn heap_profile(s: &mut String, r: &Report) {
             if let Some(svg) = &p.flamegraph_file {
                 let _ = writeln!(s, "\nFlamegraph: `{svg}`");
             }
+            // What is kept out of the sites (libraries' start-up, Python's imports, memsight's own
+            // bookkeeping) and how much is tensor storage.
+            if !hp.notes.is_empty() {
+                let _ = writeln!(s);
+                for n in &hp.notes {
+                    let _ = writeln!(s, "- {n}");
+                }
+            }
         } else if !hp.notes.is_empty() {
             // Profiles that could not be read here: how to list their sites.
             let _ = writeln!(s, "\n### Allocation sites\n");

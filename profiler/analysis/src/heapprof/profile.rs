@@ -385,6 +385,13 @@ fn is_import_machinery(f: &Frame) -> bool {
 /// The top-level module a Python file belongs to: the first name under `site-packages` (or
 /// `dist-packages`, or the standard library's `lib/pythonX.Y`), else the file's own name.
 fn top_level_module(file: &str) -> String {
+    // A frozen module of the standard library (`<frozen site>`).
+    if let Some(name) = file
+        .strip_prefix("<frozen ")
+        .and_then(|f| f.strip_suffix('>'))
+    {
+        return name.split('.').next().unwrap_or(name).to_string();
+    }
     let under = ["/site-packages/", "/dist-packages/"]
         .iter()
         .find_map(|d| file.split_once(d).map(|(_, rest)| rest))
@@ -630,6 +637,7 @@ mod tests {
             "json"
         );
         assert_eq!(top_level_module("/home/u/proj/data.py"), "data");
+        assert_eq!(top_level_module("<frozen site>"), "site");
     }
 
     #[test]
