@@ -80,7 +80,11 @@ fn assert_ranks_exact(dir: &Path, how: &str) {
         let glibc = truth["glibc_in_use"].as_u64().unwrap() as f64;
         let ratio = peak / glibc;
         println!("{how}: rank {r} heap peak {peak} vs glibc {glibc}: {ratio:.4}");
-        assert!((0.98..=1.02).contains(&ratio), "{how}: rank {r}: {ratio}");
+        // glibc's in-use bytes count each block's 8-byte chunk header, memsight the usable bytes
+        // (`malloc_usable_size`): a rank that imported torch holds ~650k small blocks, ~5 MiB of
+        // headers, and measures 0.979-0.985 here with sampling on or off (2026-11-27). The
+        // bound allows for that and nothing else.
+        assert!((0.975..=1.02).contains(&ratio), "{how}: rank {r}: {ratio}");
         assert_eq!(own["job"]["pid"], truth["pid"], "{how}");
         let row = &ranks[r as usize];
         assert_eq!(row["role"], "rank", "{how}: {row}");
