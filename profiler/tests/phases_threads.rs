@@ -51,7 +51,10 @@ fn a_phase_closed_out_of_order_keeps_the_peak_inside_it() {
     drop(v);
     drop(outer);
     let m = inner.finish().unwrap();
-    assert!(m.peak_rise_bytes >= 24 << 20, "{m}");
+    // The rise is the process heap's above the phase's entry: this binary's other tests run on
+    // other threads meanwhile, and what they free in between lowers it by a few hundred bytes
+    // (CI saw 24 MiB − 496 B); the counters' own bound is 64 KiB per thread.
+    assert!(m.peak_rise_bytes >= (24 << 20) - (256 << 10), "{m}");
 }
 
 #[test]
