@@ -163,11 +163,8 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     if !ready() {
         return boot::alloc(size, 16);
     }
-    if !sampled::sample_fits(size) {
-        let p = sampled::alloc_sampled(size, 16, false);
-        if !p.is_null() {
-            return p;
-        }
+    if let Some(p) = sample(size, 16, false) {
+        return p;
     }
     counted(next::<Malloc>(&NEXT.malloc)(size), size)
 }
@@ -215,13 +212,11 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
             None => std::ptr::null_mut(),
         };
     }
-    if let Some(total) = n.checked_mul(size) {
-        if !sampled::sample_fits(total) {
-            let p = sampled::alloc_sampled(total, 16, true);
-            if !p.is_null() {
-                return p;
-            }
-        }
+    if let Some(p) = n
+        .checked_mul(size)
+        .and_then(|total| sample(total, 16, true))
+    {
+        return p;
     }
     counted(
         next::<Calloc>(&NEXT.calloc)(n, size),
@@ -284,7 +279,7 @@ unsafe fn realloc_sampling(p: *mut c_void, size: usize) -> *mut c_void {
         }
     }
     let mut q = if due {
-        sampled::alloc_sampled(size, 16, false)
+        sampled::serve_sampled(size, 16, false)
     } else {
         std::ptr::null_mut()
     };
@@ -335,16 +330,27 @@ unsafe fn aligned_via(slot: &AtomicUsize, align: usize, size: usize) -> *mut c_v
     )
 }
 
-/// An aligned allocation that reaches the thread's next sample point, served sampled (PyTorch's
-/// CPU tensors are `posix_memalign`ed); `None` when not due, or for an alignment the sampled
-/// mappings do not take (not a power of two, or above 1 MiB).
+/// The sampled block for an allocation of `size` bytes aligned to `align` (zeroed when `zero`)
+/// that reaches the thread's next sample point; `None` (the next allocator serves it) when it does
+/// not, or when the sampled range has no room.
 #[inline(always)]
-unsafe fn aligned_sample(align: usize, size: usize) -> Option<*mut c_void> {
-    if !align.is_power_of_two() || align > 1 << 20 || sampled::sample_fits(size) {
+unsafe fn sample(size: usize, align: usize, zero: bool) -> Option<*mut c_void> {
+    if sampled::sample_fits(size) {
         return None;
     }
-    let p = sampled::alloc_sampled(size, align, false);
+    let p = sampled::alloc_sampled(size, align, zero);
     (!p.is_null()).then_some(p)
+}
+
+/// As [`sample`], for an aligned allocation (PyTorch's CPU tensors are `posix_memalign`ed);
+/// `None` too for an alignment the sampled mappings do not take (not a power of two, or above
+/// 1 MiB).
+#[inline(always)]
+unsafe fn aligned_sample(align: usize, size: usize) -> Option<*mut c_void> {
+    if !align.is_power_of_two() || align > 1 << 20 {
+        return None;
+    }
+    sample(size, align, false)
 }
 
 /// What an aligned request needs of the address space at worst, as its failure is recorded: a

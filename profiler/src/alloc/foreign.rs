@@ -137,6 +137,16 @@ pub mod sampled {
         if !sampling::c_due(size) {
             return std::ptr::null_mut();
         }
+        serve_sampled(size, align, zero)
+    }
+
+    /// A sampled block for a call already found due ([`realloc_due`]): as [`alloc_sampled`]
+    /// without asking again (the stream was re-armed past the call: a second ask says no).
+    ///
+    /// # Safety
+    /// `align` is a power of two.
+    #[cold]
+    pub unsafe fn serve_sampled(size: usize, align: usize, zero: bool) -> *mut c_void {
         let p = sampling::alloc(size, align, zero);
         if !p.is_null() {
             super::count_alloc(sampling::usable(p));

@@ -34,9 +34,32 @@ const BASE: usize = 64 << 40;
 /// The range's length.
 const RANGE: usize = 1 << 40;
 const PAGE: usize = 4096;
-/// A block's header, right before it: its mapping's length (`u64`), record id (`u32`), the
-/// block's offset in its mapping (`u32`), its size (`u64`).
+/// The least offset of a block in its mapping: room for its [`Header`], and 16-byte alignment.
 const HEADER: usize = 32;
+
+/// What lies right before a sampled block, in its mapping.
+#[repr(C)]
+struct Header {
+    /// The mapping's length.
+    len: usize,
+    /// The sampler's record id of the block ([`record_slot`]).
+    record: AtomicU32,
+    /// Where the block starts in the mapping.
+    offset: u32,
+    /// The size asked for.
+    size: usize,
+}
+
+const _: () = assert!(std::mem::size_of::<Header>() <= HEADER);
+
+/// The header of the sampled block at `p` (its fields are written once, with the block; the
+/// record id is atomic).
+///
+/// # Safety
+/// `p` is a block from [`alloc`], not yet unmapped.
+unsafe fn header<'a>(p: *const u8) -> &'a Header {
+    &*((p as usize - std::mem::size_of::<Header>()) as *const Header)
+}
 /// Freed mappings at least this long are kept for reuse ([`Kept`]); shorter ones are unmapped.
 const KEEP_FROM: usize = 1 << 20;
 /// Freed mappings kept at most, and their bytes at most.
@@ -165,10 +188,12 @@ pub(crate) unsafe fn alloc(size: usize, align: usize, zero: bool) -> *mut u8 {
 
 /// Writes the header of the block at `p` (record id 0).
 unsafe fn write_header(p: usize, len: usize, offset: u32, size: usize) {
-    ((p - 24) as *mut u64).write(len as u64);
-    ((p - 16) as *mut u32).write(0);
-    ((p - 12) as *mut u32).write(offset);
-    ((p - 8) as *mut u64).write(size as u64);
+    ((p - std::mem::size_of::<Header>()) as *mut Header).write(Header {
+        len,
+        record: AtomicU32::new(0),
+        offset,
+        size,
+    });
 }
 
 /// Freed mappings kept for reuse: `(start, length)` pairs, each slot taken or filled whole by one
@@ -247,28 +272,14 @@ impl Kept {
     }
 }
 
-/// The mapping's length, the block's offset in it and the block's size, of the sampled block at
-/// `p`.
-///
-/// # Safety
-/// `p` is a live block from [`alloc`].
-unsafe fn header(p: *mut u8) -> (usize, usize, usize) {
-    let p = p as usize;
-    (
-        ((p - 24) as *const u64).read() as usize,
-        ((p - 12) as *const u32).read() as usize,
-        ((p - 8) as *const u64).read() as usize,
-    )
-}
-
 /// Frees a sampled block: keeps its mapping for reuse, or unmaps it.
 ///
 /// # Safety
 /// `p` came from [`alloc`] and is freed once.
 #[inline]
 pub(crate) unsafe fn free(p: *mut u8) {
-    let (len, offset, _) = header(p);
-    let start = p as usize - offset;
+    let h = header(p);
+    let (len, start) = (h.len, p as usize - h.offset as usize);
     if !KEPT.keep(start, len) {
         libc::munmap(start as *mut libc::c_void, len);
     }
@@ -283,8 +294,8 @@ pub(crate) fn record_slot(p: *const u8) -> Option<&'static AtomicU32> {
     if !contains(p) {
         return None;
     }
-    // SAFETY: a sampled block's header lies right before it, `u32`-aligned, in its mapping.
-    Some(unsafe { &*((p as usize - 16) as *const AtomicU32) })
+    // SAFETY: a sampled block's header lies right before it in its mapping.
+    Some(unsafe { &header(p).record })
 }
 
 /// The usable size of a sampled block: its size rounded up to 16 bytes.
@@ -292,5 +303,5 @@ pub(crate) fn record_slot(p: *const u8) -> Option<&'static AtomicU32> {
 /// # Safety
 /// `p` is a live block from [`alloc`].
 pub(crate) unsafe fn usable(p: *mut u8) -> usize {
-    header(p).2.max(1).next_multiple_of(16)
+    header(p).size.max(1).next_multiple_of(16)
 }
