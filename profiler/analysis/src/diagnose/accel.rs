@@ -192,7 +192,10 @@ fn tensorflow(text: &str, out: &mut Vec<Piece>) {
             }
         }
         f.opt_text("allocator", whole_at(c, 4, text));
-        out.push(Piece::message(s, e, kind, f));
+        // The op's report of a failure the allocator's warning before it told first (`Ran out
+        // of memory trying to allocate 24.38MiB.` then `OOM when allocating tensor …`) continues
+        // that warning; alone, it is a message of its own.
+        out.push(Piece::part(s, e, kind, f, true));
     });
     each(&TF_BFC, text, |c, s, e| {
         let mut f = Facts::default();

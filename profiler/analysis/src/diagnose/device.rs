@@ -13,6 +13,11 @@ static STATED: LazyLock<Option<Regex>> = LazyLock::new(|| {
     )
 });
 
+/// TensorFlow's BFC allocator statistics (`Stats:` then `Limit:                  3157432729`, in
+/// bytes): the most memory the allocator may hold on its device.
+static BFC_LIMIT: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"(?m)^[\t ]*Limit:[\t ]+([0-9]+)[\t ]*\r?$").ok());
+
 /// A person's words for the card's memory: `8gb VRAM`, `GPU with 8gb`, `24GB of GPU memory`.
 static SAID: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(r"(?i)\b([0-9]{1,3}) ?gb (?:of )?(?:vram|gpu memory|graphics memory)\b|\b(?:gpu|graphics card) with ([0-9]{1,3}) ?gb\b").ok()
@@ -54,7 +59,8 @@ fn model_gib(name: &str) -> Option<u128> {
     })
 }
 
-/// The first device size the log states, else the memory of the first GPU model it names.
+/// The first device size the log states, else the limit TensorFlow's allocator states, else the
+/// memory of the first GPU model it names.
 pub fn total_from_log(text: &str) -> Option<u128> {
     if let Some(c) = STATED.as_ref().and_then(|re| re.captures(text)) {
         let stated = size_at(&c, 1)
@@ -63,6 +69,12 @@ pub fn total_from_log(text: &str) -> Option<u128> {
             .and_then(|v| u128::try_from(v).ok());
         if stated.is_some_and(|v| v > 0) {
             return stated;
+        }
+    }
+    if let Some(c) = BFC_LIMIT.as_ref().and_then(|re| re.captures(text)) {
+        let limit = str_at(&c, 1).and_then(|v| v.parse::<u128>().ok());
+        if limit.is_some_and(|v| v > 0) {
+            return limit;
         }
     }
     if let Some(c) = MODEL.as_ref().and_then(|re| re.captures(text)) {
@@ -94,6 +106,11 @@ mod tests {
         );
         assert_eq!(total_from_log("GPU: NVIDIA A100-SXM4-80GB"), Some(80 * gib));
         assert_eq!(total_from_log("a T4 of paper"), None);
+        // tensorflow-27842: the BFC allocator's stats.
+        assert_eq!(
+            total_from_log("I tensorflow/core/common_runtime/bfc_allocator.cc:686] Stats:\nLimit:                  3157432729\nInUse:                        9984"),
+            Some(3157432729)
+        );
         assert_eq!(
             total_from_log("Any suggestions appreciated. Nvidia gpu with 8gb."),
             Some(8 * gib)

@@ -24,7 +24,9 @@ static SLURM_LIMIT: Pattern = LazyLock::new(|| {
 });
 /// Slurm's job state `OUT_OF_MEMORY` (`sacct` truncates it to `OUT_OF_ME+`), and `seff`'s
 /// `Memory Utilized: X` / `Memory Efficiency: P% of Y` that follow it.
-static SLURM_STATE: Pattern = LazyLock::new(|| compile(r"\bOUT_OF_ME(?:MORY\b|\+)"));
+/// `seff` gives the state's exit code after it (`State: OUT_OF_MEMORY (exit code 0)`).
+static SLURM_STATE: Pattern =
+    LazyLock::new(|| compile(r"\bOUT_OF_ME(?:MORY\b|\+)(?:[\t\x20]*\(exit code ([0-9]+)\))?"));
 static SEFF: Pattern =
     LazyLock::new(|| compile(r"Memory Utilized: {SIZE}\s+Memory Efficiency: [0-9.]+% of {SIZE}"));
 /// Kubernetes' eviction of a pod from a node short of memory.
@@ -49,9 +51,11 @@ static K8S_EXIT: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"(?m)^[\t ]*(?:Exit Code|exitCode):[\t ]*(-?[0-9]+)").ok());
 static K8S_RESTARTS: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"(?m)^[\t ]*(?:Restart Count|restartCount):[\t ]*([0-9]+)").ok());
+/// PyTorch's report of a worker killed by a signal, also as typed by hand (`Dataloader worker
+/// (pid 6479) is killed by signal:killed`): any case, any blanks after the colon.
 static DATALOADER: Pattern = LazyLock::new(|| {
     compile(
-        r"DataLoader (?:worker|process)(?: \(pid(?:\(s\))? (?:([0-9]+)|[^)\n]{0,20})\))?(?: exited)? is killed by signal: (?:Killed(?::\s*9)?|(Bus error)(\.?(?: It is possible that dataloader's workers are out of shared memory))?)",
+        r"(?i)DataLoader (?:worker|process)(?: \(pid(?:\(s\))? (?:([0-9]+)|[^)\n]{0,20})\))?(?: exited)? is killed by signal:\s*(?:Killed(?::\s*9)?|(Bus error)(\.?(?: It is possible that dataloader's workers are out of shared memory))?)",
     )
 });
 /// The main process's check on dead workers (`torch/utils/data/dataloader.py`): `DataLoader worker
@@ -213,8 +217,11 @@ fn slurm(text: &str, out: &mut Vec<Piece>) {
         f.opt_int("memory_limit_bytes", int_at(c, 3).map(|k| k * 1024));
         out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
     });
-    each(&SLURM_STATE, text, |_, s, e| {
-        out.push(Piece::message(s, e, Kind::OomKillReport, reporter("slurm")));
+    each(&SLURM_STATE, text, |c, s, e| {
+        let mut f = reporter("slurm");
+        f.opt_int("exit_code", int_at(c, 1));
+        // The job's state after the step's oom_kill line is the same failure told again.
+        out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
     });
     each(&SEFF, text, |c, s, e| {
         let mut f = reporter("slurm");

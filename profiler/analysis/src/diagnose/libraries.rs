@@ -11,6 +11,14 @@ use std::sync::LazyLock;
 static STATUS: Pattern = LazyLock::new(|| {
     compile(r"(?i)\b(?:([A-Za-z]+) failure ([0-9]+): )?\b([a-z]+)_(STATUS_)?ALLOC_FAILED\b")
 });
+/// What comes before a status on its line, read backwards from it: the call that failed and its
+/// code (`cudnnFindConvolutionForwardAlgorithm: 2: CUDNN_STATUS_ALLOC_FAILED`, Knet). The call is
+/// one of the status's own library (its name starts with the library's, in lower case as the C
+/// APIs spell their functions: `cudnnFind…`, `cublasCreate`), so an exception type (`CuFftError:`)
+/// or a logger's name before the status is not taken for it.
+static STATUS_HEAD: Pattern = LazyLock::new(|| {
+    compile(r"\b([A-Za-z_][A-Za-z0-9_]*)(?:\([^()\n]*\))?\x60?:[\t\x20]*(?:([0-9]+):[\t\x20]*)?\z")
+});
 /// What follows a status: the call that failed and the device.
 static STATUS_TAIL: Pattern = LazyLock::new(|| {
     compile(
@@ -70,13 +78,31 @@ fn statuses(text: &str, out: &mut Vec<Piece>) {
             format!("{}{infix}_ALLOC_FAILED", lib.to_ascii_uppercase()),
         );
         f.opt_int("status_code", int_at(c, 2));
+        let mut start = s;
+        if c.get(1).is_none() {
+            let line = text[..s].rfind('\n').map_or(0, |i| i + 1);
+            let head = STATUS_HEAD
+                .as_ref()
+                .and_then(|re| re.captures(&text[line..s]));
+            if let Some((h, call)) = head.as_ref().and_then(|h| Some((h, h.get(1)?))) {
+                let name = call.as_str();
+                let exception = name.ends_with("Error") || name.ends_with("Exception");
+                if name.len() > lib.len() && name.starts_with(&lib) && !exception {
+                    f.text("failed_call", call.as_str());
+                    f.opt_int("status_code", int_at(h, 2));
+                    start = line + call.start();
+                }
+            }
+        }
         let mut end = e;
         if let Some(t) = STATUS_TAIL.as_ref().and_then(|re| re.captures(&text[e..])) {
-            f.opt_text("failed_call", str_at(&t, 1).or_else(|| str_at(&t, 2)));
+            if f.get("failed_call").is_none() {
+                f.opt_text("failed_call", str_at(&t, 1).or_else(|| str_at(&t, 2)));
+            }
             f.opt_int("device_index", int_at(&t, 3));
             end += t.get(0).map_or(0, |m| m.end());
         }
-        out.push(Piece::message(s, end, Kind::LibraryAllocFailed, f));
+        out.push(Piece::message(start, end, Kind::LibraryAllocFailed, f));
     });
 }
 

@@ -204,8 +204,10 @@ fn is_wrap(prev_line: &str, next_line: &str) -> bool {
 
 /// Whether a token that ends at `end` of the cleaned `text` may go on after a line break the
 /// cleaning kept (a wrap it could not prove): its line is as long as a terminal and the next line
-/// starts right away with a non-blank that does not open a log record (`[`, a date or time).
-/// Such a token may be cut; its fact is left out.
+/// starts right away with a non-blank that does not open a log record (`[`, a date or time) nor
+/// a capitalised word after a token that ends in a lower-case letter or a digit (`… by allocator
+/// GPU_0_bfc⏎Resource Error`, `…⏎Traceback (most recent call last):`): a cut token goes on in
+/// its own case. Such a token may be cut; its fact is left out.
 pub(crate) fn may_continue(text: &str, end: usize) -> bool {
     let rest = text.get(end..).unwrap_or("");
     let Some(next) = rest
@@ -221,6 +223,25 @@ pub(crate) fn may_continue(text: &str, end: usize) -> bool {
             .next()
             .is_some_and(|c| !c.is_whitespace() && c != '[')
         && !starts_like_log_line(next)
+        && !(ends_lower_or_digit(&text[..end]) && starts_capitalised(next))
+}
+
+/// Whether `s` ends in a lower-case ASCII letter or a digit.
+fn ends_lower_or_digit(s: &str) -> bool {
+    s.chars()
+        .last()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+}
+
+/// Whether `line` starts with a capitalised word: an upper-case letter, then lower-case ones up
+/// to a blank or the end of the line (`Resource Error`, `Traceback (most …`).
+fn starts_capitalised(line: &str) -> bool {
+    let mut chars = line.chars();
+    if !chars.next().is_some_and(|c| c.is_ascii_uppercase()) {
+        return false;
+    }
+    let word: String = chars.take_while(|c| !c.is_whitespace()).collect();
+    !word.is_empty() && word.chars().all(|c| c.is_ascii_lowercase())
 }
 
 /// A date, time or bracketed prefix at the start of a line: the start of a log record.
@@ -438,6 +459,13 @@ mod tests {
         // A short line, or a next line that starts with a blank, ends its token.
         assert!(!may_continue("on GPU:0\nk", 8));
         assert!(!may_continue(&t.replace("\nk", "\n k"), cut));
+        // A capitalised word after a lower-case or numeric end starts a new line of its own.
+        let u = "OP_REQUIRES failed at conv_ops_3d.cc:399 : Resource exhausted: OOM by allocator GPU_0_bfc\nResource Error";
+        assert!(!may_continue(u, u.find('\n').unwrap()));
+        assert!(may_continue(
+            &u.replace("Resource Error", "fc Resource"),
+            u.find('\n').unwrap()
+        ));
     }
 
     #[test]

@@ -156,8 +156,9 @@ const NON_FATAL: [&str; 3] = [
 /// Longest stretch of text looked at around a match for its context.
 const AROUND: usize = 2048;
 
-/// Whether the text around `start..end` says the event is not a failure: its own line, and with
-/// `neighbours` the line before and the one after (at most [`AROUND`] bytes each way).
+/// Whether the text around `start..end` says the event is not a failure: its own line (and the
+/// lines its last sentence is wrapped onto), and with `neighbours` the line before and the one
+/// after (at most [`AROUND`] bytes each way).
 pub(crate) fn says_non_fatal(text: &str, start: usize, end: usize, neighbours: bool) -> bool {
     let mut from = floor(text, start.saturating_sub(AROUND));
     let mut to = floor(text, end.saturating_add(AROUND).min(text.len()));
@@ -165,8 +166,17 @@ pub(crate) fn says_non_fatal(text: &str, start: usize, end: usize, neighbours: b
     if let Some(i) = text[from..start].rmatch_indices('\n').nth(skip - 1) {
         from += i.0 + 1;
     }
-    if let Some(i) = text[end..to].match_indices('\n').nth(skip - 1) {
+    let limit = to;
+    if let Some(i) = text[end..limit].match_indices('\n').nth(skip - 1) {
         to = end + i.0;
+    }
+    // A sentence wrapped onto the next lines (`… allocate 2.59GiB. The⏎ caller indicates that
+    // this is not a failure`): a line that does not end one goes on, for two lines at most.
+    for _ in 0..2 {
+        if to >= limit || text[..to].trim_end().ends_with(['.', '!', '?', ':']) {
+            break;
+        }
+        to = text[to + 1..limit].find('\n').map_or(limit, |i| to + 1 + i);
     }
     NON_FATAL.iter().any(|p| text[from..to].contains(p))
 }
@@ -347,6 +357,8 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
                 && (gap <= JOIN_LINES || last.report)
                 && in_order
                 && f.kind == p.kind
+                // A failure after a warning the runtime recovered from is a failure of its own.
+                && !(last.found.notes.non_fatal && p.evidence && !p.notes.non_fatal)
                 // Adjacent generic lines are one failure told twice (llama.cpp's allocator, then
                 // its caller, each with its own rounding of the size): the first line's facts stay.
                 && (f.facts.agrees_with(&p.facts) || (f.kind == Kind::GenericOom && gap <= 2))
