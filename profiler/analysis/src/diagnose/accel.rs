@@ -21,9 +21,22 @@ static DRIVER_ERROR: Pattern = LazyLock::new(|| {
 /// allocate 4.39G. That was not possible.` (TPU and GPU clients).
 static XLA_REQUEST: Pattern = LazyLock::new(|| {
     compile(
-        r"(?:Out of memory (?:while trying to allocate|allocating)|Error allocating device buffer: Attempting to allocate) (?:([0-9]+) bytes|{SIZE})",
+        r"(?:Out of memory (?:while trying to allocate|allocating)|Error allocating device buffer: Attempting to allocate) (?:([0-9]+) bytes|{SIZE})(?:\. That was not possible\. There are {SIZE} free)?",
     )
 });
+/// XLA on TPU reserving a program's memory: `Attempting to reserve 3.95G at the bottom of memory.
+/// That was not possible. There are 1.92G free, …`, then its HBM report (`HBM capacity 8.00G:`,
+/// `Program requirement: 3.95G (4,237,689,856 bytes)`, the exact request).
+static XLA_RESERVE: Pattern = LazyLock::new(|| {
+    compile(
+        r"Attempting to reserve {SIZE} at the bottom of memory\. That was not possible\.(?: There are {SIZE} free)?",
+    )
+});
+static XLA_HBM: Pattern = LazyLock::new(|| {
+    compile(r"\AHBM capacity {SIZE}:|\A\s*Program requirement: {SIZE} \(\s*([0-9][0-9,]*) bytes\)")
+});
+/// Lines after a reservation failure where XLA's HBM report is read.
+const HBM_REPORT: usize = 12;
 static XLA_REQUEST_EXACT: Pattern = LazyLock::new(|| {
     compile(r"Failed to allocate request for {SIZE} \(([0-9]+)B\)(?: on device ordinal ([0-9]+))?")
 });
@@ -83,9 +96,11 @@ static TRITON: Pattern = LazyLock::new(|| {
 static ORT_NODE: Pattern = LazyLock::new(|| {
     compile(r"while running ([A-Za-z0-9_]+) node\.(?: Name:\\?'([^'\n\\]*)\\?')?")
 });
+/// ONNX Runtime's arena failing a request, also cut where an issue title ends (`…
+/// BFCArena::AllocateRawInternal(size_t, …) Failed to alloc`): the arena's own function names it.
 static ORT_FAIL: Pattern = LazyLock::new(|| {
     compile(
-        r"(?:Failed to allocate memory for requested buffer of size|smaller than requested bytes of) ([0-9]+)",
+        r"(?:Failed to allocate memory for requested buffer of size|smaller than requested bytes of) ([0-9]+)|(?m)BFCArena::AllocateRawInternal\([^)\n]*\) Failed to alloc(?:ate(?: memory)?)?[\t\x20.]*$",
     )
 });
 
@@ -112,7 +127,32 @@ fn xla(text: &str, out: &mut Vec<Piece>) {
     each(&XLA_REQUEST, text, |c, s, e| {
         let mut f = Facts::default();
         f.opt_int("requested_bytes", int_at(c, 1).or_else(|| size_at(c, 2)));
+        f.opt_int("free_bytes", size_at(c, 4));
         out.push(Piece::message(s, e, kind, f));
+    });
+    each(&XLA_RESERVE, text, |c, s, e| {
+        let mut f = Facts::default();
+        let mut requested = size_at(c, 1);
+        f.opt_int("free_bytes", size_at(c, 3));
+        // The HBM report's lines, up to the first that is not one of them.
+        let mut end = e;
+        let mut at = super::scan::line_end(text, e);
+        for _ in 0..HBM_REPORT {
+            if at >= text.len() {
+                break;
+            }
+            let next = super::scan::line_end(text, at + 1);
+            let line = &text[at + 1..next];
+            if let Some(h) = XLA_HBM.as_ref().and_then(|re| re.captures(line)) {
+                f.opt_int("total_bytes", size_at(&h, 1));
+                let exact = str_at(&h, 5).and_then(|n| n.replace(',', "").parse::<i128>().ok());
+                requested = exact.or(requested);
+                end = next;
+            }
+            at = next;
+        }
+        f.opt_int("requested_bytes", requested);
+        out.push(Piece::message(s, end, kind, f));
     });
     each(&XLA_SPACE, text, |c, s, e| {
         let mut f = Facts::default();

@@ -1,5 +1,6 @@
-//! Undoes the damage logs do to messages before they are matched: blockquote markers, JSON-escaped
-//! quotes, trailing line-continuation backslashes and terminal wrapping inside a word or number.
+//! Undoes the damage logs do to messages before they are matched: blockquote markers, markdown
+//! emphasis, JSON-escaped quotes, trailing line-continuation backslashes and terminal wrapping
+//! inside a word or number (also any word, where the log shows the terminal's width).
 //! The cleaned text keeps a map back to the original so findings report original line numbers.
 
 /// A cleaned copy of a text with a map from its byte offsets back to the original's.
@@ -265,6 +266,38 @@ fn starts_like_log_line(line: &str) -> bool {
             || dotted())
 }
 
+/// Whether a break between `line` and `next` may cut a word in two: `line` ends in a letter or
+/// digit and `next`, shorter, starts with the rest of a lower-case word and not like a log line of
+/// its own (`… memory budget. Restarti⏎ng`, `… killed by unknown s⏎ignal`).
+fn cuts_word(line: &str, next: &str) -> bool {
+    let rest = next.split(|c: char| c.is_whitespace()).next().unwrap_or("");
+    line.chars()
+        .last()
+        .is_some_and(|c| c.is_ascii_alphanumeric())
+        && !rest.is_empty()
+        && rest.chars().all(|c| c.is_ascii_lowercase())
+        && next.len() < line.len()
+        && !starts_like_log_line(next)
+}
+
+/// The width of the terminal that wrapped `lines`, when it shows: at least two lines of the same
+/// length (at least [`MIN_WRAPPED`] characters) each cut inside a word (see [`cuts_word`]). A
+/// break after a line of that width inside a word is a wrap, whatever the word.
+fn terminal_width(lines: &[(usize, &str)]) -> Option<usize> {
+    let mut seen: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    for pair in lines.windows(2) {
+        let (line, next) = (pair[0].1, pair[1].1);
+        if line.len() < MIN_WRAPPED || !cuts_word(line, next) {
+            continue;
+        }
+        *seen.entry(line.chars().count()).or_default() += 1;
+    }
+    seen.into_iter()
+        .filter(|&(_, n)| n >= 2)
+        .max_by_key(|&(w, n)| (n, w))
+        .map(|(w, _)| w)
+}
+
 /// HTML entities a web page leaves in a pasted message, and their characters.
 const ENTITIES: [(&str, &str); 6] = [
     ("&#39;", "'"),
@@ -294,6 +327,58 @@ fn markup(s: &str) -> Option<(usize, &'static str)> {
         .iter()
         .find(|(e, _)| s.starts_with(e))
         .map(|(e, c)| (e.len(), *c))
+}
+
+/// Longest phrase (in bytes) that markdown italics (`_…_`) are looked for around.
+const ITALIC: usize = 400;
+
+/// Offsets of markdown italic markers in `s`: an underscore that opens a phrase (at the start or
+/// after a blank or an opening bracket or quote, before a letter or digit) and the one that closes
+/// it (after a non-blank, before a blank, punctuation or the end), with a blank between them and
+/// no underscore in the words they touch — a phrase, not an identifier (`_lazy_init`, `__init__`,
+/// `GPU_0_bfc` keep theirs).
+fn italic_markers(s: &str) -> Vec<usize> {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let opens = b[i] == b'_'
+            && (i == 0 || matches!(b[i - 1], b' ' | b'\t' | b'(' | b'[' | b'"' | b'\''))
+            && b.get(i + 1).is_some_and(u8::is_ascii_alphanumeric);
+        if !opens {
+            i += 1;
+            continue;
+        }
+        let limit = (i + ITALIC).min(b.len());
+        let close = (i + 2..limit).find(|&j| {
+            b[j] == b'_'
+                && !b[j - 1].is_ascii_whitespace()
+                && b[j - 1] != b'_'
+                && b.get(j + 1).is_none_or(|c| {
+                    c.is_ascii_whitespace()
+                        || matches!(
+                            c,
+                            b'.' | b',' | b';' | b':' | b'!' | b'?' | b')' | b']' | b'"' | b'\''
+                        )
+                })
+        });
+        // Markers stand outside words: the first word after the opening one and the last word
+        // before the closing one hold no underscore of their own.
+        let plain = |w: &[u8]| !w.contains(&b'_');
+        match close {
+            Some(j)
+                if b[i + 1..j].contains(&b' ')
+                    && b[i + 1..j].split(|c| *c == b' ').next().is_some_and(plain)
+                    && b[i + 1..j].rsplit(|c| *c == b' ').next().is_some_and(plain) =>
+            {
+                out.push(i);
+                out.push(j);
+                i = j + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    out
 }
 
 /// Length of a blockquote marker (`> `, `>> `, `> > `) at the start of `line`, after indentation.
@@ -338,11 +423,13 @@ pub(crate) fn clean(text: &str) -> Clean {
         start += line.len();
     }
     let n = lines.len();
+    let width = terminal_width(&lines);
     for (i, &(at, body)) in lines.iter().enumerate() {
         out.push_line(at, body, json);
         if i + 1 < n {
             let next = lines[i + 1].1;
-            if !is_wrap(body, next) {
+            let cut = width.is_some_and(|w| body.chars().count() == w && cuts_word(body, next));
+            if !is_wrap(body, next) && !cut {
                 let nl = at + body.len();
                 out.push_at(nl, "\n");
             }
@@ -371,12 +458,23 @@ impl Clean {
     /// Appends `s`, which starts at original offset `at`, without terminal colours, markdown bold
     /// markers and HTML entities (see [`markup`]), un-escaping `\"` when `json`.
     fn push(&mut self, at: usize, s: &str, json: bool) {
-        if !s.contains("**") && !s.contains('\x1b') && !s.contains('&') {
+        let italics = if s.contains('_') {
+            italic_markers(s)
+        } else {
+            Vec::new()
+        };
+        if italics.is_empty() && !s.contains("**") && !s.contains('\x1b') && !s.contains('&') {
             return self.push_text(at, s, json);
         }
         let mut from = 0;
         let mut i = 0;
         while i < s.len() {
+            if italics.contains(&i) {
+                self.push_text(at + from, &s[from..i], json);
+                i += 1;
+                from = i;
+                continue;
+            }
             let Some((n, replacement)) = markup(&s[i..]) else {
                 i += s[i..].chars().next().map_or(1, char::len_utf8);
                 continue;
@@ -478,6 +576,27 @@ mod tests {
         // Padding between two whole words stays.
         let t = format!("{}{pad}Epoch 3", "x".repeat(50));
         assert_eq!(cleaned(&t), t);
+    }
+
+    #[test]
+    fn drops_italic_markers_around_a_phrase_not_an_identifier() {
+        assert_eq!(
+            cleaned("_Allowed memory size of 536870912 bytes exhausted (tried to allocate 203427840 bytes)_"),
+            "Allowed memory size of 536870912 bytes exhausted (tried to allocate 203427840 bytes)"
+        );
+        let code = "in _lazy_init torch._C._cuda_init() __init__ GPU_0_bfc _a_ b";
+        assert_eq!(cleaned(code), code);
+    }
+
+    #[test]
+    fn a_terminal_width_seen_twice_rejoins_cut_words() {
+        let s = "distributed.nanny - WARNING - Worker exceeded 95% memory budget. Restarti\nng\ndistributed.nanny - WARNING - Worker process 8999 was killed by unknown s\nignal\ndistributed.nanny - WARNING - Restarting worker";
+        let c = cleaned(s);
+        assert!(c.contains("memory budget. Restarting\n"), "{c}");
+        assert!(c.contains("killed by unknown signal\n"), "{c}");
+        // A single cut at a width seen once stays a line break.
+        let one = "distributed.nanny - WARNING - Worker exceeded 95% memory budget. Restarti\nng";
+        assert_eq!(cleaned(one), one);
     }
 
     #[test]

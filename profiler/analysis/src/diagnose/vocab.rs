@@ -173,9 +173,10 @@ fn is_code_or_setting(lower: &str) -> bool {
 const NEAR: usize = 6;
 
 /// A size after `allocate`, `requested` (also a label: `requestedSpace: 148560384 B`,
-/// `requested size: 2 GiB`), `amount of memory (`, ….
+/// `requested size: 2 GiB`), `amount of memory (`, …; also as an adjective (Go's `cannot allocate
+/// 4194304-byte block`).
 static SIZE_AFTER: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)(?:allocate|allocating|alloc(?:ation)? of|failed to map|requested(?:[a-z_ ]{0,16}?(?:[:=]| was\b| is\b))?|request(?:ing)? of|tried to allocate|amount of (?:gpu |device |host )?memory \(|requires? more (?:\w+ ){0,2}memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?\s?(bytes|byte|[KMGTP]i?B|B)\b").ok()
+    Regex::new(r"(?i)(?:allocate|allocating|alloc(?:ation)? of|failed to map|requested(?:[a-z_ ]{0,16}?(?:[:=]| was\b| is\b))?|request(?:ing)? of|tried to allocate|amount of (?:gpu |device |host )?memory \(|requires? more (?:\w+ ){0,2}memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?(?:\s|-)?(bytes|byte|[KMGTP]i?B|B)\b").ok()
 });
 /// A size after `buffer of size` (llama.cpp's `failed to allocate CPU buffer of size 84940800`,
 /// R's `cannot allocate vector of size 4.5 Gb`): bytes when no unit follows.
@@ -300,6 +301,14 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
                 end = to;
             }
         }
+        // A memory monitor names the process it killed on the next line (Dask's nanny:
+        // `exceeded 95% memory budget. Restarting` then `Worker process 22204 was killed by …`).
+        if kind == Kind::OomKillReport && facts.get("pid").is_none() {
+            if let Some((to, pid)) = killed_pid_after(text, h.end) {
+                facts.int("pid", pid);
+                end = to;
+            }
+        }
         let mut p = Piece::part(h.start, end, kind, facts, true);
         let lower = l.to_ascii_lowercase();
         p.notes.device = DEVICE_WORDS.iter().any(|w| lower.contains(w));
@@ -341,6 +350,23 @@ fn indented_size(text: &str, end: usize) -> Option<(usize, i128)> {
     Some((to, b))
 }
 
+/// A process the next line says was killed (`Worker process 22204 was killed by unknown signal`):
+/// its pid and that line's end.
+static KILLED_PROCESS: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\bprocess \(?(?:pid[= ]?)?([0-9]+)\)? (?:was |has been )?killed\b").ok()
+});
+
+/// The pid of the process the line after `end` says was killed, with that line's end.
+fn killed_pid_after(text: &str, end: usize) -> Option<(usize, i128)> {
+    let start = end + 1;
+    if start >= text.len() {
+        return None;
+    }
+    let to = super::scan::line_end(text, start);
+    let c = KILLED_PROCESS.as_ref()?.captures(&text[start..to])?;
+    Some((to, c.get(1)?.as_str().parse().ok()?))
+}
+
 /// `line` without the logger's prefixes: parenthesized or bracketed groups before the text.
 fn strip_log_prefix(line: &str) -> &str {
     let mut rest = line.trim_start();
@@ -369,6 +395,15 @@ fn attribute(line: &str) -> (Kind, Facts) {
         return (Kind::OomKillReport, f);
     }
     if cap(&KILLED).is_some() {
+        // `OOMKilled` is Kubernetes' own word for a container's end (its termination reason), in
+        // a report or in prose; `docker inspect` writes it as a JSON key instead.
+        if line
+            .match_indices("OOMKilled")
+            .any(|(i, w)| !line[i + w.len()..].starts_with('"'))
+        {
+            f.text("reporter", "kubernetes");
+            f.text("reason", "OOMKilled");
+        }
         f.opt_int(
             "pid",
             cap(&PID).and_then(|c| c.get(1)?.as_str().parse().ok()),
