@@ -346,6 +346,60 @@ fn blind_set_twelve_wordings_keep_their_facts() {
     );
 }
 
+/// Blind set 12's held-out families, measured twice and then fixed (set 12 is no longer blind),
+/// one mechanism each, from their real messages (ids in `blind-12-heldout.jsonl`).
+#[test]
+fn blind_set_twelve_held_out_families_are_read() {
+    // verl-302: a reader's words in any case (a title retyped in lower case).
+    let (kind, facts, verdict, _) =
+        one("cuda error: out of memory at /workspace/csrc/cumem_allocator.cpp:62");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("cuda_driver_oom", "contention")
+    );
+    assert_eq!(
+        facts,
+        json!({"error_string": "out of memory", "location": "/workspace/csrc/cumem_allocator.cpp:62"})
+    );
+    // mmdet-6993: the DataLoader's bus error in lower case, a comma for its period.
+    let (kind, facts, verdict, _) = one("I train models \"without\" using docker but I meet \"unexpected bus error encountered in worker, This might be caused by insufficient shared memory (shm)\"");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("oom_kill_report", "host_oom")
+    );
+    assert_eq!(
+        facts,
+        json!({"reporter": "dataloader", "signal": "Bus error"})
+    );
+    // booru-112: the exception's string logged again, without its type, after the traceback is
+    // the same failure; the same full message again further on is a second one.
+    let told = "RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1.\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n\nInterrogate Request!\nNetwork:  [interrogator_network: \"BLIP\"\n]\nFile size:  20132\nUnloading interrogator blip2-opt-6.7b\nException processing item!\nException string: 'CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1.\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n'";
+    let (_, facts, _, _) = one(told);
+    assert_eq!(
+        facts,
+        json!({"exception_type": "RuntimeError", "error_string": "out of memory"})
+    );
+    let twice = "RuntimeError: CUDA error: out of memory\nstep 2 loss 1.9\nTraceback (most recent call last):\n  File \"train.py\", line 1\nRuntimeError: CUDA error: out of memory";
+    assert_eq!(diagnose(twice, &Context::default()).len(), 2);
+    // helios-62: Ascend's graph engine states its size and device as `key:value` pairs in the
+    // traceback lines under the logger's header; the header's `[PID: N]` is the logger's.
+    let (kind, facts, verdict, _) = one("ERROR 04-09 21:56:46 [diffusion_engine.py:82] [PID: 210907] 2026-04-09-21:56:40.384.694 Memory_Allocation_Failure(EL0004): Failed to allocate memory requested by GE module.\nERROR 04-09 21:56:46 [diffusion_engine.py:82]         Possible Cause: Available memory is insufficient.\nERROR 04-09 21:56:46 [diffusion_engine.py:82]         Solution: Close applications not in use.\nERROR 04-09 21:56:46 [diffusion_engine.py:82]         TraceBack (most recent call last):\nERROR 04-09 21:56:46 [diffusion_engine.py:82]         Call rtMalloc fail, purpose: page caching, type = 2, size:3221291008, device_id:0[FUNC:Alloc][FILE:device_allocator.cc][LINE:72]\nERROR 04-09 21:56:46 [diffusion_engine.py:82]         Call rtMalloc fail, purpose: page caching, type = 2, size:1610678272, device_id:0[FUNC:Alloc][FILE:device_allocator.cc][LINE:72]\nERROR 04-09 21:56:46 [diffusion_engine.py:82]         [Exec][Op]Execute op failed. op type = Conv2D, ge result = 4294967295[FUNC:ReportCallError][FILE:acl_op_executor_log_inner.cpp][LINE:124]");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("generic_oom", "capacity")
+    );
+    assert_eq!(
+        facts,
+        json!({"requested_bytes": 3221291008_i64, "device_index": 0})
+    );
+    // diffsynth-300: a request larger than any accelerator, on a device the text does not size.
+    let (_, _, verdict, _) = one("但是报错torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1263.35 GiB. 这里一千多g过于离谱");
+    assert_eq!(verdict, "request_exceeds_device");
+    // torch-xla-3470: more free than the request, yet not reservable in one piece.
+    let (_, _, verdict, _) = one("2022-04-04 00:27:49.642380: E tensorflow/compiler/xla/xla_client/xla_util.cc:88]   (1) RESOURCE_EXHAUSTED: Attempting to reserve 6.48G at the bottom of memory. That was not possible. There are 6.78G free, 0B reserved, and 3.33G reservable.");
+    assert_eq!(verdict, "fragmentation");
+}
+
 /// One line of figures: cases, found, every fact, verdicts (of the cases that name one).
 fn figures(file: &str, outcomes: &[Outcome]) -> String {
     let n = outcomes.len();

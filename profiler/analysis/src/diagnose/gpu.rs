@@ -4,7 +4,9 @@
 
 use super::facts::Facts;
 use super::remedy::{self, Remedy};
-use super::verdict::{b, capacity_remedies, v, Context, Verdict, VerdictKind, IMPLAUSIBLE};
+use super::verdict::{
+    b, capacity_remedies, v, Context, Verdict, VerdictKind, IMPLAUSIBLE, LARGEST_DEVICE,
+};
 
 /// Device memory a CUDA context takes outside PyTorch's allocator (kernels, cuBLAS workspaces).
 const CUDA_CONTEXT: u128 = 512 << 20;
@@ -151,6 +153,10 @@ pub(crate) fn judge(f: &Facts, ctx: &Context) -> Decision {
     if let Some(t) = n.total.filter(|&t| r > t) {
         return exceeds_device(r, t);
     }
+    // A device of unstated size cannot be larger than the largest accelerator made.
+    if n.total.is_none() && r > LARGEST_DEVICE {
+        return exceeds_any_device(r);
+    }
     // A request within rounding and allocation granularity of the free memory does not fit.
     let slack = GRANULE + print_rounding(free) + print_rounding(r);
     let fits = n.free.is_some_and(|f| r + slack <= f);
@@ -225,6 +231,26 @@ fn exceeds_device(r: u128, t: u128) -> Decision {
             ),
         ),
         rs,
+    )
+}
+
+/// A request larger than any single accelerator, on a device whose size the text does not state.
+fn exceeds_any_device(r: u128) -> Decision {
+    let implausible = r >= IMPLAUSIBLE;
+    (
+        v(
+            VerdictKind::RequestExceedsDevice,
+            format!(
+                "the {} request is larger than any single accelerator ({}): a wrong size or shape, or an operation that must be split",
+                b(r),
+                b(LARGEST_DEVICE)
+            ),
+        ),
+        vec![
+            remedy::shrink_request(r, None, implausible),
+            remedy::efficient_attention(),
+            remedy::micro_batch(None),
+        ],
     )
 }
 

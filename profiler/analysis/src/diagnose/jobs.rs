@@ -4,7 +4,9 @@
 //! is killed by signal: Killed`, Ray's memory monitor and YARN's container kills.
 
 use super::facts::{Fact, Facts};
-use super::scan::{compile, each, floor, int_at, line_end, size_at, str_at, Pattern, Piece};
+use super::scan::{
+    compile, contains_any_case, each, floor, int_at, line_end, size_at, str_at, Pattern, Piece,
+};
 use super::size::exact_bytes;
 use super::Kind;
 use regex::Regex;
@@ -80,10 +82,11 @@ static WINDOWS_PATH: Pattern =
     LazyLock::new(|| compile(r"\b[A-Za-z]:\\[A-Za-z_]|\\site-packages\\"));
 /// How far before a worker's `exited unexpectedly` its cause is looked for (a traceback or two).
 const DEATH_WINDOW: usize = 8192;
-/// The worker's own report of a SIGBUS while its shared memory (`/dev/shm`) ran out.
+/// The worker's own report of a SIGBUS while its shared memory (`/dev/shm`) ran out, in any case
+/// and with a comma for its period (retyped in an issue's title).
 static SHM_BUS: Pattern = LazyLock::new(|| {
     compile(
-        r"Unexpected bus error encountered in worker\. This might be caused by insufficient shared memory",
+        r"(?i)Unexpected bus error encountered in worker[.,] This might be caused by insufficient shared memory",
     )
 });
 static RAY_TASK: Pattern =
@@ -120,7 +123,10 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     if has("low on resource") {
         evicted(text, out);
     }
-    if has("killed by signal") || has("Unexpected bus error") || has("exited unexpectedly") {
+    if has("killed by signal")
+        || contains_any_case(text, "unexpected bus error")
+        || has("exited unexpectedly")
+    {
         dataloader(text, out);
     }
     if has("Memory on the node") || has("running low on memory") || has("memory pressure") {

@@ -15,6 +15,15 @@ pub(crate) type Pattern = LazyLock<Option<Regex>>;
 /// Most lines between two pieces of one message.
 const JOIN_LINES: usize = 64;
 
+/// Most lines between a report and the same report told again, shortened (one failure).
+const REPEAT_LINES: usize = 16;
+
+/// Whether `later` tells the report `first` again, shortened: every fact it states, `first`
+/// states alike, and `first` states more.
+fn told_again(first: &Facts, later: &Facts) -> bool {
+    later.len() < first.len() && later.iter().all(|(n, v)| first.get(n) == Some(v))
+}
+
 /// A matched part of a message.
 pub(crate) struct Piece {
     pub start: usize,
@@ -96,6 +105,22 @@ const SIZE: &str = r"([0-9]+(?:\.[0-9]+)?)\s?(bytes|[KMGTP]iB|[KMGTP]B|kB|B|[KMG
 /// `{SIZE}` a printed size. `None` only for a malformed pattern, which a unit test rules out.
 pub(crate) fn compile(pattern: &str) -> Option<Regex> {
     Regex::new(&pattern.replace(' ', SP).replace("{SIZE}", SIZE)).ok()
+}
+
+/// Whether `text` holds `needle` in any letter case (a message retyped in lower case, a title's
+/// capitals): a gate before a reader's patterns, cheaper than a regex over the whole text.
+pub(crate) fn contains_any_case(text: &str, needle: &str) -> bool {
+    let n = needle.as_bytes();
+    let Some(&first) = n.first() else {
+        return true;
+    };
+    let (lo, up) = (first.to_ascii_lowercase(), first.to_ascii_uppercase());
+    let t = text.as_bytes();
+    t.iter().enumerate().any(|(i, &b)| {
+        (b == lo || b == up)
+            && t.get(i..i + n.len())
+                .is_some_and(|w| w.eq_ignore_ascii_case(n))
+    })
 }
 
 /// Runs `re` over `text`, handing each match's captures to `f`.
@@ -370,8 +395,15 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
                 last.stage = last.stage.max(p.stage);
                 continue;
             }
-            // The same message printed twice in a row (a runtime repeating its warning) is one.
-            if p.evidence && f.kind == p.kind && f.facts == p.facts && gap <= 2 {
+            // The same message printed twice in a row (a runtime repeating its warning) is one;
+            // so is a report told again a few lines later with less than it first stated (an
+            // application logging the exception's string, without its type, after the traceback).
+            // The same full message again further on is a failure of its own (a second raise).
+            if p.evidence
+                && f.kind == p.kind
+                && ((f.facts == p.facts && gap <= 2)
+                    || (told_again(&f.facts, &p.facts) && gap <= REPEAT_LINES))
+            {
                 last.end = p.end;
                 continue;
             }

@@ -494,6 +494,17 @@ fn other(kind: Kind, f: &Facts, ctx: &Context) -> (Verdict, Vec<Remedy>) {
                     b(r)
                 ),
             ),
+            // More was free than the request, yet it could not be placed: the free memory is not
+            // in one piece (PyTorch/XLA's `There are 6.78G free, 0B reserved, and 3.33G
+            // reservable` for a 6.48G reservation).
+            (_, Some(r)) if f.bytes("free_bytes").is_some_and(|free| free >= r) => (
+                VerdictKind::Fragmentation,
+                format!(
+                    "XLA had {} free, more than the {} request, but not in one piece it could place it in",
+                    b(f.bytes("free_bytes").unwrap_or(0)),
+                    b(r)
+                ),
+            ),
             _ => (
                 VerdictKind::Capacity,
                 format!("XLA could not place {size} on the device"),

@@ -198,7 +198,23 @@ static DEVICE: Pattern = LazyLock::new(|| {
     Regex::new(r"(?i)\b(?:on device(?: ordinal)?|device ordinal|gpu|npu|xpu|cuda:|device=|device_id=|device )\s?([0-9]+)\b")
         .ok()
 });
-static PID: Pattern = LazyLock::new(|| Regex::new(r"(?i)\bpid[ =:(]\s?([0-9]+)\b").ok());
+/// A process id the text states; group 1 is the `[` of a logger's tag (`[PID: 210907]`, a field
+/// of the log line's header), whose pid is the logger's, not the message's.
+static PID: Pattern = LazyLock::new(|| Regex::new(r"(?i)(\[\s*)?\bpid[ =:(]\s?([0-9]+)\b").ok());
+/// A size or a device written as a `key:value` pair (Ascend's `Call rtMalloc fail, purpose: page
+/// caching, type = 2, size:3221291008, device_id:0`): the key opens the line or follows a
+/// separator, so `batch size: 8` is not one. A size without a unit is in bytes.
+static KEY_SIZE: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)(?:^|[,;(\[{]\s*)(?:size|bytes|alloc_size|request_size)\s?[:=]\s?([0-9]+)(\.[0-9]+)?\s?(bytes|[KMGTP]i?B|B)?\b").ok()
+});
+static KEY_DEVICE: Pattern = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)(?:^|[,;(\[{]\s*)(?:device|device_id|device_index|dev_id|devid)\s?[:=]\s?([0-9]+)\b",
+    )
+    .ok()
+});
+/// Most lines read after a vocabulary line for the facts of the message it opens.
+const CONTINUED: usize = 8;
 /// A process killed for memory (`OOMKilled`, `OOM killer`, `oom-kill`), whoever reports it.
 /// Also a memory monitor's kill: systemd-oomd's, or a worker restarted because it passed its
 /// memory limit or budget (Dask's nanny: `exceeded 95% memory budget. Restarting`).
@@ -293,13 +309,11 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
         let l = &text[h.start..h.end];
         let (kind, mut facts) = attribute(l);
         let mut end = h.end;
-        // A message that goes on in an indented line (`CudaCustomAllocator out of memory` then
-        // ` [requestedSpace: 148560384 B]`) states its size there.
-        if kind == Kind::GenericOom && facts.get("requested_bytes").is_none() {
-            if let Some((to, b)) = indented_size(text, h.end) {
-                facts.int("requested_bytes", b);
-                end = to;
-            }
+        // A message that goes on in indented lines (`CudaCustomAllocator out of memory` then
+        // ` [requestedSpace: 148560384 B]`; Ascend's graph engine, whose traceback lines carry
+        // the logger's header before their indent) states its size and device there.
+        if kind == Kind::GenericOom {
+            end = continued(text, h.start, h.end, &mut facts);
         }
         // A memory monitor names the process it killed on the next line (Dask's nanny:
         // `exceeded 95% memory budget. Restarting` then `Worker process 22204 was killed by …`).
@@ -311,7 +325,8 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
         }
         let mut p = Piece::part(h.start, end, kind, facts, true);
         let lower = l.to_ascii_lowercase();
-        p.notes.device = DEVICE_WORDS.iter().any(|w| lower.contains(w));
+        p.notes.device =
+            DEVICE_WORDS.iter().any(|w| lower.contains(w)) || p.facts.get("device_index").is_some();
         p.notes.host_words = HOST_WORDS.iter().any(|w| lower.contains(w));
         // The advice may be wrapped onto the next lines.
         let mut after = h.end;
@@ -328,26 +343,76 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
     }
 }
 
-/// The size stated by the line after `end` when that line continues the message before it: it is
-/// indented, or it opens with a parenthesized clause (PHP's `… bytes exhausted⏎(tried to allocate
+/// Reads the facts the vocabulary line `start..end` lacks from the lines that continue its
+/// message, and returns where the last line read from ends (`end` when none gave a fact).
+///
+/// A line continues the message when it is indented, also after the logger's header it shares
+/// with the vocabulary line (`ERROR 04-09 21:56:46 [engine.py:82]         Call rtMalloc fail …`),
+/// or when it opens with a parenthesized clause (PHP's `… bytes exhausted⏎(tried to allocate
 /// 20480 bytes) in …`, wrapped; only the clause is read, so a logger's `(Worker pid=N)` prefix
-/// states nothing), with that line's end.
-fn indented_size(text: &str, end: usize) -> Option<(usize, i128)> {
-    let start = end + 1;
-    let next = text.get(start..)?;
-    let to = super::scan::line_end(text, start);
-    let line = if next.starts_with([' ', '\t']) {
-        &text[start..to]
-    } else if next.starts_with('(') {
-        let whole = &text[start..to];
-        &whole[..whole.find(')')?]
-    } else {
-        return None;
-    };
-    let b = [&SIZE_AFTER, &SIZE_OF]
+/// states nothing). The first size and the first device stated are the message's.
+fn continued(text: &str, start: usize, end: usize, facts: &mut Facts) -> usize {
+    let hit = &text[start..end];
+    let mut last = end;
+    let mut at = end;
+    for i in 0..CONTINUED {
+        let from = at + 1;
+        if from >= text.len() {
+            break;
+        }
+        let to = super::scan::line_end(text, from);
+        let whole = &text[from..to];
+        at = to;
+        let line = if whole.starts_with([' ', '\t']) {
+            whole
+        } else if i == 0 && whole.starts_with('(') {
+            match whole.find(')') {
+                Some(close) => &whole[..close],
+                None => break,
+            }
+        } else {
+            match shared_header(hit, whole) {
+                Some(rest) if rest.starts_with([' ', '\t']) => rest,
+                _ => break,
+            }
+        };
+        let before = facts.len();
+        if facts.get("requested_bytes").is_none() {
+            let size = [&SIZE_AFTER, &SIZE_OF, &KEY_SIZE]
+                .iter()
+                .find_map(|re| re.as_ref()?.captures(line).and_then(|c| size_of(&c)));
+            facts.opt_int("requested_bytes", size);
+        }
+        if facts.get("device_index").is_none() {
+            let device = [&DEVICE, &KEY_DEVICE].iter().find_map(|re| {
+                re.as_ref()?
+                    .captures(line)
+                    .and_then(|c| c.get(1)?.as_str().parse::<i128>().ok())
+            });
+            facts.opt_int("device_index", device);
+        }
+        if facts.len() > before {
+            last = to;
+        }
+        if whole.starts_with('(') {
+            break;
+        }
+    }
+    last
+}
+
+/// What follows the logger's header that `line` shares with `hit`: their common beginning, cut
+/// back to just after a blank; `None` when they share none.
+fn shared_header<'a>(hit: &str, line: &'a str) -> Option<&'a str> {
+    let common = hit
+        .bytes()
+        .zip(line.bytes())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let cut = line.as_bytes()[..common]
         .iter()
-        .find_map(|re| re.as_ref()?.captures(line).and_then(|c| size_of(&c)))?;
-    Some((to, b))
+        .rposition(|&b| b == b' ' || b == b'\t')?;
+    line.get(cut + 1..).filter(|_| cut > 0)
 }
 
 /// A process the next line says was killed (`Worker process 22204 was killed by unknown signal`):
@@ -404,14 +469,12 @@ fn attribute(line: &str) -> (Kind, Facts) {
             f.text("reporter", "kubernetes");
             f.text("reason", "OOMKilled");
         }
-        f.opt_int(
-            "pid",
-            cap(&PID).and_then(|c| c.get(1)?.as_str().parse().ok()),
-        );
+        f.opt_int("pid", stated_pid(line));
         return (Kind::OomKillReport, f);
     }
     if let Some(b) = cap(&SIZE_AFTER)
         .or_else(|| cap(&SIZE_OF))
+        .or_else(|| cap(&KEY_SIZE))
         .and_then(|c| size_of(&c))
     {
         f.int("requested_bytes", b);
@@ -433,16 +496,22 @@ fn attribute(line: &str) -> (Kind, Facts) {
             .and_then(|m| m.as_str().parse::<i128>().ok());
         f.opt_int("error_code", code);
     }
-    if let Some(c) = cap(&DEVICE) {
+    if let Some(c) = cap(&DEVICE).or_else(|| cap(&KEY_DEVICE)) {
         f.opt_int(
             "device_index",
             c.get(1).and_then(|m| m.as_str().parse().ok()),
         );
     }
-    if let Some(c) = cap(&PID) {
-        f.opt_int("pid", c.get(1).and_then(|m| m.as_str().parse().ok()));
-    }
+    f.opt_int("pid", stated_pid(line));
     (Kind::GenericOom, f)
+}
+
+/// The first process id `line` states that is not a logger's `[PID: N]` tag.
+fn stated_pid(line: &str) -> Option<i128> {
+    PID.as_ref()?
+        .captures_iter(line)
+        .find(|c| c.get(1).is_none())
+        .and_then(|c| c.get(2)?.as_str().parse().ok())
 }
 
 /// Bytes of a size captured as number (group 1, thousands separated or not), fraction (group 2)
