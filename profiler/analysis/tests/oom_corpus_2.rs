@@ -299,8 +299,9 @@ fn the_twelfth_blind_set_is_split_by_its_seed_and_measured() {
 }
 
 /// Blind set 13 (106 messages, committed before the reader ran on them), split by
-/// `fnv1a64("issue39-blind13:" + id)`: both halves measured and printed (figures and misses), not
-/// asserted here.
+/// `fnv1a64("issue39-blind13:" + id)`: both halves measured and printed (figures and misses); the
+/// tuning half has every message found and meets the every-fact bar, the held-out half is only
+/// measured, so that it stays a measurement rather than a target.
 #[test]
 fn the_thirteenth_blind_set_is_split_by_its_seed_and_measured() {
     for (half, odd) in [("blind-13-tune", false), ("blind-13-heldout", true)] {
@@ -324,7 +325,86 @@ fn the_thirteenth_blind_set_is_split_by_its_seed_and_measured() {
                 o.found, o.facts, o.verdict, o.detail
             );
         }
+        if !odd {
+            let missed: Vec<&str> = outcomes
+                .iter()
+                .filter(|o| !o.found)
+                .map(|o| o.detail.as_str())
+                .collect();
+            assert!(missed.is_empty(), "{}", missed.join("\n"));
+            let facts = outcomes.iter().filter(|o| o.facts).count() as f64;
+            assert!(
+                facts / outcomes.len() as f64 >= 0.95,
+                "{half}: facts {facts}"
+            );
+        }
     }
+}
+
+/// Blind set 13's tuning-half wordings, one mechanism each, from their real messages (ids in
+/// `blind-13-tune.jsonl`).
+#[test]
+fn blind_set_thirteen_wordings_keep_their_facts() {
+    // directml-34 / itex-34: TensorFlow's device index after any device type, an allocator name
+    // of two words.
+    let (_, facts, _, _) = one(" 21:43:27.369699: W tensorflow/core/framework/op_kernel.cc:1651] OP_REQUIRES failed at dml_kernel_context.cc:174 : Resource exhausted: OOM when allocating tensor with shape[16,128,98,98] and type float on /job:localhost/replica:0/task:0/device:DML:0 by allocator DmlAllocato.");
+    assert_eq!(facts["device_index"], json!(0));
+    let (_, facts, _, _) = one("ResourceExhaustedError: {{function_node __wrapped__AddV2_device_/job:localhost/replica:0/task:0/device:XPU:0}} OOM when allocating tensor with shape[3,3,2560,1280] and type float on /job:localhost/replica:0/task:0/device:XPU:0 by allocator Simple allocator [Op:AddV2]");
+    assert_eq!(
+        (&facts["allocator"], &facts["device_index"]),
+        (&json!("Simple allocator"), &json!(0))
+    );
+    // directml-361: DirectML is a device.
+    let (_, _, verdict, _) = one("[W dml_heap_allocator.cc:97] DML allocator out of memory!\nTraceback (most recent call last):\n  File \"/home/fnz/workspace/direct-ml/main.py\", line 9, in <module>\n    tensor1=tensor1.to(dml)\nRuntimeError: Unknown error -2147024882");
+    assert_eq!(verdict, "undetermined");
+    // imllib-spark-12: a device word only where a word starts (`tpu` is not in `input`); wgpu-9545:
+    // a capital starts one inside an identifier (`kIOGPUCommandBuffer…`).
+    let (_, _, verdict, _) = one("I tried to give an input with 600 fields and 13953 features and 2 factors. The size of input file is 41.1 MB. I encountered the \" java.lang.OutOfMemoryError: Java heap space\" .");
+    assert_eq!(verdict, "host_oom");
+    let (_, _, verdict, _) = one("Execution of the command buffer was aborted due to an error during execution. Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)");
+    assert_eq!(verdict, "undetermined");
+    // mlc-llm-974 / node-postgres-383: a code given as a field of the error; PostgreSQL's
+    // `Failed on request of size N`.
+    let (_, facts, _, _) = one("iconda\\envs\\mlc-llm-build\\conda-bld\\mlc-chat-cli-nightly-package_1694754606949\\work\\3rdparty\\tvm\\src\\runtime\\vulkan\\vulkan_buffer.cc:61: InternalError: Check failed: (__e == VK_SUCCESS) is false: Vulkan Error, code=-2: VK_ERROR_OUT_OF_DEVICE_MEMORY\nStack trace not available when DMLC_LOG_STACK_TRACE is disabled at compile time.");
+    assert_eq!(facts, json!({"error_code": -2}));
+    let (_, facts, _, _) = one("I'm seeing an error coming back from pg in production: \n{ [Error: out of memory] severity: 'ERROR', code: '53200', detail: 'Failed on request of size 16.', file: 'aset.c', line: '767', routine: 'AllocSetAlloc' }");
+    assert_eq!(facts, json!({"requested_bytes": 16, "error_code": 53200}));
+    // golang-11789: a negative size is an overflowed size computation.
+    let (_, facts, verdict, _) =
+        one("runtime: out of memory: cannot allocate -8410442019078995968-byte block");
+    assert_eq!(
+        (facts, verdict.as_str()),
+        (json!({}), "request_exceeds_device")
+    );
+    // trt-inference-117: TensorRT's CUDA check with the code before its string, printed twice.
+    let (kind, facts, _, _) = one("[08/03/2022-23:18:05] [E] [TRT] ../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)\n[08/03/2022-23:18:05] [E] [TRT] ../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)\nbuild engine done");
+    assert_eq!(kind, "cuda_driver_oom");
+    assert_eq!(
+        facts,
+        json!({"failed_call": "allocate", "cuda_error_code": 2, "error_string": "out of memory"})
+    );
+    // axolotl-998: a process figure above the whole device (2^64) holds nothing.
+    let (_, _, verdict, _) = one("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacty of 24.00 GiB of which 0 bytes is free. Including non-PyTorch memory, this process has 17179869184.00 GiB memory in use. Process 2954422 has 17179869184.00 GiB memory in use. Of the allocated memory 23.01 GiB is allocated by PyTorch, and 121.23 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF");
+    assert_eq!(verdict, "fragmentation");
+    // ultralytics-843: a cut message's exception type tells its wording.
+    let (kind, _, _, _) = one("```\nRuntimeError: CUDA out of memory. Tried to allocate 1.33 GiB \nTraceback (most recent call last):\n  File \"/opt/conda/bin/yolo\", line 33, in <module>");
+    assert_eq!(kind, "torch_cuda_oom_old");
+    // comfyui-4852 / comfyui-4880: the async backend's header under an error report's exception
+    // type; its device index on its own line only.
+    let (kind, facts, _, _) = one("# ComfyUI Error Report\n## Error Details\n- **Node Type:** KSampler\n- **Exception Type:** torch.OutOfMemoryError\n- **Exception Message:** Allocation on device \n## Stack Trace");
+    assert_eq!((kind.as_str(), facts), ("torch_cuda_oom_async", json!({})));
+    let (_, facts, _, _) = one("torch.OutOfMemoryError: Allocation on device \n\n2024-09-11 11:23:11,827 - root - ERROR - Got an OOM, unloading all loaded models.");
+    assert_eq!(facts, json!({}));
+    // habana-13 / emscripten-4760: an allocation of a stated size that failed; memory that could
+    // not grow, with the setting's current value as its limit (advice after the report, in its
+    // own sentence, does not make it advice).
+    let (_, facts, _, _) = one("RuntimeError: FATAL ERROR :: MODULE:SYNHELPER workspace Allocation of size ::14493741952 failed");
+    assert_eq!(facts, json!({"requested_bytes": 14493741952_i64}));
+    let (_, facts, verdict, _) = one("Cannot enlarge memory arrays. Either (1) compile with  -s TOTAL_MEMORY=X  with X higher than the current value 67108864, (2) compile with  -s ALLOW_MEMORY_GROWTH=1  which adjusts the size at runtime but prevents some optimizations, (3) set Module.TOTAL_MEMORY to a higher value before the program runs, or if you want malloc to return NULL (0) instead of this abort, compile with  -s ABORTING_MALLOC=0 ");
+    assert_eq!(
+        (facts, verdict.as_str()),
+        (json!({"memory_limit_bytes": 67108864}), "host_oom")
+    );
 }
 
 /// Blind set 12's tuning-half wordings, one mechanism each, from their real messages (ids in

@@ -62,7 +62,7 @@ static XLA_STAT: Pattern = LazyLock::new(|| {
 // TensorFlow.
 static TF_TENSOR: Pattern = LazyLock::new(|| {
     compile(
-        r"OOM when allocating tensor (?:with|of) shape\s?\[([0-9,\s]*)\](?: and type ([A-Za-z0-9_]+))?(?: on ([^\s\]]+))?(?: by allocator ([A-Za-z0-9_]+))?",
+        r"OOM when allocating tensor (?:with|of) shape\s?\[([0-9,\s]*)\](?: and type ([A-Za-z0-9_]+))?(?: on ([^\s\]]+))?(?: by allocator ([A-Za-z0-9_]+(?: allocator)?))?",
     )
 });
 /// The BFC allocator's warning, with its allocator's name (`Allocator (GPU_0_bfc) ran out …`,
@@ -224,8 +224,10 @@ fn tensorflow(text: &str, out: &mut Vec<Piece>) {
         // A device path or allocator name cut by a line break may be only its first part.
         if let Some(d) = whole_at(c, 3, text) {
             f.text("device", d);
+            // The device's index after its type, whatever the type (`GPU:0`, `XPU:0`, `DML:0`).
             if let Some(i) = d
-                .rsplit_once("GPU:")
+                .rsplit_once("device:")
+                .and_then(|(_, t)| t.split_once(':'))
                 .and_then(|(_, n)| n.parse::<i128>().ok())
             {
                 f.int("device_index", i);

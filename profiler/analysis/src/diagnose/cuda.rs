@@ -80,10 +80,12 @@ static CALL_FAILED: Pattern = LazyLock::new(|| {
     ))
 });
 /// A CUDA check that names the failed expression and where it was made (TensorRT-LLM's `CUDA
-/// runtime error in ::cudaMallocAsync(ptr, n, stream): out of memory (tllmBuffers.h:112)`).
+/// runtime error in ::cudaMallocAsync(ptr, n, stream): out of memory (tllmBuffers.h:112)`), in any
+/// case and also with the CUDA code before its string (TensorRT's `Cuda Error in allocate: 2 (out
+/// of memory)`).
 static ERROR_IN: Pattern = LazyLock::new(|| {
     compile(&format!(
-        r"{EXC}(?:\[[^\]\n]{{1,40}}\])*\s*CUDA (?:runtime |driver )?error in ([^\n]+?): (out of memory)(?: \(([^\s()]+:[0-9]+)\))?"
+        r"{EXC}(?:\[[^\]\n]{{1,40}}\])*\s*(?i:CUDA (?:runtime |driver )?error in) ([^\n]+?): (?:([0-9]+) \()?(out of memory)\)?(?: \(([^\s()]+:[0-9]+)\))?"
     ))
 });
 
@@ -205,8 +207,9 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
         let mut f = Facts::default();
         f.opt_text("exception_type", str_at(c, 1));
         f.opt_text("failed_call", str_at(c, 2));
-        f.opt_text("error_string", words_at(c, 3).as_deref());
-        f.opt_text("location", str_at(c, 4));
+        f.opt_int("cuda_error_code", int_at(c, 3));
+        f.opt_text("error_string", words_at(c, 4).as_deref());
+        f.opt_text("location", str_at(c, 5));
         out.push(Piece::message(s, e, kind, f));
     });
     each(&GGML_ALLOC, text, |c, s, e| {

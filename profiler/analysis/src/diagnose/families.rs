@@ -384,6 +384,19 @@ fn generic(f: &Facts, notes: Notes) -> (Verdict, Vec<Remedy>) {
     unknown.push("what limit was reached");
     let untold = format!("the text does not say {}", unknown.join(", nor "));
     let r = f.bytes("requested_bytes");
+    if notes.negative_size {
+        return (
+            v(
+                VerdictKind::RequestExceedsDevice,
+                "the request's size is negative: an overflowed size computation, not a size any memory could serve".into(),
+            ),
+            vec![remedy::framework(
+                "size_computation",
+                "find where the size is computed (a multiplication that overflowed, a length read wrongly) and fix it",
+                "no setting or larger machine helps a request of a negative size",
+            )],
+        );
+    }
     if device {
         let what = r.map_or("an allocation".into(), |r| format!("a {} allocation", b(r)));
         // A runtime that names its own settings to lower says its own use filled the device.

@@ -67,8 +67,11 @@ impl GpuNumbers {
         let this = f
             .bytes("this_process_bytes")
             .filter(|&t| total.is_none_or(|tot| t <= tot) && allocated.is_none_or(|a| t >= a));
+        // A process's figure above the whole device is the driver's bogus value (2^64 under
+        // WSL), not memory held: it counts for nothing.
+        let real = |b: u128| total.is_none_or(|tot| b <= tot);
         let procs = f.processes();
-        let listed: u128 = procs.iter().map(|p| p.bytes).sum();
+        let listed: u128 = procs.iter().map(|p| p.bytes).filter(|&b| real(b)).sum();
         let others = match (this, total, free) {
             _ if f.bytes("this_process_bytes").is_some() && !procs.is_empty() => {
                 Some((listed, Others::Stated))
@@ -94,6 +97,7 @@ impl GpuNumbers {
                     .enumerate()
                     .filter(|(i, _)| Some(*i) != own)
                     .map(|(_, p)| p.bytes)
+                    .filter(|&b| real(b))
                     .sum();
                 Some((sum, Others::Stated))
             }

@@ -27,7 +27,7 @@ static STATUS_TAIL: Pattern = LazyLock::new(|| {
 });
 static ASYNC: Pattern = LazyLock::new(|| {
     compile(
-        r"(OutOfMemoryError: )?Allocation on device(?: ([0-9]+))?( would exceed allowed memory)?",
+        r"(OutOfMemoryError: )?Allocation on device(?:[\t\x20]([0-9]+))?( would exceed allowed memory)?",
     )
 });
 static ASYNC_FIELD: Pattern = LazyLock::new(|| {
@@ -108,8 +108,11 @@ fn statuses(text: &str, out: &mut Vec<Piece>) {
 
 fn async_backend(text: &str, out: &mut Vec<Piece>) {
     each(&ASYNC, text, |c, s, e| {
-        // The header alone is PyTorch's only when it says so (`OutOfMemoryError:` or the limit).
-        if c.get(1).is_none() && c.get(3).is_none() {
+        // The header alone is PyTorch's only when it says so (`OutOfMemoryError:` or the limit),
+        // also when an error report gives the exception's type on a line of its own just before
+        // its message (`Exception Type: torch.OutOfMemoryError` then `Exception Message:
+        // Allocation on device`).
+        if c.get(1).is_none() && c.get(3).is_none() && !type_just_before(text, s) {
             return;
         }
         let mut f = Facts::default();
@@ -135,6 +138,16 @@ fn async_backend(text: &str, out: &mut Vec<Piece>) {
         });
         out.push(Piece::message(s, end, Kind::TorchCudaOomAsync, f));
     });
+}
+
+/// Whether one of the two lines before `at` names PyTorch's `OutOfMemoryError` (an error report
+/// that states the exception's type apart from its message).
+fn type_just_before(text: &str, at: usize) -> bool {
+    let mut from = text[..at].rfind('\n').unwrap_or(0);
+    for _ in 0..2 {
+        from = text[..from].rfind('\n').unwrap_or(0);
+    }
+    text[from..at].contains("OutOfMemoryError")
 }
 
 fn vllm(text: &str, out: &mut Vec<Piece>) {

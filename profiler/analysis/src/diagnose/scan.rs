@@ -241,6 +241,9 @@ pub(crate) struct Notes {
     /// The runtime says a single allocation may not pass a size cap (Intel GPUs' 4 GB blocks,
     /// OpenCL's and Vulkan's maximum allocation size).
     pub size_cap: bool,
+    /// The request's size is negative (Go's `cannot allocate -8410442019078995968-byte block`):
+    /// an overflowed size computation, not a size any memory could serve.
+    pub negative_size: bool,
 }
 
 impl Notes {
@@ -254,6 +257,7 @@ impl Notes {
         self.host |= other.host;
         self.host_words |= other.host_words;
         self.own_settings |= other.own_settings;
+        self.negative_size |= other.negative_size;
     }
 }
 

@@ -20,8 +20,9 @@ static OLD: LazyLock<Option<Regex>> = LazyLock::new(|| {
         r"(?:(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. )?Tried to allocate {SIZE} \((?:GPU|NPU|MLU|XPU):?\s*([0-9]+);([^)]*total capac[^)]*)\)?",
     )
 });
-/// A message cut right after its request: the wording (≥ 2.1 or older) cannot be told, so it is
-/// taken as the current one, with the two facts it states.
+/// A message cut right after its request: the wording (≥ 2.1 or older) is told by the exception
+/// type before it — PyTorch ≤ 2.0 raised a `RuntimeError`, ≥ 2.1 its own `OutOfMemoryError` —
+/// and without one it is taken as the current one, with the two facts it states.
 static CUT: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. Tried to allocate {SIZE}")
 });
@@ -65,7 +66,12 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     each(&CUT, text, |c, s, e| {
         let mut f = Facts::default();
         backend_and_request(c, &mut f);
-        out.push(Piece::message(s, e, Kind::TorchCudaOomNew, f));
+        let kind = if text[..s].ends_with("RuntimeError: ") {
+            Kind::TorchCudaOomOld
+        } else {
+            Kind::TorchCudaOomNew
+        };
+        out.push(Piece::message(s, e, kind, f));
     });
     each(&EXABYTE, text, |c, s, e| {
         let mut f = Facts::default();

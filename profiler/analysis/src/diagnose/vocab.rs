@@ -42,6 +42,11 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|(?i:\b(?:insufficient|not enough|no available|no free|low on|ran out of|running out of|run out of|runs out of) (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
         r"|(?i:\b(?:used|using|use) all (?:the )?available (?:memory|ram|vram)\b)",
         r"|(?i:\bmemory allocation\b[^\n]{0,40}?\bfailed)",
+        // An allocation of a stated size that failed (Gaudi's `workspace Allocation of size
+        // ::14493741952 failed`).
+        r"|(?i:\ballocation\b[^\n]{0,40}?\bsize\b[^\n]{0,40}?\bfail(?:ed|s|ure)\b)",
+        // Memory that could not grow (Emscripten's `Cannot enlarge memory arrays`).
+        r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to) (?:enlarge|grow|expand|extend) (?:the )?(?:\w+ )?(?:memory|heap)\b)",
         r"|(?i:\b(?:greater|larger) than the maximum (?:allowed )?(?:buffer|allocation) size|\bcould not be allocated\b)",
         r"|(?i:\b(?:requires?|required|needs?|needed) more (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
         r"|(?i:\bexceeds? (?:the )?(?:available|free|total) (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
@@ -107,6 +112,8 @@ const DEVICE_WORDS: &[&str] = &[
     "mps",
     "vulkan",
     "opencl",
+    "directml",
+    "dml",
     "rocm",
     "prefill",
     "kv cache",
@@ -179,20 +186,37 @@ static SIZE_AFTER: Pattern = LazyLock::new(|| {
     Regex::new(r"(?i)(?:allocate|allocating|alloc(?:ation)? of|failed to map|requested(?:[a-z_ ]{0,16}?(?:[:=]| was\b| is\b))?|request(?:ing)? of|tried to allocate|amount of (?:gpu |device |host )?memory \(|requires? more (?:\w+ ){0,2}memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?(?:\s|-)?(bytes|byte|[KMGTP]i?B|B)\b").ok()
 });
 /// A size after `buffer of size` (llama.cpp's `failed to allocate CPU buffer of size 84940800`,
-/// R's `cannot allocate vector of size 4.5 Gb`): bytes when no unit follows.
+/// R's `cannot allocate vector of size 4.5 Gb`, PostgreSQL's `Failed on request of size 16`,
+/// Gaudi's `Allocation of size ::14493741952`): bytes when no unit follows.
 static SIZE_OF: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:buffer|block|array|tensor|chunk|region|allocation|vector) of size\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT]b|B)?\b").ok()
+    Regex::new(r"(?i)\b(?:buffer|block|array|tensor|chunk|region|allocation|vector|request) of size\s*:*\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT]b|B)?\b").ok()
+});
+/// A negative size where a request's size is written (`cannot allocate -8410442019078995968-byte
+/// block`).
+static NEGATIVE_SIZE: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:allocate|alloc(?:ation)? of|of size|request(?:ed)?)\s*:*\s*-[0-9]").ok()
 });
 /// The limit a process passed (`memory limit of 134217728 bytes`, `Worker memory limit: 4.29 GB`,
 /// PHP's `Allowed memory size of 134217728 bytes exhausted`).
 static LIMIT: Pattern = LazyLock::new(|| {
     Regex::new(r"(?i)\b(?:memory (?:usage )?limit|allowed memory size)(?: of|:|=| is)?\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B)\b").ok()
 });
+/// The current value of a memory-size setting the message names as the one to raise (Emscripten's
+/// `compile with -s TOTAL_MEMORY=X with X higher than the current value 67108864`): bytes.
+static SETTING_LIMIT: Pattern = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\b\w*_MEMORY\b[^\n]{0,80}?\bhigher than the current value\s*([0-9]+)(\.[0-9]+)?",
+    )
+    .ok()
+});
 static SHAPE: Pattern = LazyLock::new(|| {
     Regex::new(r"with shape \(([0-9,\s]+)\)(?: and data type ([A-Za-z0-9_]+))?").ok()
 });
+/// An error code the message states: `[Errno 12]`, `errno=12`, `Error code 12`, Windows' codes,
+/// `error: (-5)`, and a code given as a field of the error (`Vulkan Error, code=-2`, an error
+/// object's `ERROR', code: '53200'`).
 static ERRNO: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)").ok()
+    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|\berror\W{1,3}code[=:]\s?'?(-?[0-9]+)\b").ok()
 });
 static DEVICE: Pattern = LazyLock::new(|| {
     Regex::new(r"(?i)\b(?:on device(?: ordinal)?|device ordinal|gpu|npu|xpu|cuda:|device=|device_id=|device )\s?([0-9]+)\b")
@@ -283,7 +307,11 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
         let start = text[..s].rfind('\n').map_or(0, |i| i + 1);
         let end = super::scan::line_end(text, s);
         let lower = text[start..end].to_ascii_lowercase();
-        if ADVICE.iter().any(|a| lower.contains(a)) || is_code_or_setting(&lower) {
+        // Advice counts where it frames the report: before it, or in its own sentence after it
+        // (`… memory arrays. Either (1) compile with …, which prevents some optimizations` is
+        // the runtime's advice after its report, not advice about memory in general).
+        let framed = &lower[..sentence_end(&lower, e.min(end).saturating_sub(start))];
+        if ADVICE.iter().any(|a| framed.contains(a)) || is_code_or_setting(&lower) {
             continue;
         }
         hits.push(Line {
@@ -325,8 +353,9 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
         }
         let mut p = Piece::part(h.start, end, kind, facts, true);
         let lower = l.to_ascii_lowercase();
-        p.notes.device =
-            DEVICE_WORDS.iter().any(|w| lower.contains(w)) || p.facts.get("device_index").is_some();
+        p.notes.device = DEVICE_WORDS.iter().any(|w| has_word(l, &lower, w))
+            || p.facts.get("device_index").is_some();
+        p.notes.negative_size = NEGATIVE_SIZE.as_ref().is_some_and(|re| re.is_match(l));
         p.notes.host_words = HOST_WORDS.iter().any(|w| lower.contains(w));
         // The advice may be wrapped onto the next lines.
         let mut after = h.end;
@@ -341,6 +370,31 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
             .any(|w| lower.contains(w) || following.contains(w));
         out.push(p);
     }
+}
+
+/// Where the sentence that holds offset `at` of `line` ends: after the next `. `, `! ` or `? `,
+/// else at the line's end.
+fn sentence_end(line: &str, at: usize) -> usize {
+    let at = super::scan::floor(line, at.min(line.len()));
+    [". ", "! ", "? "]
+        .iter()
+        .filter_map(|p| line[at..].find(p))
+        .min()
+        .map_or(line.len(), |i| at + i + 1)
+}
+
+/// Whether `lower` (the lower-case copy of `line`) holds `word` where a word starts (not inside
+/// another: `tpu` in `input`, `mps` in `jumps`); it may run on into an identifier (`hipMalloc`,
+/// `cuda_error`).
+fn has_word(line: &str, lower: &str, word: &str) -> bool {
+    lower.match_indices(word).any(|(i, _)| {
+        lower[..i]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !c.is_ascii_alphanumeric())
+            // A capital starts a word inside an identifier (`kIOGPUCommandBuffer…`).
+            || line[i..].starts_with(|c: char| c.is_ascii_uppercase())
+    })
 }
 
 /// Reads the facts the vocabulary line `start..end` lacks from the lines that continue its
@@ -479,7 +533,12 @@ fn attribute(line: &str) -> (Kind, Facts) {
     {
         f.int("requested_bytes", b);
     }
-    f.opt_int("memory_limit_bytes", cap(&LIMIT).and_then(|c| size_of(&c)));
+    f.opt_int(
+        "memory_limit_bytes",
+        cap(&LIMIT)
+            .or_else(|| cap(&SETTING_LIMIT))
+            .and_then(|c| size_of(&c)),
+    );
     if let Some(c) = cap(&SHAPE) {
         let dims: Vec<i128> = c
             .get(1)
@@ -491,7 +550,7 @@ fn attribute(line: &str) -> (Kind, Facts) {
         f.opt_text("dtype", c.get(2).map(|m| m.as_str()));
     }
     if let Some(c) = cap(&ERRNO) {
-        let code = (1..=6)
+        let code = (1..=7)
             .find_map(|i| c.get(i))
             .and_then(|m| m.as_str().parse::<i128>().ok());
         f.opt_int("error_code", code);
