@@ -205,8 +205,13 @@ fn nanogpts_top_sites_are_memrays_peak_lines() {
     args.extend(NANOGPT_ARGS.iter().map(std::ffi::OsStr::new));
     // Both tools see the same memory: with Python's small objects from malloc (not pymalloc's
     // mmapped arenas, which memray counts and memsight's heap does not), memray's high-water mark
-    // is the heap's peak.
-    let same = [("PYTHONMALLOC", "malloc")];
+    // is the heap's peak. And both runs have the same peak: a step's forward end and its
+    // backward's start hold the same heap to ~25 KB, and with torch's intra-op threads blocks of
+    // 0.2-0.8 MB are live at the first moment in some runs and not in others, which moves the
+    // peak from one run to the next (measured: docs/benchmarks.md). One
+    // intra-op thread makes the job's peak the same moment in every run (its heap peak varies by
+    // under 70 KB between runs), so the two tools' runs can be compared moment for moment.
+    let same = [("PYTHONMALLOC", "malloc"), ("OMP_NUM_THREADS", "1")];
     let run = run_job(&dir, &[], &args, &same);
     assert_eq!(run.code, 0, "{}", run.out);
     let report: Value = serde_json::from_str(&run.report).unwrap();
@@ -255,11 +260,8 @@ fn nanogpts_top_sites_are_memrays_peak_lines() {
         .take(3)
         .collect();
     assert_eq!(theirs.len(), 3);
-    // The two tools ran the job twice: where two moments of a training step hold nearly the
-    // same heap (a forward's end and its backward's start), each run's peak may be either, which
-    // moves the activation lines between them (measured in docs/benchmarks.md). What a user reads
-    // must hold in every run: memray's top line is ours, with its bytes, and memray's top three
-    // lines are among our top five.
+    // memray's top three lines are ours, each with its bytes within 10%, and its top line is
+    // our top line.
     for (rank, t) in theirs.iter().enumerate() {
         let (file, line) = (t["file"].as_str().unwrap(), t["line"].as_u64().unwrap());
         let want = t["bytes"].as_f64().unwrap();
@@ -282,18 +284,17 @@ fn nanogpts_top_sites_are_memrays_peak_lines() {
             got / MIB,
             off * 100.0
         );
-        assert!(ours_rank < 5, "{file}:{line} is our #{}", ours_rank + 1);
+        assert!(
+            off.abs() <= 0.10,
+            "{file}:{line}: {:+.1}% off memray's",
+            off * 100.0
+        );
         if rank == 0 {
             assert_eq!(
                 ours_rank,
                 0,
                 "memray's top line {file}:{line} is our #{}",
                 ours_rank + 1
-            );
-            assert!(
-                off.abs() <= 0.10,
-                "{file}:{line}: {:+.1}% off memray's",
-                off * 100.0
             );
         }
     }
@@ -339,5 +340,54 @@ fn a_30_ms_spike_is_the_top_site_at_the_peak_at_full_size() {
         (bytes / (192.0 * MIB) - 1.0).abs() <= 0.05,
         "{:.1} MiB",
         bytes / MIB
+    );
+}
+
+#[test]
+fn of_two_nearly_equal_moments_the_higher_ones_sites_are_the_peaks() {
+    let Some(py) = torch_python() else {
+        println!("SKIP: no torch venv (the set-up script creates it; make build runs it)");
+        return;
+    };
+    if !memsight_e2e::preload_built() {
+        return;
+    }
+    let dir = scratch("py-near-tie");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python_jobs/near_tie.py");
+    let source = std::fs::read_to_string(&script).unwrap();
+    let line_of = |tag: &str| {
+        source
+            .lines()
+            .position(|l| l.ends_with(&format!("# {tag}")))
+            .unwrap() as u64
+            + 1
+    };
+    let run = run_job(&dir, &[], &[py.as_os_str(), script.as_os_str()], &[]);
+    assert_eq!(run.code, 0, "{}", run.out);
+    let report: Value = serde_json::from_str(&run.report).unwrap();
+    let sites = report["heap_profile"]["at_peak"]["top_sites"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no sites at the peak: {}", report["heap_profile"]))
+        .clone();
+    let at = |function: &str, line: u64| {
+        sites
+            .iter()
+            .find(|s| s["function"] == function && s["line"].as_u64() == Some(line))
+            .and_then(|s| s["bytes"].as_f64())
+    };
+    let second = at("backward_start", line_of("BACKWARD_START"));
+    let first = at("forward_end", line_of("FORWARD_END"));
+    println!("at the peak: backward_start {second:?} B, forward_end {first:?} B");
+    // The second moment holds 20 KB more: its 24 MiB are the peak's, the first moment's are not.
+    let held =
+        second.unwrap_or_else(|| panic!("backward_start is not a site at the peak: {sites:#?}"));
+    assert!(
+        (held / (24.0 * MIB) - 1.0).abs() <= 0.05,
+        "{:.1} MiB",
+        held / MIB
+    );
+    assert!(
+        first.is_none(),
+        "forward_end's bytes are at the peak: {sites:#?}"
     );
 }

@@ -19,6 +19,15 @@
 //!   `LIVE` is within 64 KiB per allocating thread of the truth, and **the peak's error is below
 //!   64 KiB × threads that allocate**, either way; every read of the peak also raises it to the
 //!   exact live bytes of that moment. Churn that frees what it allocates rarely touches `LIVE`.
+//! - Near the session's peak (published live within `FLUSH_BYTES` of it) a thread's step, in
+//!   both directions, is its *reach*: `PEAK_GRAIN` (4 KiB) when it arrives from far below or has
+//!   just passed the peak, and a thread whose live bytes pass the peak publishes at once. So two
+//!   moments that hold nearly the same heap (a forward's end and its backward's start) are told
+//!   apart to a few KiB, which stamps the sampled set at the right one — frees included, so
+//!   another thread's unpublished frees do not make an earlier moment look higher. Each settle
+//!   near the peak that does not pass it doubles the reach, up to `FLUSH_BYTES`: a loop that
+//!   comes back to the same high-water mark (churn, a steady training step) soon costs what it
+//!   did, and far below the peak nothing changes.
 //! - A thread's marks are zero until it is registered and after it retired, so those calls take
 //!   the slow path without a separate check; there they count in the shared block with atomic
 //!   read-modify-writes and publish at once: slower, still exact.
@@ -33,9 +42,16 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering::Rel
 pub use memsight_format::heap::HISTOGRAM_BUCKETS;
 /// A thread publishes its live bytes once they moved this far from what it last published.
 pub const FLUSH_BYTES: i64 = 64 * 1024;
+/// Near the session's peak a thread whose live bytes move publishes them every this many bytes
+/// (and at once when they pass the peak): two moments of a job that hold nearly the same heap (a
+/// forward's end and its backward's start) are told apart to this, not to `FLUSH_BYTES` per
+/// thread.
+pub const PEAK_GRAIN: i64 = 4 * 1024;
 
 /// Cumulative counters of one thread (or of the shared block). Allocation calls are the
-/// histogram's sum, so the hot path touches as few fields as possible.
+/// histogram's sum, so the hot path touches as few fields as possible. In the declared order
+/// (`repr(C)`), like [`Local`].
+#[repr(C)]
 pub(crate) struct Counts {
     /// Cumulative bytes allocated (growth by realloc included).
     pub(crate) bytes_allocated: AtomicU64,
@@ -102,7 +118,11 @@ pub(crate) mod state {
     pub const SHARED: u8 = 3;
 }
 
-/// One thread's block: its counts, the marks of the fast path and what it has published.
+/// One thread's block: its counts, the marks of the fast path and what it has published. The
+/// fields are in the declared order (`repr(C)`), the fast path's first, so that a field added
+/// for the slow path does not move the fast path's counters within the thread's storage (left to
+/// the compiler, one did).
+#[repr(C)]
 pub(crate) struct Local {
     pub(crate) counts: Counts,
     /// The fast path counts an allocation only while `bytes_allocated` stays below this (0: never).
@@ -129,6 +149,8 @@ pub(crate) struct Local {
     /// The highest of this thread's process-heap live bytes (jemalloc's counters of it) while
     /// measured.
     pub(crate) heap_peak: AtomicI64,
+    /// This thread's step near the session's peak (off the fast path's lines).
+    peak_reach: AtomicI64,
 }
 
 impl Local {
@@ -147,6 +169,7 @@ impl Local {
             probes: AtomicU32::new(0),
             rust_peak: AtomicI64::new(0),
             heap_peak: AtomicI64::new(0),
+            peak_reach: AtomicI64::new(PEAK_GRAIN),
         }
     }
 
@@ -513,7 +536,9 @@ fn settle(l: &Local) {
             flushed: &l.flushed,
             alloc: &l.alloc_mark,
             free: &l.free_mark,
+            peak_reach: &l.peak_reach,
         },
+        rust_peak_gap,
         publish,
     );
     #[cfg(feature = "jemalloc")]
@@ -572,23 +597,70 @@ pub(crate) struct Marks<'a> {
     pub(crate) alloc: &'a AtomicU64,
     /// The freed count past which the thread settles again.
     pub(crate) free: &'a AtomicU64,
+    /// The thread's step near the session's peak.
+    pub(crate) peak_reach: &'a AtomicI64,
+}
+
+/// The session's peak minus the published live bytes `live`: how far the process heap is below
+/// its peak, as far as published.
+pub(crate) fn peak_gap(live: i64) -> i64 {
+    PEAKS[Tracker::Run as usize]
+        .load(Relaxed)
+        .saturating_sub(live)
+}
+
+/// [`peak_gap`] of the Rust counters: of `LIVE` when they are the process heap. With the
+/// `jemalloc` feature the process heap's: the Rust counters publish nothing then, but their slow
+/// path is where a Rust allocation settles the process heap, so near its peak they must settle
+/// as often.
+fn rust_peak_gap() -> i64 {
+    #[cfg(not(feature = "jemalloc"))]
+    return peak_gap(LIVE.load(Relaxed));
+    #[cfg(feature = "jemalloc")]
+    super::process_heap::peak_gap()
 }
 
 /// Publishes the unpublished live delta of cumulative `allocated` and `freed` when it reached half
-/// of `FLUSH_BYTES`, and places the marks where the delta would reach ±`FLUSH_BYTES` by
-/// allocations or frees alone — the one rule of both the Rust counters and the process heap.
-pub(crate) fn settle_marks(allocated: u64, freed: u64, m: Marks, publish: impl FnOnce(i64)) {
+/// of the thread's step or took the heap past the session's peak (`gap()` below it, as
+/// published), and places the marks where the delta would reach ± the step by allocations or
+/// frees alone — the one rule of both the Rust counters and the process heap. The step is
+/// `FLUSH_BYTES`, and near the peak the thread's reach (see the module's design notes).
+pub(crate) fn settle_marks(
+    allocated: u64,
+    freed: u64,
+    m: Marks,
+    gap: impl FnOnce() -> i64,
+    publish: impl FnOnce(i64),
+) {
     let live = allocated.wrapping_sub(freed) as i64;
     let mut d = live.wrapping_sub(m.flushed.load(Relaxed));
-    if d.abs() >= FLUSH_BYTES / 2 {
+    let mut gap = gap();
+    let reach = m.peak_reach.load(Relaxed).max(PEAK_GRAIN);
+    let step = if gap < FLUSH_BYTES {
+        reach
+    } else {
+        FLUSH_BYTES
+    };
+    let passed = d > 0 && d > gap;
+    if passed || d.abs() >= step / 2 {
         m.flushed.store(live, Relaxed);
         publish(d);
+        // A delta that passed the peak raised it to the published total.
+        gap = gap.saturating_sub(d).max(0);
         d = 0;
     }
+    // Near the peak: fine once the heap passed it, coarser each time it came back without.
+    let near = gap < FLUSH_BYTES;
+    let next = if near && !passed {
+        (reach * 2).min(FLUSH_BYTES)
+    } else {
+        PEAK_GRAIN
+    };
+    m.peak_reach.store(next, Relaxed);
+    let step = if near { next } else { FLUSH_BYTES };
     m.alloc
-        .store(allocated.wrapping_add((FLUSH_BYTES - d) as u64), Relaxed);
-    m.free
-        .store(freed.wrapping_add((FLUSH_BYTES + d) as u64), Relaxed);
+        .store(allocated.wrapping_add((step - d) as u64), Relaxed);
+    m.free.store(freed.wrapping_add((step + d) as u64), Relaxed);
 }
 
 /// Totals summed over every thread at one moment.

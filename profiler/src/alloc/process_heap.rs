@@ -44,6 +44,8 @@ pub(crate) struct JeView {
     flushed: AtomicI64,
     /// For a thread counting in the shared totals: what of `*allocated` and `*freed` they hold.
     folded: [AtomicU64; 2],
+    /// This thread's step near the session's peak.
+    peak_reach: AtomicI64,
 }
 
 impl JeView {
@@ -56,6 +58,7 @@ impl JeView {
             free_mark: AtomicU64::new(0),
             flushed: AtomicI64::new(0),
             folded: [const { AtomicU64::new(0) }; 2],
+            peak_reach: AtomicI64::new(counters::PEAK_GRAIN),
         }
     }
 
@@ -259,8 +262,9 @@ pub(crate) fn settle(l: &Local) {
         flushed: &v.flushed,
         alloc: &v.alloc_mark,
         free: &v.free_mark,
+        peak_reach: &v.peak_reach,
     };
-    counters::settle_marks(a, f, marks, publish);
+    counters::settle_marks(a, f, marks, peak_gap, publish);
 }
 
 /// This thread's live bytes in jemalloc's counters of it (allocated − freed, usable sizes).
@@ -300,6 +304,11 @@ pub(crate) fn retire(l: &Local) {
     v.free_mark.store(0, Relaxed);
     let live = a.wrapping_sub(f) as i64;
     publish(live.wrapping_sub(v.flushed.swap(live, Relaxed)));
+}
+
+/// How far the process heap is below the session's peak, as far as published.
+pub(crate) fn peak_gap() -> i64 {
+    counters::peak_gap(PROCESS_LIVE.load(Relaxed))
 }
 
 fn publish(d: i64) {
