@@ -6,46 +6,15 @@ every arena plus mmapped blocks), taken by the script after every step and writt
 the largest value, together with the pids of its DataLoader workers.
 """
 
-import ctypes
 import json
 import os
 import sys
 
+import heap_truth
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 HELD_BYTES = 256 << 20
-
-
-class MallInfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-        "uordblks", "fordblks", "keepcost")]
-
-
-libc = ctypes.CDLL("libc.so.6")
-libc.mallinfo2.restype = MallInfo2
-
-
-# Blocks memsight's heap sampler serves itself (one sample per 512 KiB allocated) are not
-# glibc's: the kernel's count of the mappings in the sampler's address range (64-65 TiB) adds
-# them (a page at most over each block's own size).
-SAMPLED_RANGE = (64 << 40, 65 << 40)
-
-
-def sampled_mapped():
-    total = 0
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            start, end = (int(x, 16) for x in line.split()[0].split("-"))
-            if SAMPLED_RANGE[0] <= start < SAMPLED_RANGE[1]:
-                total += end - start
-    return total
-
-
-def glibc_in_use():
-    m = libc.mallinfo2()
-    return m.uordblks + m.hblkhd + sampled_mapped()
 
 
 class Tokens(Dataset):
@@ -65,7 +34,7 @@ def main(out_path):
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loader = DataLoader(Tokens(), batch_size=16, num_workers=2, persistent_workers=True)
-    truth = glibc_in_use()
+    truth = heap_truth.in_use()
     workers = set()
     for epoch in range(3):
         for x, y in loader:
@@ -73,7 +42,7 @@ def main(out_path):
             opt.zero_grad()
             loss.backward()
             opt.step()
-            truth = max(truth, glibc_in_use())
+            truth = max(truth, heap_truth.in_use())
         workers.update(w.pid for w in loader._iterator._workers)
     import time
     time.sleep(3)  # the workers stay up: the sidecar reads the tree about once a second
