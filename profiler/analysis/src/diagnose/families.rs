@@ -397,6 +397,52 @@ fn generic(f: &Facts, notes: Notes) -> (Verdict, Vec<Remedy>) {
             )],
         );
     }
+    // What the message states decides where it can: a request above all the memory there is,
+    // one refused with more than it free, an allocator's limit that is not memory's.
+    let stated = |n: Option<i128>| n.and_then(|n| u128::try_from(n).ok());
+    if let Some((r, t)) = r.zip(stated(notes.total_bytes)).filter(|&(r, t)| r > t) {
+        let (kind, of) = if device {
+            (VerdictKind::RequestExceedsDevice, "the device")
+        } else {
+            (VerdictKind::RequestExceedsMemory, "the machine")
+        };
+        return (
+            v(
+                kind,
+                format!("a single {} allocation was requested, more than the {} the message says {of} has in all: it can never fit, whatever else is freed", b(r), b(t)),
+            ),
+            vec![remedy::check_size(r, t), remedy::shrink_request(r, Some(t), false)],
+        );
+    }
+    const SLACK: u128 = 2 << 20;
+    if let Some((r, free)) = r
+        .zip(stated(notes.free_bytes))
+        .filter(|&(r, free)| device && r + SLACK <= free)
+    {
+        return (
+            v(
+                VerdictKind::Fragmentation,
+                format!("a {} allocation was refused while the message says {} was free: the free memory is not in one piece large enough", b(r), b(free)),
+            ),
+            vec![remedy::shrink_request(r, None, false), remedy::profile_host()],
+        );
+    }
+    if notes.allocator_limit {
+        return (
+            v(
+                VerdictKind::AllocatorLimit,
+                format!("the allocator passed a limit of its own that does not count memory (a number of buffers or objects): memory was not what ran out; {untold}"),
+            ),
+            vec![
+                remedy::framework(
+                    "allocation_cap",
+                    "hold fewer live buffers at once (smaller batches or prompts, fewer concurrent requests), or raise the runtime's own limit where it allows it",
+                    "the runtime refuses a new allocation once it holds as many as its limit allows, whatever memory is free",
+                ),
+                remedy::profile_host(),
+            ],
+        );
+    }
     if device {
         let what = r.map_or("an allocation".into(), |r| format!("a {} allocation", b(r)));
         // A runtime that names its own settings to lower says its own use filled the device.

@@ -119,6 +119,7 @@ impl Kind {
         matches!(
             self,
             Kind::OomKillReport
+                | Kind::TorchCpuOom
                 | Kind::JaxXlaOom
                 | Kind::LibraryAllocFailed
                 | Kind::TorchCudaOomAsync

@@ -244,6 +244,13 @@ pub(crate) struct Notes {
     /// The request's size is negative (Go's `cannot allocate -8410442019078995968-byte block`):
     /// an overflowed size computation, not a size any memory could serve.
     pub negative_size: bool,
+    /// A generic finding's message says how much memory was free (a note for the verdict).
+    pub free_bytes: Option<i128>,
+    /// A generic finding's message says how much memory the device or machine has.
+    pub total_bytes: Option<i128>,
+    /// An allocator says a limit of its own that is not memory's was passed (MLX's Metal
+    /// allocator: `Resource limit (499000) exceeded`, a count of buffers).
+    pub allocator_limit: bool,
 }
 
 impl Notes {
@@ -258,6 +265,9 @@ impl Notes {
         self.host_words |= other.host_words;
         self.own_settings |= other.own_settings;
         self.negative_size |= other.negative_size;
+        self.free_bytes = self.free_bytes.or(other.free_bytes);
+        self.total_bytes = self.total_bytes.or(other.total_bytes);
+        self.allocator_limit |= other.allocator_limit;
     }
 }
 
@@ -399,17 +409,32 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
                 last.stage = last.stage.max(p.stage);
                 continue;
             }
-            // The same message printed twice in a row (a runtime repeating its warning) is one;
-            // so is a report told again a few lines later with less than it first stated (an
-            // application logging the exception's string, without its type, after the traceback).
-            // The same full message again further on is a failure of its own (a second raise).
-            if p.evidence
-                && f.kind == p.kind
-                && ((f.facts == p.facts && gap <= 2)
-                    || (told_again(&f.facts, &p.facts) && gap <= REPEAT_LINES))
-            {
-                last.end = p.end;
-                continue;
+        }
+        // The same message printed twice in a row (a runtime repeating its warning) is one; so
+        // is a report told again a few lines later with less than it first stated (an
+        // application logging the exception's string, without its type, after the traceback),
+        // or with more (a title that states the cause, then the full message in the body).
+        // The same full message again further on is a failure of its own (a second raise),
+        // unless nothing but the reporter's markup (blank lines, headings, fences) or the same
+        // source's other lines (NCCL's thread repeating its warning pair) lie between. The report
+        // compared is the last one that is evidence (a part that states nothing lies between).
+        if p.evidence {
+            if let Some(prev) = open.iter_mut().rev().find(|o| o.evidence) {
+                let f = &prev.found.finding;
+                let gap = lines_between(text, prev.end, p.start);
+                if f.kind == p.kind
+                    && ((f.facts == p.facts
+                        && (gap <= 2
+                            || (gap <= REPEAT_LINES
+                                && nothing_new_between(text, prev.start, prev.end, p.start))))
+                        || ((told_again(&f.facts, &p.facts) || told_again(&p.facts, &f.facts))
+                            && gap <= REPEAT_LINES))
+                {
+                    // Told first in short (an issue title), then in full: the full report's facts.
+                    prev.found.finding.facts.absorb(p.facts);
+                    prev.end = p.end;
+                    continue;
+                }
             }
         }
         open.push(Open {
@@ -449,6 +474,48 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
         out.push(o.found);
     }
     out
+}
+
+/// Whether every line between a message (`start..end`) and its repetition at `next` is blank,
+/// markup (a markdown heading, a fence, a rule) or a line of the same source: it shares the
+/// message's first line's header, a prefix with a letter in it ending at a blank
+/// (`VM-0-16-ubuntu:392:494 [2] `, NCCL's host, pid, thread and device).
+fn nothing_new_between(text: &str, start: usize, end: usize, next: usize) -> bool {
+    let (Some(end), Some(next)) = (text.get(..end), text.get(..next)) else {
+        return false;
+    };
+    let first_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let first = &text[first_start..line_end(text, first_start)];
+    let from = end.len();
+    let to = next.rfind('\n').map_or(0, |i| i + 1);
+    let Some(after) = text[from..].find('\n').map(|i| from + i + 1) else {
+        return false;
+    };
+    if after > to {
+        return true;
+    }
+    text[after..to].lines().all(|l| {
+        let t = l.trim();
+        t.is_empty()
+            || t.starts_with('#')
+            || t.starts_with("```")
+            || t.starts_with("---")
+            || same_source(first, l)
+    })
+}
+
+/// Whether `line` shares `first`'s header: their common beginning, cut back to a blank, holds a
+/// letter.
+fn same_source(first: &str, line: &str) -> bool {
+    let common = first
+        .bytes()
+        .zip(line.bytes())
+        .take_while(|(a, b)| a == b)
+        .count();
+    first.as_bytes()[..common]
+        .iter()
+        .rposition(|&b| b == b' ')
+        .is_some_and(|cut| first.as_bytes()[..cut].iter().any(u8::is_ascii_alphabetic))
 }
 
 /// Line breaks between two offsets (0 when `to` ≤ `from`).

@@ -52,7 +52,7 @@ static MPS: LazyLock<Option<Regex>> = LazyLock::new(|| {
 });
 static CPU: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(
-        r"(?:\[enforce fail at ([^\]\r\n]+)\][^\r\n]*?)?DefaultCPUAllocator: (?:not enough memory|can't allocate memory): you tried to allocate ([0-9]+) bytes\.?(?: Error code ([0-9]+))?",
+        r"(?:\[enforce fail at ([^\]\r\n]+)\][^\r\n]*?)?DefaultCPUAllocator: (?:not enough memory|can't allocate memory)(?:: you tried to allocate ([0-9]+) bytes\.?(?: Error code ([0-9]+))?)?",
     )
 });
 

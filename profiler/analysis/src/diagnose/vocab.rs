@@ -22,7 +22,7 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"(?i:(?:\b|_)out[ -]of[ -](?:(?:device|gpu|host|shared|cpu|video|graphics|system|physical|virtual|swap|local|global|pinned|managed|unified|heap|java heap|the|available|usable|free|vram|ram|npu|xpu|mlu|musa|tpu) )?(?:memory|ram|vram)\b)",
         r"|\bOOM(?:[ -]?[Kk]illed|[ -]?[Kk]ill(?:er|ing)?)?\b",
         r"|(?i:\boom[- ]kill)",
-        r"|\b[A-Z0-9_]*_(?:STATUS_)?ALLOC(?:ATION)?_FAIL(?:ED|URE)\b|\bE_OUTOFMEMORY\b|(?i:OutOfMemory(?:Error|Exception)?)\b|OutOf(?:Device|Host|Pool|Gpu|Video)Memory\b",
+        r"|\b[A-Z0-9_]*_(?:STATUS_)?ALLOC(?:ATION)?_FAIL(?:ED|URE)\b|\bE_OUTOFMEMORY\b|(?i:OutOf[A-Za-z]{0,12}Memory(?:Error|Exception)?)\b",
         r"|(?i:\bresource ?exhausted)",
         r"|\bENOMEM\b|(?i:\[errno 12\]|errno[= ]12\b|error code 12\b)",
         r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to|fails? to) (?:[a-z]+ )?(?:allocate|alloc|map|commit|reserve)\b[^\n]{0,80}?(?:memory|bytes?\b|\d\s?[KMGTP](?:i?B)?\b|array|buffer|tensor|block))",
@@ -44,7 +44,14 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|(?i:\bmemory allocation\b[^\n]{0,40}?\bfailed)",
         // An allocation of a stated size that failed (Gaudi's `workspace Allocation of size
         // ::14493741952 failed`).
-        r"|(?i:\ballocation\b[^\n]{0,40}?\bsize\b[^\n]{0,40}?\bfail(?:ed|s|ure)\b)",
+        r"|(?i:\ballocation\b[^\n]{0,40}?\bsize\b[^\n]{0,40}?\bfail(?:ed|s|ure)\b|\ballocation fail(?:ed|s|ure)\b[^\n]{0,40}?\bsize\b)",
+        // An allocator's own limit passed (MLX's `[metal::malloc] Resource limit (499000)
+        // exceeded`).
+        r"|(?i:\b(?:m|c|re)?alloc\w*\b[^\n]{0,60}?\blimit\b[^\n]{0,30}?\bexceeded\b)",
+        // The same words in the languages reporters write in (Chinese, Japanese, Korean,
+        // Russian, German, French, Spanish, Portuguese): a message translated, or a system's
+        // error string in its locale around English tokens.
+        r"|(?i:内存不足|显存不足|内存溢出|无法分配内存|内存分配失败|分配内存失败|記憶體不足|メモリ不足|メモリが不足|메모리 부족|недостаточно памяти|нехватка памяти|не удалось выделить память|nicht genügend (?:arbeits)?speicher|mémoire insuffisante|pas assez de mémoire|memoria insuficiente|memória insuficiente)",
         // Memory that could not grow (Emscripten's `Cannot enlarge memory arrays`).
         r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to) (?:enlarge|grow|expand|extend) (?:the )?(?:\w+ )?(?:memory|heap)\b)",
         r"|(?i:\b(?:greater|larger) than the maximum (?:allowed )?(?:buffer|allocation) size|\bcould not be allocated\b)",
@@ -114,6 +121,9 @@ const DEVICE_WORDS: &[&str] = &[
     "opencl",
     "directml",
     "dml",
+    "hpu",
+    "devmem",
+    "video memory",
     "rocm",
     "prefill",
     "kv cache",
@@ -179,17 +189,19 @@ fn is_code_or_setting(lower: &str) -> bool {
 /// A line within this many lines of a specific reader's message belongs to that message.
 const NEAR: usize = 6;
 
-/// A size after `allocate`, `requested` (also a label: `requestedSpace: 148560384 B`,
-/// `requested size: 2 GiB`), `amount of memory (`, …; also as an adjective (Go's `cannot allocate
-/// 4194304-byte block`).
+/// A size after `allocate` (also a few words on: DirectML's `Could not allocate tensor with
+/// 234881024 bytes`; Chinese `分配`), `requested` (also a label: `requestedSpace: 148560384 B`,
+/// `requested size: 2 GiB`, PostgreSQL's `the request size (currently 2495567072 bytes)`), `amount
+/// of memory (`, …; also as an adjective (Go's `cannot allocate 4194304-byte block`).
 static SIZE_AFTER: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)(?:allocate|allocating|alloc(?:ation)? of|failed to map|requested(?:[a-z_ ]{0,16}?(?:[:=]| was\b| is\b))?|request(?:ing)? of|tried to allocate|amount of (?:gpu |device |host )?memory \(|requires? more (?:\w+ ){0,2}memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?(?:\s|-)?(bytes|byte|[KMGTP]i?B|B)\b").ok()
+    Regex::new(r"(?i)(?:allocat(?:e|ing)(?:\s+[a-z]+){0,3}?|alloc(?:ation)? of|failed to map|requested(?:[a-z_ ]{0,16}?(?:[:=]| was\b| is\b))?|request(?:ing)? of|request(?:ed)? size\s*(?:\(\s*(?:currently|of)?|[:=]|of|is|was)|分配|tried to allocate|amount of (?:gpu |device |host )?memory \(|requires? more (?:\w+ ){0,2}memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?(?:\s|-)?(bytes|byte|[KMGTP]i?B|B)(?-u:\b)").ok()
 });
 /// A size after `buffer of size` (llama.cpp's `failed to allocate CPU buffer of size 84940800`,
 /// R's `cannot allocate vector of size 4.5 Gb`, PostgreSQL's `Failed on request of size 16`,
-/// Gaudi's `Allocation of size ::14493741952`): bytes when no unit follows.
+/// Gaudi's `Allocation of size ::14493741952`, `Allocation failed for size::234881024`): bytes
+/// when no unit follows.
 static SIZE_OF: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:buffer|block|array|tensor|chunk|region|allocation|vector|request) of size\s*:*\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT]b|B)?\b").ok()
+    Regex::new(r"(?i)\b(?:(?:buffer|block|array|tensor|chunk|region|allocation|vector|request) of|(?:failed|fails|failure) for) size\s*:*\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT]b|B)?\b").ok()
 });
 /// A negative size where a request's size is written (`cannot allocate -8410442019078995968-byte
 /// block`).
@@ -197,15 +209,18 @@ static NEGATIVE_SIZE: Pattern = LazyLock::new(|| {
     Regex::new(r"(?i)\b(?:allocate|alloc(?:ation)? of|of size|request(?:ed)?)\s*:*\s*-[0-9]").ok()
 });
 /// The limit a process passed (`memory limit of 134217728 bytes`, `Worker memory limit: 4.29 GB`,
-/// PHP's `Allowed memory size of 134217728 bytes exhausted`).
+/// PHP's `Allowed memory size of 134217728 bytes exhausted`, a `max: 8 GiB` or `limit=2GB`
+/// field).
 static LIMIT: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:memory (?:usage )?limit|allowed memory size)(?: of|:|=| is)?\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B)\b").ok()
+    Regex::new(r"(?i)\b(?:(?:memory (?:usage )?limit|allowed memory size)(?: of|:|=| is)?|(?:max(?:imum)?|limit)(?: memory)?\s?[:=])\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B)\b").ok()
 });
 /// The current value of a memory-size setting the message names as the one to raise (Emscripten's
-/// `compile with -s TOTAL_MEMORY=X with X higher than the current value 67108864`): bytes.
+/// `compile with -s TOTAL_MEMORY=X with X higher than the current value 67108864`; any setting
+/// whose name joins memory or heap with an underscore, and `current value|limit|size`,
+/// `currently`): bytes when no unit follows.
 static SETTING_LIMIT: Pattern = LazyLock::new(|| {
     Regex::new(
-        r"(?i)\b\w*_MEMORY\b[^\n]{0,80}?\bhigher than the current value\s*([0-9]+)(\.[0-9]+)?",
+        r"(?i)\b\w*(?:_(?:MEMORY|MEM|HEAP)|(?:MEMORY|MEM|HEAP)_)\w*\b[^\n]{0,80}?\b(?:current(?: (?:value|limit|size|setting))?(?: is| of)?|currently(?: set to)?)[:=]?\s*([0-9]+)(\.[0-9]+)?\s?([KMGTP]i?B|bytes)?\b",
     )
     .ok()
 });
@@ -213,13 +228,18 @@ static SHAPE: Pattern = LazyLock::new(|| {
     Regex::new(r"with shape \(([0-9,\s]+)\)(?: and data type ([A-Za-z0-9_]+))?").ok()
 });
 /// An error code the message states: `[Errno 12]`, `errno=12`, `Error code 12`, Windows' codes,
-/// `error: (-5)`, and a code given as a field of the error (`Vulkan Error, code=-2`, an error
-/// object's `ERROR', code: '53200'`).
+/// `error: (-5)`, and a field named `code` (`Vulkan Error, code=-2`, an error object's `ERROR',
+/// code: '53200'`, `{code: 12`): after the error's name or a separator, so `exit code: 1` is not
+/// one.
 static ERRNO: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|\berror\W{1,3}code[=:]\s?'?(-?[0-9]+)\b").ok()
+    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|(?:\berror\W{1,3}|[,;{(]\s*|^\s*)code\s?[=:]\s?'?(-?[0-9]+)\b").ok()
 });
+/// A device's index: after `device` (`on device 0`, `device ordinal 1`, `device_id=2`), after an
+/// accelerator's name with or without a colon (`GPU 0`, `XPU:0`, `HPU 1`), and after any device
+/// word with a colon (`cuda:1`, `dml:0`, `mps:0`). The index ends where a word or a version would
+/// go on (`CUDA 11.8` is no device), though text in another script may follow at once (`GPU 0上`).
 static DEVICE: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:on device(?: ordinal)?|device ordinal|gpu|npu|xpu|cuda:|device=|device_id=|device )\s?([0-9]+)\b")
+    Regex::new(r"(?i)\b(?:on device(?: ordinal)?|device ordinal|device(?:_id|_index)?[=: ]|[abd-z]pu[ #:]?|(?:cuda|hip|dml|directml|mps|metal|vulkan|opencl|xla|mlu|musa|rocm|level_zero):)\s?([0-9]+)(?:$|[^0-9A-Za-z_.]|\.(?:$|[^0-9]))")
         .ok()
 });
 /// A process id the text states; group 1 is the `[` of a logger's tag (`[PID: 210907]`, a field
@@ -236,6 +256,28 @@ static KEY_DEVICE: Pattern = LazyLock::new(|| {
         r"(?i)(?:^|[,;(\[{]\s*)(?:device|device_id|device_index|dev_id|devid)\s?[:=]\s?([0-9]+)\b",
     )
     .ok()
+});
+/// The memory the message says was free (`0 bytes free`, `There are 1.92G free`, `free memory:
+/// 2 GiB`, `of which 20 MiB is free`, `available: 3 GB`): it notes what the verdict may use, not a
+/// fact.
+static FREE: [Pattern; 2] = [
+    LazyLock::new(|| {
+        Regex::new(r"(?i)(?:\b(?:free|available)(?: memory)?\s?[:=]\s?|\bof which )([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]+)?\s?([KMGTP]i?B|bytes|B)\b").ok()
+    }),
+    LazyLock::new(|| {
+        Regex::new(r"(?i)\b([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]+)?\s?([KMGTP]i?B|bytes|B) (?:is |are )?(?:free|available)\b").ok()
+    }),
+];
+/// The memory the message says the device or machine has in all (`total capacity of 24 GiB`,
+/// `Total memory: 16 GB`, `16 GiB total`).
+static TOTAL: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\btotal(?: memory| capacity| size)?(?: of)?\s?[:=]?\s?([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]+)?\s?([KMGTP]i?B|bytes|B)\b").ok()
+});
+/// An allocator's own limit passed (MLX's `[metal::malloc] Resource limit (499000) exceeded`);
+/// group 1 names what the limit counts.
+static ALLOCATOR_LIMIT: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:m|c|re)?alloc\w*\b[^\n]{0,60}?\b(\w+) limit\b[^\n]{0,30}?\bexceeded\b")
+        .ok()
 });
 /// Most lines read after a vocabulary line for the facts of the message it opens.
 const CONTINUED: usize = 8;
@@ -352,11 +394,31 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
             }
         }
         let mut p = Piece::part(h.start, end, kind, facts, true);
-        let lower = l.to_ascii_lowercase();
-        p.notes.device = DEVICE_WORDS.iter().any(|w| has_word(l, &lower, w))
+        // A line that is only the vocabulary's words (`out of memory` under ggml's `command
+        // buffer 6 failed with status 5`) ends the line before it: its words are the message's.
+        let said = match bare_after(text, h.start, l) {
+            Some(before) => format!("{before}\n{l}"),
+            None => l.to_string(),
+        };
+        let said = said.as_str();
+        let told = &text[h.start..end];
+        let lower = said.to_ascii_lowercase();
+        p.notes.device = DEVICE_WORDS.iter().any(|w| has_word(said, &lower, w))
             || p.facts.get("device_index").is_some();
         p.notes.negative_size = NEGATIVE_SIZE.as_ref().is_some_and(|re| re.is_match(l));
         p.notes.host_words = HOST_WORDS.iter().any(|w| lower.contains(w));
+        p.notes.free_bytes = FREE.iter().find_map(|re| first_size(re, told));
+        p.notes.total_bytes = first_size(&TOTAL, told);
+        p.notes.allocator_limit = ALLOCATOR_LIMIT
+            .as_ref()
+            .and_then(|re| re.captures(l))
+            .and_then(|c| c.get(1))
+            .is_some_and(|w| {
+                !matches!(
+                    w.as_str().to_ascii_lowercase().as_str(),
+                    "memory" | "mem" | "ram" | "heap" | "size"
+                )
+            });
         // The advice may be wrapped onto the next lines.
         let mut after = h.end;
         for _ in 0..2 {
@@ -370,6 +432,28 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
             .any(|w| lower.contains(w) || following.contains(w));
         out.push(p);
     }
+}
+
+/// The line before the vocabulary line at `start` when `line` holds nothing but the vocabulary's
+/// words (fewer than three letters outside them): the message it ends.
+fn bare_after<'a>(text: &'a str, start: usize, line: &str) -> Option<&'a str> {
+    let m = VOCABULARY.as_ref()?.find(line)?;
+    let letters = line[..m.start()]
+        .chars()
+        .chain(line[m.end()..].chars())
+        .filter(|c| c.is_alphabetic())
+        .count();
+    if letters >= 3 {
+        return None;
+    }
+    let before = text[..start].trim_end_matches(['\n', '\r']);
+    let from = before.rfind('\n').map_or(0, |i| i + 1);
+    Some(&before[from..]).filter(|b| !b.trim().is_empty())
+}
+
+/// Bytes of the first size `re` finds in `text` (number, fraction, unit as in [`size_of`]).
+fn first_size(re: &Pattern, text: &str) -> Option<i128> {
+    re.as_ref()?.captures(text).and_then(|c| size_of(&c))
 }
 
 /// Where the sentence that holds offset `at` of `line` ends: after the next `. `, `! ` or `? `,
@@ -402,13 +486,17 @@ fn has_word(line: &str, lower: &str, word: &str) -> bool {
 ///
 /// A line continues the message when it is indented, also after the logger's header it shares
 /// with the vocabulary line (`ERROR 04-09 21:56:46 [engine.py:82]         Call rtMalloc fail …`),
-/// or when it opens with a parenthesized clause (PHP's `… bytes exhausted⏎(tried to allocate
-/// 20480 bytes) in …`, wrapped; only the clause is read, so a logger's `(Worker pid=N)` prefix
-/// states nothing). The first size and the first device stated are the message's.
+/// while a bracket or quote it opened is still open, when the line right after it opens with a
+/// label (`DETAIL:`, `HINT:`, in any language), or when it opens with a parenthesized clause
+/// (PHP's `… bytes exhausted⏎(tried to allocate 20480 bytes) in …`, wrapped; only the clause is
+/// read, so a logger's `(Worker pid=N)` prefix states nothing). The first size, device and limit
+/// stated are the message's.
 fn continued(text: &str, start: usize, end: usize, facts: &mut Facts) -> usize {
     let hit = &text[start..end];
     let mut last = end;
     let mut at = end;
+    let mut open = Open::default();
+    open.read(hit);
     for i in 0..CONTINUED {
         let from = at + 1;
         if from >= text.len() {
@@ -417,19 +505,22 @@ fn continued(text: &str, start: usize, end: usize, facts: &mut Facts) -> usize {
         let to = super::scan::line_end(text, from);
         let whole = &text[from..to];
         at = to;
-        let line = if whole.starts_with([' ', '\t']) {
+        let line = if whole.starts_with([' ', '\t']) || open.is_open() {
             whole
         } else if i == 0 && whole.starts_with('(') {
             match whole.find(')') {
                 Some(close) => &whole[..close],
                 None => break,
             }
+        } else if i == 0 && labelled(whole) {
+            whole
         } else {
             match shared_header(hit, whole) {
-                Some(rest) if rest.starts_with([' ', '\t']) => rest,
+                Some(rest) if rest.starts_with([' ', '\t']) || (i == 0 && labelled(rest)) => rest,
                 _ => break,
             }
         };
+        open.read(whole);
         let before = facts.len();
         if facts.get("requested_bytes").is_none() {
             let size = [&SIZE_AFTER, &SIZE_OF, &KEY_SIZE]
@@ -445,6 +536,12 @@ fn continued(text: &str, start: usize, end: usize, facts: &mut Facts) -> usize {
             });
             facts.opt_int("device_index", device);
         }
+        if facts.get("memory_limit_bytes").is_none() {
+            let limit = [&LIMIT, &SETTING_LIMIT]
+                .iter()
+                .find_map(|re| re.as_ref()?.captures(line).and_then(|c| size_of(&c)));
+            facts.opt_int("memory_limit_bytes", limit);
+        }
         if facts.len() > before {
             last = to;
         }
@@ -453,6 +550,45 @@ fn continued(text: &str, start: usize, end: usize, facts: &mut Facts) -> usize {
         }
     }
     last
+}
+
+/// Brackets and double quotes a message has opened and not yet closed: while any is open, its
+/// next lines go on with it (Emscripten's `abort("Cannot enlarge memory arrays.` wrapped over
+/// four lines before its `").`).
+#[derive(Default)]
+struct Open {
+    parens: i64,
+    quotes: usize,
+}
+
+impl Open {
+    fn read(&mut self, line: &str) {
+        for c in line.chars() {
+            match c {
+                '(' => self.parens += 1,
+                ')' => self.parens -= 1,
+                '"' => self.quotes += 1,
+                _ => {}
+            }
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        self.parens > 0 || self.quotes % 2 == 1
+    }
+}
+
+/// Whether `line` opens with a label, a word in any script and a colon (PostgreSQL's `DETAIL:`,
+/// `HINT:`, and the same in a locale's language, `Подробности:`): a line that goes on with the
+/// message before it.
+fn labelled(line: &str) -> bool {
+    let Some(colon) = line.find(':') else {
+        return false;
+    };
+    let label = &line[..colon];
+    (1..=24).contains(&label.chars().count())
+        && label.chars().all(char::is_alphabetic)
+        && line[colon + 1..].starts_with([' ', '\t'])
 }
 
 /// What follows the logger's header that `line` shares with `hit`: their common beginning, cut
