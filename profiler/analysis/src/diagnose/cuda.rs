@@ -72,12 +72,20 @@ static GGML_ALLOC: Pattern = LazyLock::new(|| {
 
 /// A CUDA or HIP call named as the one that failed: MXNet's `cudaMalloc failed: out of memory` /
 /// `cudaMalloc retry failed: out of memory` (after its exception type and a logger's `[time]
-/// file:line:` header, which is not a fact). ggml's `allocating X on device N: cudaMalloc failed`
-/// (group 2) is read by [`GGML_ALLOC`].
+/// file:line:` header, which is not a fact), also with its return code between (`cudaHostAlloc
+/// failed, ret[2], out of memory`); a call whose name says `Host` allocates pinned host memory.
+/// ggml's `allocating X on device N: cudaMalloc failed` (group 2) is read by [`GGML_ALLOC`].
 static CALL_FAILED: Pattern = LazyLock::new(|| {
     compile(&format!(
-        r"{EXC}(?:\[[^\]\n]{{1,40}}\] [^\s:]+:[0-9]+: )?(on device [0-9]+: )?\b((?:cuda|cu|hip)[A-Z]\w*)(?: retry)? failed: (out of memory)"
+        r"{EXC}(?:\[[^\]\n]{{1,40}}\] [^\s:]+:[0-9]+: )?(on device [0-9]+: )?\b((?:cuda|cu|hip)[A-Z]\w*)(?: retry)? failed(?:: |, (?:ret|code|error)\s?[\[(=:]?\s?([0-9]+)[\])]?, )(out of memory)"
     ))
+});
+/// The driver's error string, then the call that failed and where (Blender Cycles' `Out of memory
+/// in cuStreamCreate(&cuda_stream_, CU_STREAM_NON_BLOCKING) (…/queue.cpp:21)`).
+static STRING_IN_CALL: Pattern = LazyLock::new(|| {
+    compile(
+        r"\b((?i:out of memory)) in ((?:cuda|cu|hip)[A-Z]\w*\([^()\n]*\)) \(([^()\n]+:[0-9]+)\)",
+    )
 });
 /// A CUDA check that names the failed expression and where it was made (TensorRT-LLM's `CUDA
 /// runtime error in ::cudaMallocAsync(ptr, n, stream): out of memory (tllmBuffers.h:112)`), in any
@@ -198,10 +206,20 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
         let mut f = Facts::default();
         f.opt_text("exception_type", str_at(c, 1));
         f.opt_text("failed_call", str_at(c, 3));
-        f.opt_text("error_string", words_at(c, 4).as_deref());
+        f.opt_int("cuda_error_code", int_at(c, 4));
+        f.opt_text("error_string", words_at(c, 5).as_deref());
         // Its own message, or the same failure told again by a caller (ollama's runner error
         // repeating ggml's `cudaMalloc failed: out of memory`).
-        out.push(Piece::part(s, e, kind, f, true));
+        let mut p = Piece::part(s, e, kind, f, true);
+        p.notes.host = str_at(c, 3).is_some_and(|call| call.contains("Host"));
+        out.push(p);
+    });
+    each(&STRING_IN_CALL, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_text("error_string", str_at(c, 1));
+        f.opt_text("failed_call", str_at(c, 2));
+        f.opt_text("location", str_at(c, 3));
+        out.push(Piece::message(s, e, kind, f));
     });
     each(&ERROR_IN, text, |c, s, e| {
         let mut f = Facts::default();

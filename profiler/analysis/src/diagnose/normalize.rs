@@ -260,10 +260,30 @@ fn starts_like_log_line(line: &str) -> bool {
                         .all(|g| !g.is_empty() && g.bytes().all(|c| c.is_ascii_digit()))
             })
     };
+    // A compact date, then a time of day (MySQL's `150126 22:31:29`).
+    let compact_date_time = || {
+        digits >= 6
+            && sep == Some(b' ')
+            && line[digits + 1..]
+                .split(|c: char| c.is_ascii_whitespace())
+                .next()
+                .is_some_and(|w| {
+                    let mut parts = w.split(':');
+                    let hour = parts.next().unwrap_or("");
+                    let minute = parts.next().unwrap_or("");
+                    (1..=2).contains(&hour.len())
+                        && minute.len() == 2
+                        && hour
+                            .bytes()
+                            .chain(minute.bytes())
+                            .all(|c| c.is_ascii_digit())
+                })
+    };
     digits > 0
         && (matches!(sep, Some(b'-' | b'/' | b':'))
             && b.get(digits + 1).is_some_and(u8::is_ascii_digit)
-            || dotted())
+            || dotted()
+            || compact_date_time())
 }
 
 /// Whether a break between `line` and `next` may cut a word in two: `line` ends in a letter or

@@ -417,9 +417,10 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
         // The same full message again further on is a failure of its own (a second raise),
         // unless nothing but the reporter's markup (blank lines, headings, fences) or the same
         // source's other lines (NCCL's thread repeating its warning pair) lie between. The report
-        // compared is the last one that is evidence (a part that states nothing lies between).
+        // compared is the last one of the last few that is evidence (a part that states nothing may
+        // lie between).
         if p.evidence {
-            if let Some(prev) = open.iter_mut().rev().find(|o| o.evidence) {
+            if let Some(prev) = open.iter_mut().rev().take(4).find(|o| o.evidence) {
                 let f = &prev.found.finding;
                 let gap = lines_between(text, prev.end, p.start);
                 if f.kind == p.kind
@@ -477,9 +478,10 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
 }
 
 /// Whether every line between a message (`start..end`) and its repetition at `next` is blank,
-/// markup (a markdown heading, a fence, a rule) or a line of the same source: it shares the
-/// message's first line's header, a prefix with a letter in it ending at a blank
-/// (`VM-0-16-ubuntu:392:494 [2] `, NCCL's host, pid, thread and device).
+/// markup (a markdown heading, a fence, a rule), a line of the same source (it shares the
+/// message's first line's header, a prefix with a letter in it ending at a blank:
+/// `VM-0-16-ubuntu:392:494 [2] `, NCCL's host, pid, thread and device), a link, or words with no
+/// number in them that open no traceback (the runtime's own hint).
 fn nothing_new_between(text: &str, start: usize, end: usize, next: usize) -> bool {
     let (Some(end), Some(next)) = (text.get(..end), text.get(..next)) else {
         return false;
@@ -501,6 +503,10 @@ fn nothing_new_between(text: &str, start: usize, end: usize, next: usize) -> boo
             || t.starts_with("```")
             || t.starts_with("---")
             || same_source(first, l)
+            // A hint in words or a link (Cycles' `Refer to the … documentation`), not a step,
+            // a time or a traceback, which would show the program went on.
+            || (t.starts_with("http") && !t.contains(' '))
+            || (!t.bytes().any(|b| b.is_ascii_digit()) && !t.starts_with("Traceback"))
     })
 }
 

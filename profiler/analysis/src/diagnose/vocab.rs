@@ -18,20 +18,20 @@ use std::sync::LazyLock;
 static VOCABULARY: Pattern = LazyLock::new(|| {
     // A space in a phrase matches any blank or an underscore (`NOT_ENOUGH_MEMORY`, a
     // non-breaking space from a web page).
-    Regex::new(&concat!(
-        r"(?i:(?:\b|_)out[ -]of[ -](?:(?:device|gpu|host|shared|cpu|video|graphics|system|physical|virtual|swap|local|global|pinned|managed|unified|heap|java heap|the|available|usable|free|vram|ram|npu|xpu|mlu|musa|tpu) )?(?:memory|ram|vram)\b)",
+    regex::RegexBuilder::new(&concat!(
+        r"(?i:(?:\b|_)out[ -]of[ -](?:(?:device|gpu|host|shared|cpu|video|graphics|system|physical|virtual|swap|local|global|pinned|managed|unified|heap|java heap|the|available|usable|free|vram|ram|npu|xpu|mlu|musa|tpu) |(?:\w+ ){1,2}(?:and|or|&) (?:\w+ ){0,2})?(?:memory|ram|vram)\b)",
         r"|\bOOM(?:[ -]?[Kk]illed|[ -]?[Kk]ill(?:er|ing)?)?\b",
         r"|(?i:\boom[- ]kill)",
         r"|\b[A-Z0-9_]*_(?:STATUS_)?ALLOC(?:ATION)?_FAIL(?:ED|URE)\b|\bE_OUTOFMEMORY\b|(?i:OutOf[A-Za-z]{0,12}Memory(?:Error|Exception)?)\b",
         r"|(?i:\bresource ?exhausted)",
         r"|\bENOMEM\b|(?i:\[errno 12\]|errno[= ]12\b|error code 12\b)",
-        r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to|fails? to) (?:[a-z]+ )?(?:allocate|alloc|map|commit|reserve)\b[^\n]{0,80}?(?:memory|bytes?\b|\d\s?[KMGTP](?:i?B)?\b|array|buffer|tensor|block))",
+        r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to|fails? to) (?:[a-z]+ )?(?:allocate|alloc|map|commit|reserve)\b[^\n]{0,80}?(?:memory|bytes?\b|\d\s?[KMGTP](?:i?B)?\b|array|buffer|tensor|block|pages\b|address space))",
         r"|(?i:\bwould exceed (?:the )?allowed memory)",
-        r"|(?i:\b(?:exceed(?:s|ed|ing)?|reach(?:ed|ing)?|over) (?:the |its |their )?(?:[\w%.]+ ){0,2}memory (?:usage )?(?:limit|budget|threshold))",
+        r"|(?i:\b(?:exceed(?:s|ed|ing)?|reach(?:ed|ing)?|over) (?:the |its |their )?(?:[\w%.]+ ){0,2}memory (?:usage )?(?:limit|budget|threshold|quota))",
         r"|(?i:\bmemory (?:usage )?(?:limit|budget) of [^\n]{0,40}?\b(?:exceeded|reached))",
         r"|(?i:\bsystemd-oomd killed\b|\bkilled\b[^\n]{0,300}?\bdue to memory pressure\b)",
         r"|(?i:\bbeyond (?:the )?(?:physical|virtual) memory limit)",
-        r"|(?i:\bmem(?:ory)? (?:limit )?(?:exceeded|exhausted)|\bmem(?:ory)? \S+ exceeded (?:the )?limit|\bTERM_MEMLIMIT\b|\bGC overhead limit exceeded|\bpaging file is too small)",
+        r"|(?i:\bmem(?:ory)? (?:limit |quota |budget )?(?:exceeded|exhausted)|\bmem(?:ory)? \S+ exceeded (?:the )?limit|\bTERM_MEMLIMIT\b|\bGC overhead limit exceeded|\bpaging file is too small)",
         // A limit's size between the words (PHP's `Allowed memory size of 134217728 bytes
         // exhausted`).
         r"|(?i:\bmemory (?:size|limit) of [0-9][0-9,.]*(?: ?[KMGTP]?i?B| bytes)? (?:exhausted|exceeded))",
@@ -45,6 +45,13 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         // An allocation of a stated size that failed (Gaudi's `workspace Allocation of size
         // ::14493741952 failed`).
         r"|(?i:\ballocation\b[^\n]{0,40}?\bsize\b[^\n]{0,40}?\bfail(?:ed|s|ure)\b|\ballocation fail(?:ed|s|ure)\b[^\n]{0,40}?\bsize\b)",
+        // An allocation of a stated number of bytes that failed, either order (`malloc: failed on
+        // request for 72 bytes`, Go's `VirtualAlloc of 1703936 bytes failed with errno=487`).
+        r"|(?i:\b(?:m|c|re)?alloc\w*\b[^\n]{0,30}?\bfail(?:ed|s|ure)?\b[^\n]{0,40}?\b[0-9]+ ?bytes\b|alloc\w*\b[^\n]{0,12}?\b[0-9]+ ?bytes\b[^\n]{0,20}?\bfailed\b)",
+        // A request larger than the memory there is, however worded (MindSpore's `alloc size :
+        // N is more than total mem size : M`), and a size that would pass a memory breaker's limit
+        // (`would be [N/1.8gb], which is larger than the limit of [M/1.8gb]`).
+        r"|(?i:\b(?:alloc(?:ation)?|request(?:ed)?)[ _]size\b[^\n]{0,60}?\b(?:more|larger|greater|bigger) than (?:the )?(?:total|available|free|max(?:imum)?) (?:\w+ )?mem(?:ory)?\b|\bwould be\b[^\n]{0,60}?\blarger than (?:the )?limit\b|\bcircuit[_ ]?breaking)",
         // An allocator's own limit passed (MLX's `[metal::malloc] Resource limit (499000)
         // exceeded`).
         r"|(?i:\b(?:m|c|re)?alloc\w*\b[^\n]{0,60}?\blimit\b[^\n]{0,30}?\bexceeded\b)",
@@ -60,7 +67,14 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|(?i:\b(?:does not|doesn't|won't|will not|cannot|can't|could not|couldn't) fit (?:in|into|on) (?:the )?(?:\w+ ){0,2}(?:memory|ram|vram)\b)",
         r"|(?i:\bexhausted (?:all )?(?:the )?(?:available )?(?:\w+ )?(?:memory|ram|vram)\b|\bmemory (?:is|was|has been) exhausted)",
     )
-    .replace(' ', r"[\s_]"))
+    // ASCII word boundaries and word characters: the words are ASCII, and Unicode ones keep the
+    // lazy DFA from scanning a long log at speed.
+    .replace(' ', r"[\s_]")
+    .replace(r"\b", r"(?-u:\b)")
+    .replace(r"\w", "[0-9A-Za-z_]"))
+    // Room for the lazy DFA of a long alternation, so that it is not rebuilt while scanning.
+    .dfa_size_limit(64 << 20)
+    .build()
     .ok()
 });
 
@@ -123,6 +137,7 @@ const DEVICE_WORDS: &[&str] = &[
     "dml",
     "hpu",
     "devmem",
+    "thrust",
     "video memory",
     "rocm",
     "prefill",
@@ -189,12 +204,14 @@ fn is_code_or_setting(lower: &str) -> bool {
 /// A line within this many lines of a specific reader's message belongs to that message.
 const NEAR: usize = 6;
 
-/// A size after `allocate` (also a few words on: DirectML's `Could not allocate tensor with
-/// 234881024 bytes`; Chinese `分配`), `requested` (also a label: `requestedSpace: 148560384 B`,
-/// `requested size: 2 GiB`, PostgreSQL's `the request size (currently 2495567072 bytes)`), `amount
-/// of memory (`, …; also as an adjective (Go's `cannot allocate 4194304-byte block`).
+/// A size after `allocate`, `commit` or `reserve` (also a few words on: DirectML's `Could not
+/// allocate tensor with 234881024 bytes`, GHC's `Unable to commit 1048576 bytes`; Chinese `分配`),
+/// `mmap(`, `needed` (MySQL's `Out of memory (Needed 2091016 bytes)`), `request for`, `requested`
+/// (also a label: `requestedSpace: 148560384 B`, `requested size: 2 GiB`, PostgreSQL's `the request
+/// size (currently 2495567072 bytes)`), `amount of memory (`, …; also as an adjective (Go's `cannot
+/// allocate 4194304-byte block`).
 static SIZE_AFTER: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)(?:allocat(?:e|ing)(?:\s+[a-z]+){0,3}?|alloc(?:ation)? of|failed to map|requested(?:[a-z_ ]{0,16}?(?:[:=]| was\b| is\b))?|request(?:ing)? of|request(?:ed)? size\s*(?:\(\s*(?:currently|of)?|[:=]|of|is|was)|分配|tried to allocate|amount of (?:gpu |device |host )?memory \(|requires? more (?:\w+ ){0,2}memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?(?:\s|-)?(bytes|byte|[KMGTP]i?B|B)(?-u:\b)").ok()
+    Regex::new(r"(?i)(?:(?:allocat(?:e|ing)|commit|reserve)(?:\s+[a-z]+){0,3}?|alloc(?:ation)? of|failed to map|mmap\(|\bneed(?:ed|s)?|requested(?:[a-z_ ]{0,16}?(?:[:=]| was\b| is\b))?|request(?:ing)? (?:of|for)|request(?:ed)? size\s*(?:\(\s*(?:currently|of)?|[:=]|of|is|was)|分配|tried to allocate|amount of (?:gpu |device |host )?memory \(|requires? more (?:\w+ ){0,2}memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?(?:\s|-)?(bytes|byte|[KMGTP]i?B|B)(?-u:\b)").ok()
 });
 /// A size after `buffer of size` (llama.cpp's `failed to allocate CPU buffer of size 84940800`,
 /// R's `cannot allocate vector of size 4.5 Gb`, PostgreSQL's `Failed on request of size 16`,
@@ -210,9 +227,15 @@ static NEGATIVE_SIZE: Pattern = LazyLock::new(|| {
 });
 /// The limit a process passed (`memory limit of 134217728 bytes`, `Worker memory limit: 4.29 GB`,
 /// PHP's `Allowed memory size of 134217728 bytes exhausted`, a `max: 8 GiB` or `limit=2GB`
-/// field).
+/// field, Cloud Run's `Memory limit of 953M`).
 static LIMIT: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:(?:memory (?:usage )?limit|allowed memory size)(?: of|:|=| is)?|(?:max(?:imum)?|limit)(?: memory)?\s?[:=])\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B)\b").ok()
+    Regex::new(r"(?i)\b(?:(?:memory (?:usage )?limit|allowed memory size)(?: of|:|=| is)?|(?:max(?:imum)?|limit)(?: memory)?\s?[:=])\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT])\b").ok()
+});
+/// A limit in bytes without a unit, where the number is long enough to be bytes (4 digits or more):
+/// a heap's `growth limit 268435456`, a counter's `(used: N, max: M)`, a breaker's `limit of
+/// [1960417689/1.8gb]`.
+static BYTE_LIMIT: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:(?:memory|heap|growth) limit\s?[:=]?|max(?:imum)?\s?[:=]|limit of \[)\s*([0-9]{4,})()()(?:[\s,)\]/;.]|$)").ok()
 });
 /// The current value of a memory-size setting the message names as the one to raise (Emscripten's
 /// `compile with -s TOTAL_MEMORY=X with X higher than the current value 67108864`; any setting
@@ -230,9 +253,10 @@ static SHAPE: Pattern = LazyLock::new(|| {
 /// An error code the message states: `[Errno 12]`, `errno=12`, `Error code 12`, Windows' codes,
 /// `error: (-5)`, and a field named `code` (`Vulkan Error, code=-2`, an error object's `ERROR',
 /// code: '53200'`, `{code: 12`): after the error's name or a separator, so `exit code: 1` is not
-/// one.
+/// one; and a status token's code in parentheses after it (`CL_MEM_OBJECT_ALLOCATION_FAILURE
+/// (-4)`).
 static ERRNO: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|(?:\berror\W{1,3}|[,;{(]\s*|^\s*)code\s?[=:]\s?'?(-?[0-9]+)\b").ok()
+    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|(?:\berror\W{1,3}|[,;{(]\s*|^\s*)code\s?[=:]\s?'?(-?[0-9]+)\b|(?-i:\b[A-Z][A-Z0-9]*_[A-Z0-9_]{3,}) \((-?[0-9]+)\)").ok()
 });
 /// A device's index: after `device` (`on device 0`, `device ordinal 1`, `device_id=2`), after an
 /// accelerator's name with or without a colon (`GPU 0`, `XPU:0`, `HPU 1`), and after any device
@@ -247,9 +271,10 @@ static DEVICE: Pattern = LazyLock::new(|| {
 static PID: Pattern = LazyLock::new(|| Regex::new(r"(?i)(\[\s*)?\bpid[ =:(]\s?([0-9]+)\b").ok());
 /// A size or a device written as a `key:value` pair (Ascend's `Call rtMalloc fail, purpose: page
 /// caching, type = 2, size:3221291008, device_id:0`): the key opens the line or follows a
-/// separator, so `batch size: 8` is not one. A size without a unit is in bytes.
+/// separator, so `batch size: 8` is not one, or it names the allocation (`alloc size : N`, a
+/// breaker's `new bytes reserved: [N/…]`). A size without a unit is in bytes.
 static KEY_SIZE: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)(?:^|[,;(\[{]\s*)(?:size|bytes|alloc_size|request_size)\s?[:=]\s?([0-9]+)(\.[0-9]+)?\s?(bytes|[KMGTP]i?B|B)?\b").ok()
+    Regex::new(r"(?i)(?:(?:^|[,;(\[{]\s*)(?:size|bytes|alloc_size|request_size)|\b(?:alloc(?:ation)?|request(?:ed)?) size|\bbytes (?:reserved|wanted|requested))\s?[:=]\s?\[?([0-9]+)(\.[0-9]+)?\s?(bytes|[KMGTP]i?B|B)?\b").ok()
 });
 static KEY_DEVICE: Pattern = LazyLock::new(|| {
     Regex::new(
@@ -278,6 +303,13 @@ static TOTAL: Pattern = LazyLock::new(|| {
 static ALLOCATOR_LIMIT: Pattern = LazyLock::new(|| {
     Regex::new(r"(?i)\b(?:m|c|re)?alloc\w*\b[^\n]{0,60}?\b(\w+) limit\b[^\n]{0,30}?\bexceeded\b")
         .ok()
+});
+/// A cap on one operation rather than on memory: a memory limit that belongs to a query, a stage or
+/// a sort (ClickHouse's `Memory limit (for query) exceeded`, MongoDB's `Exceeded memory limit for
+/// $group`, `Sort exceeded memory limit`, MySQL's `Out of sort memory`), or a size past what an
+/// array or object may have (.NET's `Array dimensions exceeded supported range`).
+static OPERATION_CAP: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\bmemory limit\s*\(?for\s+[$\w]+|\b(?:sort|query|aggregation|stage)\b[^\n]{0,20}?\bexceeded (?:the )?memory limit|\bout of (?:sort|query|join) memory\b|\b(?:array|object|buffer) (?:dimensions|size) exceeded (?:the )?(?:supported|maximum|allowed)").ok()
 });
 /// Most lines read after a vocabulary line for the facts of the message it opens.
 const CONTINUED: usize = 8;
@@ -418,7 +450,8 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
                     w.as_str().to_ascii_lowercase().as_str(),
                     "memory" | "mem" | "ram" | "heap" | "size"
                 )
-            });
+            })
+            || OPERATION_CAP.as_ref().is_some_and(|re| re.is_match(l));
         // The advice may be wrapped onto the next lines.
         let mut after = h.end;
         for _ in 0..2 {
@@ -434,16 +467,17 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
     }
 }
 
-/// The line before the vocabulary line at `start` when `line` holds nothing but the vocabulary's
-/// words (fewer than three letters outside them): the message it ends.
+/// The line before the vocabulary line at `start` when `line` holds little but the vocabulary's
+/// words (at most one other word: `out of memory`, wgpu's `Not enough memory left.` under `In
+/// Device::create_buffer`): the message it ends.
 fn bare_after<'a>(text: &'a str, start: usize, line: &str) -> Option<&'a str> {
     let m = VOCABULARY.as_ref()?.find(line)?;
-    let letters = line[..m.start()]
-        .chars()
-        .chain(line[m.end()..].chars())
-        .filter(|c| c.is_alphabetic())
-        .count();
-    if letters >= 3 {
+    let words = |t: &str| {
+        t.split(|c: char| !c.is_alphabetic())
+            .filter(|w| !w.is_empty())
+            .count()
+    };
+    if words(&line[..m.start()]) + words(&line[m.end()..]) > 1 {
         return None;
     }
     let before = text[..start].trim_end_matches(['\n', '\r']);
@@ -456,11 +490,12 @@ fn first_size(re: &Pattern, text: &str) -> Option<i128> {
     re.as_ref()?.captures(text).and_then(|c| size_of(&c))
 }
 
-/// Where the sentence that holds offset `at` of `line` ends: after the next `. `, `! ` or `? `,
-/// else at the line's end.
+/// Where the sentence that holds offset `at` of `line` ends: after the next `. `, `! `, `? ` or
+/// `; ` (MySQL's `(errno 12); if you are not out of available memory, …` is advice after the
+/// report), else at the line's end.
 fn sentence_end(line: &str, at: usize) -> usize {
     let at = super::scan::floor(line, at.min(line.len()));
-    [". ", "! ", "? "]
+    [". ", "! ", "? ", "; "]
         .iter()
         .filter_map(|p| line[at..].find(p))
         .min()
@@ -537,7 +572,7 @@ fn continued(text: &str, start: usize, end: usize, facts: &mut Facts) -> usize {
             facts.opt_int("device_index", device);
         }
         if facts.get("memory_limit_bytes").is_none() {
-            let limit = [&LIMIT, &SETTING_LIMIT]
+            let limit = [&LIMIT, &BYTE_LIMIT, &SETTING_LIMIT]
                 .iter()
                 .find_map(|re| re.as_ref()?.captures(line).and_then(|c| size_of(&c)));
             facts.opt_int("memory_limit_bytes", limit);
@@ -672,6 +707,7 @@ fn attribute(line: &str) -> (Kind, Facts) {
     f.opt_int(
         "memory_limit_bytes",
         cap(&LIMIT)
+            .or_else(|| cap(&BYTE_LIMIT))
             .or_else(|| cap(&SETTING_LIMIT))
             .and_then(|c| size_of(&c)),
     );
@@ -686,7 +722,7 @@ fn attribute(line: &str) -> (Kind, Facts) {
         f.opt_text("dtype", c.get(2).map(|m| m.as_str()));
     }
     if let Some(c) = cap(&ERRNO) {
-        let code = (1..=7)
+        let code = (1..=8)
             .find_map(|i| c.get(i))
             .and_then(|m| m.as_str().parse::<i128>().ok());
         f.opt_int("error_code", code);
@@ -726,7 +762,7 @@ fn size_of(c: &regex::Captures) -> Option<i128> {
 
 #[cfg(test)]
 mod tests {
-    use super::{attribute, find, VOCABULARY};
+    use super::*;
     use crate::diagnose::facts::Fact;
     use crate::diagnose::Kind;
 
@@ -734,6 +770,35 @@ mod tests {
         let mut out = Vec::new();
         find(text, &[], &mut out);
         out.len()
+    }
+
+    #[test]
+    fn every_pattern_compiles() {
+        for p in [
+            &VOCABULARY,
+            &SIZE_AFTER,
+            &SIZE_OF,
+            &NEGATIVE_SIZE,
+            &LIMIT,
+            &BYTE_LIMIT,
+            &SETTING_LIMIT,
+            &SHAPE,
+            &ERRNO,
+            &DEVICE,
+            &PID,
+            &KEY_SIZE,
+            &KEY_DEVICE,
+            &FREE[0],
+            &FREE[1],
+            &TOTAL,
+            &ALLOCATOR_LIMIT,
+            &OPERATION_CAP,
+            &KILLED,
+            &EXIT_137,
+            &KILLED_PROCESS,
+        ] {
+            assert!(p.is_some());
+        }
     }
 
     #[test]
