@@ -107,9 +107,9 @@ fn tensors_and_bytearrays_are_named_by_their_python_lines() {
     // 48 MiB (by `len`) is `(import) import_weight` at that size; `import torch`'s figure is of
     // the order glibc's count gives for what the import left, which is larger by glibc's 8-byte
     // header on each of the import's small blocks and a page of rounding on each sampled one,
-    // and the estimate of ~100 MiB of small blocks at one sample per 512 KiB varies by ~8%
-    // (measured 83.2-103.3 MiB against 110.9-111.4 over eight runs; 99.2-99.9 MiB at one sample
-    // per 32 KiB).
+    // and the estimate of ~100 MiB of blocks of every size at one sample per 512 KiB spreads
+    // widely (measured 83.2-119.2 MiB against 110.9-111.4 over nine runs; 99.2-99.9 MiB at one
+    // sample per 32 KiB): the bound catches an import that is not grouped, or counted twice.
     let imported = |module: &str| {
         let line = heap_top
             .out
@@ -137,8 +137,8 @@ fn tensors_and_bytearrays_are_named_by_their_python_lines() {
         (
             "torch",
             truth["torch_import_bytes"].as_f64().unwrap() / MIB,
-            0.70,
-            1.05,
+            0.60,
+            1.30,
         ),
     ] {
         let (line, mib) = imported(module);
