@@ -117,15 +117,9 @@ fn tensors_and_bytearrays_are_named_by_their_python_lines() {
             .find(|l| l.trim_end().ends_with(&format!("(import) {module}")))
             .unwrap_or_else(|| panic!("no {module} import line: {}", heap_top.out));
         let mut words = line.split_whitespace();
-        let (value, unit) = (words.next().unwrap(), words.next().unwrap());
-        let mib = value.parse::<f64>().unwrap()
-            * match unit {
-                "GiB" => 1024.0,
-                "MiB" => 1.0,
-                "KiB" => 1.0 / 1024.0,
-                _ => panic!("{line}"),
-            };
-        (line.to_string(), mib)
+        let size = format!("{}{}", words.next().unwrap(), words.next().unwrap());
+        let bytes = memsight_format::units::parse_size(&size).unwrap_or_else(|e| panic!("{e}"));
+        (line.to_string(), bytes as f64 / MIB)
     };
     for (module, truth, low, high) in [
         (

@@ -3,42 +3,17 @@ known block at step 3 (rank r: (2 + r) × 64 MiB, every page touched), and there
 count of the bytes it has in use (mallinfo2), written to $DDP_OUT/rank<r>.json: the independent
 figure the rank's report is checked against. With DDP_KILL_RANK=r, rank r SIGKILLs itself at step
 5; with DDP_STEPS=n it trains n steps (default 8)."""
-import ctypes
 import json
 import os
 import signal
+import sys
+
+# glibc's count of the heap, shared with the Python jobs' truths.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python_jobs"))
+import heap_truth  # noqa: E402
 
 import torch
 import torch.distributed as dist
-
-
-class Mallinfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-        "fordblks", "keepcost")]
-
-
-# Blocks memsight's heap sampler serves itself (one sample per 512 KiB allocated) are not
-# glibc's: the kernel's count of the mappings in the sampler's address range (64-65 TiB) adds
-# them (a page at most over each block's own size).
-SAMPLED_RANGE = (64 << 40, 65 << 40)
-
-
-def sampled_mapped():
-    total = 0
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            start, end = (int(x, 16) for x in line.split()[0].split("-"))
-            if SAMPLED_RANGE[0] <= start < SAMPLED_RANGE[1]:
-                total += end - start
-    return total
-
-
-def glibc_in_use():
-    libc = ctypes.CDLL(None)
-    libc.mallinfo2.restype = Mallinfo2
-    m = libc.mallinfo2()
-    return m.uordblks + m.hblkhd + sampled_mapped()
 
 
 def main():
@@ -62,7 +37,7 @@ def main():
             for i in range(0, len(held), 4096):
                 held[i] = 1
             with open(os.path.join(os.environ["DDP_OUT"], f"rank{rank}.json"), "w") as f:
-                json.dump({"rank": rank, "pid": os.getpid(), "glibc_in_use": glibc_in_use()}, f)
+                json.dump({"rank": rank, "pid": os.getpid(), "glibc_in_use": heap_truth.in_use()}, f)
         if step == 4:
             held = None
         if kill is not None and int(kill) == rank and step == 5:
