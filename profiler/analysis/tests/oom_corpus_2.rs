@@ -379,6 +379,35 @@ fn the_fourteenth_blind_set_is_split_by_its_seed_and_measured() {
     }
 }
 
+/// Blind set 15 (107 messages, committed before the reader ran on them), split by
+/// `fnv1a64("issue39-blind15:" + id)`: both halves measured and printed (figures and misses); the
+/// held-out half is only measured, so that it stays a measurement rather than a target.
+#[test]
+fn the_fifteenth_blind_set_is_split_by_its_seed_and_measured() {
+    for (half, odd) in [("blind-15-tune", false), ("blind-15-heldout", true)] {
+        let cases = cases(half);
+        for c in &cases {
+            let id = c["id"].as_str().unwrap();
+            assert_eq!(
+                fnv1a(&format!("issue39-blind15:{id}")) % 2 == 1,
+                odd,
+                "{id} is in {half}"
+            );
+        }
+        let outcomes: Vec<Outcome> = cases.iter().map(outcome).collect();
+        println!("{}", figures(half, &outcomes));
+        for o in outcomes
+            .iter()
+            .filter(|o| !o.found || !o.facts || o.verdict == Some(false))
+        {
+            println!(
+                "miss {half} [found {} facts {} verdict {:?}] {}",
+                o.found, o.facts, o.verdict, o.detail
+            );
+        }
+    }
+}
+
 /// Blind set 14's tuning-half misses, one mechanism each, from their real messages (ids in
 /// `blind-14-tune.jsonl`): each is found with exactly its labelled facts and verdict.
 #[test]
