@@ -408,6 +408,87 @@ fn the_fifteenth_blind_set_is_split_by_its_seed_and_measured() {
     }
 }
 
+/// Blind set 15's tuning-half misses, one mechanism each, from their real messages (ids in
+/// `blind-15-tune.jsonl`): each is found with exactly its labelled facts and verdict.
+#[test]
+fn blind_set_fifteen_wordings_keep_their_facts() {
+    // A PyTorch message whose device index PyTorch left empty (`GPU  has`) keeps every other figure.
+    // 360zhinao-11-new-empty-device-index
+    let (kind, facts, verdict, _) = one("运行微调时出现如下报错信息：\ntorch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 14.48 GiB. GPU  has a total capacity of 23.68 GiB of which 1.51 GiB is free. Including non-PyTorch memory, this process has 22.16 GiB memory in use. Of the allocated memory 21.79 GiB is allocated by PyTorch, and 18.10 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)\n\n我的是双GPU GTX3090");
+    assert_eq!(kind, "torch_cuda_oom_new");
+    assert_eq!(
+        facts,
+        json!({"backend": "CUDA", "requested_bytes": 15547781612_i64, "total_bytes": 25426206392_i64, "free_bytes": 1621350154, "this_process_bytes": 23794118820_i64, "allocated_by_torch_bytes": 23396834345_i64, "reserved_unallocated_bytes": 18979226})
+    );
+    assert_eq!(verdict, "capacity");
+    // A paste that lost text between clauses (`of which 0 bytes i emory 10.65 GiB is allocated`) keeps the
+    // whole figures around the holes; each clause is read on its own.
+    // magicquill-90-new-pasted-with-holes
+    let (kind, facts, verdict, _) = one("hi bro how you resolve above issue..im having same problem\n\ntorch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 90.00 MiB. GPU 0 has a total capacty of 6.00 GiB of which 0 bytes i emory 10.65 GiB is allocated by PyTorch, and 151.74 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is t_size_mb to avoid fragmentation. See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF");
+    assert_eq!(kind, "torch_cuda_oom_new");
+    assert_eq!(
+        facts,
+        json!({"backend": "CUDA", "requested_bytes": 94371840, "device_index": 0, "total_bytes": 6442450944_i64, "free_bytes": 0, "allocated_by_torch_bytes": 11435350426_i64, "reserved_unallocated_bytes": 159110922})
+    );
+    assert_eq!(verdict, "fragmentation");
+    // A message retyped with full-width punctuation (`；`, `：`) and no blank before its parenthesis.
+    // yolo3-pytorch-81-old-retyped-fullwidth
+    let (kind, facts, verdict, _) = one("博主，我把环境配置改成了pytorch1.7,cuda11.0。但还是不行，我是3060显卡，显存6g，是我显存不够大的原因吗？\n报错：CUDA out of memory. Tried to allocate 22.00MiB(GPU 0；5.81 GiB total capacity；4.59GiB already allocated; 13.50MiB free; 4.62GiB reserved in total by PyTorch)");
+    assert_eq!(kind, "torch_cuda_oom_old");
+    assert_eq!(
+        facts,
+        json!({"backend": "CUDA", "requested_bytes": 23068672, "device_index": 0, "total_bytes": 6238439997_i64, "already_allocated_bytes": 4928474972_i64, "free_bytes": 14155776, "reserved_total_bytes": 4960687227_i64})
+    );
+    assert_eq!(verdict, "fragmentation");
+    // Triton's limit under a retyped label (`Hardware limitation:`).
+    // painless-35-triton-retyped-limitation
+    let (kind, facts, verdict, _) = one("When I run flood's `example/simple_example.py` I get the error: `triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 163842, Hardware limitation: 101376. reducing the block size or `num_stages` may help`.\n\nRTX3090 24G");
+    assert_eq!(kind, "nccl_or_other");
+    assert_eq!(
+        facts,
+        json!({"subsystem": "triton", "resource": "shared memory", "required_bytes": 163842, "hardware_limit_bytes": 101376})
+    );
+    assert_eq!(verdict, "request_exceeds_device");
+    // `Job N exceeded memory limit` names a job, not a step: no step id.
+    // coqui-stt-2238-slurm-job-exceeded-training
+    let (kind, facts, verdict, _) = one("Epoch 0 |   Training | Elapsed Time: 0:00:14 | Steps: 89 | Loss: 25.274169\nEpoch 0 |   Training | Elapsed Time: 0:00:15 | Steps: 91 | Loss: 24.980746\nEpoch 0 |   Training | Elapsed Time: 0:00:15 | Steps: 93 | Loss: 24.580695\nslurmstepd: error: Job 7518 exceeded memory limit (626359956 > 512000000), being killed\nslurmstepd: error: Exceeded job memory limit\nslurmstepd: error: *** JOB 7518 ON xantipa CANCELLED AT 2022-06-10T17:11:35 ***\nEpoch 0 |   Training | Elapsed Time: 0:00:15 | Steps: 95 | Loss: 24.186966");
+    assert_eq!(kind, "oom_kill_report");
+    assert_eq!(
+        facts,
+        json!({"reporter": "slurm", "memory_used_bytes": 641392594944_i64, "memory_limit_bytes": 524288000000_i64})
+    );
+    assert_eq!(verdict, "host_oom");
+    // A CUDA call with its arguments that `failed with error` the driver's token is the failed call.
+    // keops-sinkhorn-2-cumemalloc-expression
+    let (kind, facts, verdict, _) = one("After plugging the `sinkhorn` function into my code I keep getting the following error after several iterations: \n\n[KeOps] error: cuMemAlloc(&p_data, sizeof(TYPE *) * nargs) failed with error CUDA_ERROR_OUT_OF_MEMORY  \n\nMemory leak?");
+    assert_eq!(kind, "cuda_driver_oom");
+    assert_eq!(
+        facts,
+        json!({"failed_call": "cuMemAlloc(&p_data, sizeof(TYPE *) * nargs)", "cuda_error": "CUDA_ERROR_OUT_OF_MEMORY"})
+    );
+    assert_eq!(verdict, "undetermined");
+    // `CPU RAM` is host memory, even where the text also names the GPU.
+    // hiecoattenvqa-19-th-buy-new-ram-title
+    let (kind, facts, verdict, _) = one("not enough memory: you tried to allocate 15GB. Buy new RAM! ----is this about CPU RAM or GPU MEM?");
+    assert_eq!(kind, "generic_oom");
+    assert_eq!(facts, json!({"requested_bytes": 16106127360_i64}));
+    assert_eq!(verdict, "host_oom");
+    // A workload's word followed by text in another script (`training代码`) or in the plural
+    // (`after few epochs`) still names the job.
+    // accelerator-template-7-old-inline-chinese-prose
+    assert_eq!(workload_of("感谢作者的复现，我尝试在KITTI数据集上微调，直接运行的作者复现的training代码，不同的地方是我修改了下dataset，但是总是显示 torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 23.67 GiB total capacity; 23.15 GiB already allocated; 10.25 MiB free; 23.27 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF，而且无论怎么调低分辨率都会显示out of memory，请问作者知道是什么原因吗？"), "training");
+    // flownet-85-errno12-fork-inline
+    assert_eq!(workload_of("Your code runs fine in other clusters, but in the new machine I get     self.pid = os.fork()\nOSError: [Errno 12] Cannot allocate memory` after few epochs. This happens if I set any number of workers: I tried 2,4,8. workers =0 is very slow. "), "training");
+}
+
+/// The workload the only finding in `text` is judged for.
+fn workload_of(text: &str) -> String {
+    let found = diagnose(text, &Context::default());
+    assert_eq!(found.len(), 1, "{text}\n{found:?}");
+    let d: Value = serde_json::from_str(&serde_json::to_string(&found[0]).unwrap()).unwrap();
+    d["workload"].as_str().unwrap_or("none").to_string()
+}
+
 /// Blind set 14's tuning-half misses, one mechanism each, from their real messages (ids in
 /// `blind-14-tune.jsonl`): each is found with exactly its labelled facts and verdict.
 #[test]

@@ -88,9 +88,11 @@ static NCCL_BARE: Pattern = LazyLock::new(|| {
         r"(?:NCCL (?:WARN|warning\(error\) log entry[^'\n]*')|ncclUnhandledCudaError: Call to CUDA function failed\.(?:\s*\[rank[0-9]+\]:)? Last error:(?:\s*\[rank[0-9]+\]:)?)\s?Cuda failure (?:([0-9]+) )?'(out of memory)'",
     )
 });
+/// Triton's `out of resource: shared memory, Required: N, Hardware limit: M`, also with the limit's
+/// label retyped (`Hardware limitation: M`).
 static TRITON: Pattern = LazyLock::new(|| {
     compile(
-        r"out of resource:\s*([A-Za-z][A-Za-z\s]*?),\s*Required:\s*([0-9]+),\s*Hardware limit:\s*([0-9]+)",
+        r"out of resource:\s*([A-Za-z][A-Za-z\s]*?),\s*Required:\s*([0-9]+),\s*Hardware limit[a-z]*:\s*([0-9]+)",
     )
 });
 static ORT_NODE: Pattern = LazyLock::new(|| {

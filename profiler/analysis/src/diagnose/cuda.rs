@@ -52,11 +52,13 @@ static GGML_DEVICE: Pattern = LazyLock::new(|| {
 });
 /// An error token after its exception type, with what the wrapper says around it: numba's
 /// `CudaAPIError: [2] Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY` (the code and the
-/// failed call), AMDGPU.jl's `HIPError(code hipErrorOutOfMemory, out of memory)` and CuPy's
+/// failed call), a call with its arguments that `failed with error` the token (KeOps'
+/// `cuMemAlloc(&p_data, sizeof(TYPE *) * nargs) failed with error CUDA_ERROR_OUT_OF_MEMORY`),
+/// AMDGPU.jl's `HIPError(code hipErrorOutOfMemory, out of memory)` and CuPy's
 /// `cudaErrorMemoryAllocation: out of memory` (the error string).
 static ERROR_TOKEN: Pattern = LazyLock::new(|| {
     compile(&format!(
-        r"{EXC}(?:\[([0-9]+)\] )?(?:Call to (\w+) results in )?({DRIVER_OOM}|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIP_ERROR_OutOfMemory)(?:[:,] (out of memory))?"
+        r"{EXC}(?:\[([0-9]+)\] )?(?:Call to (\w+) results in |((?:cuda|cu|hip)[A-Z]\w*\((?:[^()\n]|\([^()\n]*\))*\)) failed with error )?({DRIVER_OOM}|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIP_ERROR_OutOfMemory)(?:[:,] (out of memory))?"
     ))
 });
 static STREAM_EXECUTOR: Pattern = LazyLock::new(|| {
@@ -179,11 +181,11 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
         let mut f = Facts::default();
         f.opt_text("exception_type", str_at(c, 1));
         f.opt_int("cuda_error_code", int_at(c, 2));
-        f.opt_text("failed_call", str_at(c, 3));
-        if let Some(t) = token(c, 4) {
+        f.opt_text("failed_call", str_at(c, 3).or_else(|| str_at(c, 4)));
+        if let Some(t) = token(c, 5) {
             f.text("cuda_error", t);
         }
-        f.opt_text("error_string", words_at(c, 5).as_deref());
+        f.opt_text("error_string", words_at(c, 6).as_deref());
         out.push(Piece::part(s, e, kind, f, true));
     });
     each(&STREAM_EXECUTOR, text, |c, s, e| {

@@ -17,11 +17,12 @@ static SLURM: Pattern = LazyLock::new(|| {
         r"(?i)Detected ([0-9]+) oom[-_]kill events?(?:\(s\))? in (?:job )?(?:step |StepId=)([A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?)",
     )
 });
-/// Older slurmstepd wordings: `Exceeded job memory limit`, `Job N exceeded memory limit (used >
-/// limit), being killed` (kilobytes); the daemon may name its node (`slurmstepd-falkor7:`).
+/// Older slurmstepd wordings: `Exceeded job memory limit`, `Step S exceeded memory limit (used >
+/// limit), being killed` (kilobytes; `Job N exceeded …` names a job, not a step: no step id); the
+/// daemon may name its node (`slurmstepd-falkor7:`).
 static SLURM_LIMIT: Pattern = LazyLock::new(|| {
     compile(
-        r"(?i)slurmstepd(?:-[\w.-]+)?: (?:error: )?(?:Exceeded (?:job|step) memory limit|(?:Job|Step) ([0-9][0-9.]*) exceeded memory limit \(([0-9]+) > ([0-9]+)\), being killed)",
+        r"(?i)slurmstepd(?:-[\w.-]+)?: (?:error: )?(?:Exceeded (?:job|step) memory limit|(?:Job [0-9][0-9.]*|Step ([0-9][0-9.]*)) exceeded memory limit \(([0-9]+) > ([0-9]+)\), being killed)",
     )
 });
 /// Slurm's job state `OUT_OF_MEMORY` (`sacct` truncates it to `OUT_OF_ME+`), and `seff`'s

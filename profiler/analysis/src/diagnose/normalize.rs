@@ -1,6 +1,7 @@
 //! Undoes the damage logs do to messages before they are matched: blockquote markers, markdown
-//! emphasis, JSON-escaped quotes, trailing line-continuation backslashes and terminal wrapping
-//! inside a word or number (also any word, where the log shows the terminal's width).
+//! emphasis, JSON-escaped quotes, full-width punctuation, trailing line-continuation backslashes
+//! and terminal wrapping inside a word or number (also any word, where the log shows the
+//! terminal's width).
 //! The cleaned text keeps a map back to the original so findings report original line numbers.
 
 /// A cleaned copy of a text with a map from its byte offsets back to the original's.
@@ -328,9 +329,29 @@ const ENTITIES: [(&str, &str); 6] = [
     ("&nbsp;", " "),
 ];
 
+/// Printable ASCII from `!` to `~`, in order: the forms full-width punctuation and letters stand for.
+const ASCII: &str = "!\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~";
+
+/// Whether `c` is a full-width form of an ASCII character (`；`, `（`, `：`, `Ｇ`) or the ideographic
+/// space, which an input method types in place of the ASCII one in a retyped message.
+fn is_full_width(c: char) -> bool {
+    matches!(c, '\u{FF01}'..='\u{FF5E}' | '\u{3000}')
+}
+
 /// Markup at the start of `s`: its byte length and what replaces it — a terminal colour sequence
-/// (`ESC [ … m`) or markdown bold marker (`**`) by nothing, an HTML entity by its character.
+/// (`ESC [ … m`) or markdown bold marker (`**`) by nothing, an HTML entity by its character, a
+/// full-width form by its ASCII character (`22.00MiB(GPU 0；5.81 GiB` as retyped in Chinese).
 fn markup(s: &str) -> Option<(usize, &'static str)> {
+    if let Some(c) = s.chars().next().filter(|&c| is_full_width(c)) {
+        let ascii = match c {
+            '\u{3000}' => " ",
+            _ => {
+                let i = c as usize - 0xFF01;
+                ASCII.get(i..=i)?
+            }
+        };
+        return Some((c.len_utf8(), ascii));
+    }
     let b = s.as_bytes();
     if b.starts_with(b"**") {
         return Some((2, ""));
@@ -483,7 +504,12 @@ impl Clean {
         } else {
             Vec::new()
         };
-        if italics.is_empty() && !s.contains("**") && !s.contains('\x1b') && !s.contains('&') {
+        if italics.is_empty()
+            && !s.contains("**")
+            && !s.contains('\x1b')
+            && !s.contains('&')
+            && !s.chars().any(is_full_width)
+        {
             return self.push_text(at, s, json);
         }
         let mut from = 0;
@@ -629,6 +655,22 @@ mod tests {
             cleaned("\x1b[31mNCCL WARN Cuda failure &#39;out of memory&#39;\x1b[0m"),
             "NCCL WARN Cuda failure 'out of memory'"
         );
+    }
+
+    #[test]
+    fn full_width_forms_become_ascii() {
+        // A message retyped through a Chinese input method (yolo3-pytorch#81).
+        let s = "报错：CUDA out of memory. Tried to allocate 22.00MiB(GPU 0；5.81 GiB total capacity；4.59GiB already allocated)";
+        let c = clean(s);
+        assert_eq!(
+            c.text,
+            "报错:CUDA out of memory. Tried to allocate 22.00MiB(GPU 0;5.81 GiB total capacity;4.59GiB already allocated)"
+        );
+        // Offsets after a replaced form still map back to the original.
+        let at = c.text.find("5.81").unwrap();
+        assert_eq!(&s[c.original(at)..c.original(at) + 4], "5.81");
+        // Every full-width form has its ASCII character; the ideographic space is a blank.
+        assert_eq!(cleaned("\u{FF01}\u{FF5E}\u{3000}\u{FF21}"), "!~ A");
     }
 
     #[test]

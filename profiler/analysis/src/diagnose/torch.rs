@@ -10,14 +10,18 @@ use std::sync::LazyLock;
 
 /// The ≥ 2.1 message up to its free clause; also cut there, at the end of a line (an issue title,
 /// `… is free` with no period, or with an ellipsis), where the clauses it does state are whole.
+/// The device index may be missing (`GPU  has`: PyTorch printed none), and a paste that lost text
+/// after a figure (`of which 0 bytes i emory 10.65 GiB is allocated…`) keeps the whole figures
+/// before the hole: a figure ends at a blank; the clauses after it are read on their own (see
+/// [`cuda_new`]).
 static NEW: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(
-        r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. Tried to allocate {SIZE}\. GPU:?\s?([0-9]+) has a total capac(?:i)?ty of {SIZE}(?: of which {SIZE} is free)?(?:\.|[\x20\t]*(?:…|\.\.\.)?[\x20\t]*(?m:$))",
+        r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. Tried to allocate {SIZE}\. GPU:?\s?([0-9]+)?\s?has a total capac(?:i)?ty of {SIZE}(?: of which {SIZE}(?: is free)?)?(?:\.|[\x20\t]*(?:…|\.\.\.)?[\x20\t]*(?m:$)|[\x20\t]+)",
     )
 });
 static OLD: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(
-        r"(?:(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. )?Tried to allocate {SIZE} \((?:GPU|NPU|MLU|XPU):?\s*([0-9]+);([^)]*total capac[^)]*)\)?",
+        r"(?:(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. )?Tried to allocate {SIZE}\s*\((?:GPU|NPU|MLU|XPU):?\s*([0-9]+);([^)]*total capac[^)]*)\)?",
     )
 });
 /// A message cut right after its request: the wording (≥ 2.1 or older) is told by the exception
@@ -34,8 +38,9 @@ static PROCESS: LazyLock<Option<Regex>> =
     LazyLock::new(|| compile(r"Process ([0-9]+) has {SIZE} memory in use"));
 static THIS_PROCESS: LazyLock<Option<Regex>> =
     LazyLock::new(|| compile(r"this process has {SIZE} memory in use"));
+/// PyTorch's own allocations; `Of the allocated memory` may be lost in a paste with holes.
 static BY_TORCH: LazyLock<Option<Regex>> =
-    LazyLock::new(|| compile(r"Of the allocated memory {SIZE} is allocated by PyTorch"));
+    LazyLock::new(|| compile(r"(?:Of the allocated memory )?{SIZE} is allocated by PyTorch"));
 static PRIVATE_POOLS: LazyLock<Option<Regex>> =
     LazyLock::new(|| compile(r"with {SIZE} allocated in private pools"));
 static UNALLOCATED: LazyLock<Option<Regex>> =

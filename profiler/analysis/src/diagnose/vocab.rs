@@ -160,6 +160,7 @@ const HOST_WORDS: &[&str] = &[
     "host memory",
     "system memory",
     "system ram",
+    "cpu ram",
     "on host",
     // Windows' commit limit: the paging file backs host memory.
     "paging file",

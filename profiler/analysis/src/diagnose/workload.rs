@@ -33,18 +33,22 @@ pub enum Workload {
 }
 
 /// Signs of each workload, strongest first within the regex; named groups say which workload.
+/// Words end where an ASCII word does (`\b` is ASCII), so text in another script may follow one
+/// (`training代码`), and a count may be plural (`after few epochs`).
 static SIGNS: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    Regex::new(concat!(
+    regex::RegexBuilder::new(concat!(
         r"(?P<vllm>(?i:vllm)|EngineCore|gpu[_-]memory[_-]utilization|max[_-]num[_-]seqs|LLMEngine|",
         r"\b(?:INFO|WARNING|ERROR|DEBUG) [0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} \[?[\w.]+\.py:[0-9]+\])",
         r"|(?P<tgi>text[_-]generation[_-](?:server|launcher|router|inference|client)|max[_-]batch[_-]prefill[_-]tokens)",
         r"|(?P<llama>llama\.cpp|ggml_|GGML_|llama_model|llm_load|(?i:ollama)|n_gpu_layers|n-gpu-layers)",
         r"|(?P<comfy>(?i:comfy)|KSampler|This error means you ran out of memory on your GPU)",
         r"|(?P<ort>(?i:onnxruntime))",
-        r"|(?P<train>\.backward\(|backward\(\)|\bTrainer\b|train\.py|training_step|optimizer\.step|train_step|\bfinetune|fine-tun|(?i:\bdeepspeed\b|\bepoch\b|\btraining\b))",
+        r"|(?P<train>\.backward\(|backward\(\)|\bTrainer\b|train\.py|training_step|optimizer\.step|train_step|\bfinetune|fine-tun|(?i:\bdeepspeed\b|\bepochs?\b|\btraining\b))",
         r"|(?P<rust>panicked at|RUST_BACKTRACE|\.rs:[0-9]+|memory allocation of [0-9]+ bytes failed)",
         r"|(?P<infer>\.generate\(|\bgenerate\(|pipeline\(|(?i:\binference\b)|inference_mode|no_grad|diffusers|TRT-LLM|tensorrt_llm|sglang)",
     ))
+    .unicode(false)
+    .build()
     .ok()
 });
 
