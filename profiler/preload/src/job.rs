@@ -5,13 +5,15 @@
 //! `date` in a shell loop) leaves nothing behind and costs no thread: the start is armed at load
 //! (and at each fork) and taken up by the counters' slow path ([`on_slow_alloc`]), so a process
 //! that never allocates much never spawns the starter. A forked child (a DataLoader worker) forgets its
-//! parent's session and starts its own, counting from what it inherited. `exit` and `_exit` say
+//! parent's session and starts its own, counting from what it inherited — settled when the child
+//! first needs it ([`settle_fork`]), not in the fork handler, so a shell's fork that execs at once
+//! touches one page of this library's. `exit` and `_exit` say
 //! the exit code in the ring, so the sidecar tells an exit from a kill. No program is chosen or
 //! passed over by its name. A program that links memsight (its own `malloc` family) is left to
 //! its own session.
 
 use memsight::Session;
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -32,7 +34,19 @@ static EXITING: AtomicBool = AtomicBool::new(false);
 const START_AFTER: Duration = Duration::from_millis(100);
 
 /// The variables by which `memsight run` (or a user, for one process) asks for a session.
-const SESSION_VARS: [&str; 3] = ["MEMSIGHT_JOB", "MEMSIGHT_RING", "MEMSIGHT_REPORT"];
+const SESSION_VARS: [&CStr; 3] = [c"MEMSIGHT_JOB", c"MEMSIGHT_RING", c"MEMSIGHT_REPORT"];
+
+/// Whether the environment variable `name` is set and not empty. The C library's `getenv`, not
+/// the standard library's: every process of the job runs this as it loads, and each page of code
+/// it runs is a page fault in every `date` a shell script starts.
+fn set(name: &CStr) -> bool {
+    // SAFETY: a NUL-terminated name; getenv returns null or a NUL-terminated value, read before
+    // anything can change the environment (the library's initialiser runs before `main`).
+    unsafe {
+        let value = libc::getenv(name.as_ptr());
+        !value.is_null() && *value != 0
+    }
+}
 
 /// The calling process's pid.
 fn pid() -> i32 {
@@ -42,6 +56,7 @@ fn pid() -> i32 {
 
 /// True in the process whose session runs.
 pub(crate) fn owned_here() -> bool {
+    settle_fork();
     let owner = OWNER.load(Ordering::Relaxed);
     owner != 0 && owner == pid()
 }
@@ -49,6 +64,7 @@ pub(crate) fn owned_here() -> bool {
 /// True in a process that is measured: its session runs, or starts once it has lived
 /// [`START_AFTER`] (steps and phases marked meanwhile are kept).
 pub(crate) fn measured_here() -> bool {
+    settle_fork();
     let m = MEASURED.load(Ordering::Relaxed);
     m != 0 && m == pid()
 }
@@ -131,14 +147,12 @@ extern "C" fn on_load(_argc: c_int, _argv: *const *const c_char, _envp: *const *
     memsight::alloc::foreign::install();
     memsight::alloc::foreign::sampled::note_main_thread();
     resolve_exit();
-    let wanted = SESSION_VARS
-        .iter()
-        .any(|v| std::env::var_os(v).is_some_and(|p| !p.is_empty()));
+    let wanted = SESSION_VARS.iter().any(|v| set(v));
     if !wanted {
         return;
     }
-    // SAFETY: registers a handler that only this library's code runs, once per load.
-    unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    // SAFETY: registers handlers that only this library's code runs, once per load.
+    unsafe { libc::pthread_atfork(Some(before_fork), None, Some(after_fork_in_child)) };
     MEASURED.store(pid(), Ordering::Relaxed);
     memsight::alloc::foreign::on_slow_alloc(on_slow_alloc);
     if memsight::process::writes_user_report() {
@@ -189,12 +203,13 @@ fn start_soon() {
 /// computes, or is killed, still gets its session. Not while exiting, and not in a `vfork` child
 /// (which shares this memory but is not the measured process).
 fn on_slow_alloc() {
+    settle_fork();
     let due = DUE_AT.load(Ordering::Relaxed);
     if due == 0 || EXITING.load(Ordering::Relaxed) {
         return;
     }
     let now = now_ns();
-    if now < due && memsight::stats().run_peak_bytes < WORTH_A_REPORT {
+    if now < due && memsight::alloc::run_peak() < WORTH_A_REPORT {
         return;
     }
     if !measured_here()
@@ -245,20 +260,48 @@ fn start_session() {
     }
 }
 
-/// In a forked child of a measured process: the parent's session is the parent's (its sampler
-/// thread did not survive the fork); the child is measured on its own, from the heap it inherited.
-/// Waits for no lock a thread of the parent may have held at the fork.
+/// The process heap's live bytes when this process last forked, taken in the parent just before
+/// ([`before_fork`]): what a forked child inherited.
+static LIVE_AT_FORK: AtomicU64 = AtomicU64::new(0);
+/// Set in a forked child of a measured process (the fork handler's one write) until it settles.
+static FORK_PENDING: AtomicBool = AtomicBool::new(false);
+
+/// Before a `fork` of a measured process (in the parent, whose pages are still its own): notes
+/// the live bytes the child will inherit.
+extern "C" fn before_fork() {
+    if MEASURED.load(Ordering::Relaxed) != 0 {
+        LIVE_AT_FORK.store(memsight::alloc::heap_live(), Ordering::Relaxed);
+    }
+}
+
+/// In the child of a `fork` (not of a `vfork` or `posix_spawn`, which run no handlers): marks the
+/// fork to be settled when the child first needs it. One store: each page a handler touches is a
+/// copy-on-write fault in every child, and a shell's child that execs at once needs nothing.
 extern "C" fn after_fork_in_child() {
-    if MEASURED.load(Ordering::Relaxed) == 0 {
+    if MEASURED.load(Ordering::Relaxed) != 0 {
+        FORK_PENDING.store(true, Ordering::Relaxed);
+    }
+}
+
+/// In a forked child of a measured process, the first time it needs its state (its counters'
+/// slow path, its exit, a call of the Python package, CUDA's start): the parent's session is the
+/// parent's (its sampler thread did not survive the fork); the child is measured on its own, from
+/// the heap it inherited. Waits for no lock a thread of the parent may have held at the fork.
+/// Until then nothing of the child's is written into the parent's ring: its session state is the
+/// parent's, whose process id (`OWNER`, the ring's owner) is not the child's.
+fn settle_fork() {
+    if !FORK_PENDING.load(Ordering::Relaxed) {
         return;
     }
+    FORK_PENDING.store(false, Ordering::Relaxed);
     OWNER.store(0, Ordering::Relaxed);
     if let Ok(mut slot) = SESSION.try_lock() {
         // Not dropped: finishing it is the parent's.
         std::mem::forget(slot.take());
     }
     memsight::process::forget_inherited();
-    let inherited = memsight::alloc::restart_peaks_after_fork();
+    let inherited = LIVE_AT_FORK.load(Ordering::Relaxed);
+    memsight::alloc::restart_peaks_after_fork(inherited);
     memsight::process::forked(inherited);
     MEASURED.store(pid(), Ordering::Relaxed);
     start_soon();
@@ -270,8 +313,8 @@ fn is_this_library(path: &str) -> bool {
 }
 
 extern "C" fn on_exit() {
-    let worth =
-        MARKED.load(Ordering::Relaxed) || memsight::stats().run_peak_bytes >= WORTH_A_REPORT;
+    settle_fork();
+    let worth = MARKED.load(Ordering::Relaxed) || memsight::alloc::run_peak() >= WORTH_A_REPORT;
     if measured_here() && !owned_here() && worth {
         start_session();
     }

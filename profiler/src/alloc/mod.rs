@@ -309,6 +309,12 @@ pub fn stats() -> HeapStats {
     }
 }
 
+/// The run's peak of the process heap ([`HeapStats::run_peak_bytes`]) alone: what [`stats`] reads
+/// for it, without the sums the other figures take.
+pub fn run_peak() -> u64 {
+    counters::peak(counters::Tracker::Run, counters::heap_live())
+}
+
 /// Rust's share of the process heap: what passed through [`Allocator`] (nothing is told apart in a
 /// process whose `malloc` family is counted by [`foreign`]).
 fn rust_share(t: &Totals) -> u64 {
@@ -319,19 +325,24 @@ fn rust_share(t: &Totals) -> u64 {
     t.live()
 }
 
-/// In a forked child: every peak, the run's too, starts again from the live bytes it inherited
-/// (its parent's peaks are its parent's). Returns those live bytes.
-pub fn restart_peaks_after_fork() -> u64 {
-    let live = counters::heap_live();
+/// Live bytes of the process heap now (exact): what a process about to fork leaves its child.
+pub fn heap_live() -> u64 {
+    counters::heap_live()
+}
+
+/// In a forked child: every peak, the run's too, starts again from what the child has held since
+/// the fork — `inherited`, the live bytes at the fork ([`heap_live`] in the parent just before),
+/// or the live bytes now when more (its parent's peaks are its parent's).
+pub fn restart_peaks_after_fork(inherited: u64) {
+    let since_fork = counters::heap_live().max(inherited);
     for t in [
         counters::Tracker::Global,
         counters::Tracker::Step,
         counters::Tracker::Run,
     ] {
-        counters::swap_peak(t, live);
+        counters::swap_peak(t, since_fork);
     }
-    counters::PHASE_WINDOWS.restart_used(live as i64);
-    live
+    counters::PHASE_WINDOWS.restart_used(since_fork as i64);
 }
 
 /// Starts the run's peak and the peak [`stats`] reads back over at the current live bytes (a

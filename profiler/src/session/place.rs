@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 pub(crate) const JOB_VAR: &str = "MEMSIGHT_JOB";
 /// The pid of the `memsight run` that started the job: its direct child writes the user's report
 /// itself (there even if the sidecar is killed); the other processes leave theirs to the sidecar.
-const SIDECAR_VAR: &str = "MEMSIGHT_SIDECAR_PID";
+const SIDECAR_VAR: &std::ffi::CStr = c"MEMSIGHT_SIDECAR_PID";
 
 static FORKED: AtomicBool = AtomicBool::new(false);
 static INHERITED: AtomicU64 = AtomicU64::new(0);
@@ -75,8 +75,14 @@ pub(crate) fn ring_in_job(prefix: &Path) -> PathBuf {
 /// Whether this process writes the user's report itself (and is the job's first process): the
 /// direct child of the `memsight run` that started the job, or any process outside one (also after a launcher exec'd into it), not a fork of it.
 pub fn writes_user_report() -> bool {
-    let sidecar = std::env::var(SIDECAR_VAR)
-        .ok()
+    // The C library's `getenv`: the preloaded library asks as every process of the job loads,
+    // and each page of code it runs there is a page fault in every short helper.
+    // SAFETY: a NUL-terminated name; getenv returns null or a NUL-terminated value.
+    let value = unsafe { libc::getenv(SIDECAR_VAR.as_ptr()) };
+    // SAFETY: non-null, so a NUL-terminated string the environment holds.
+    let sidecar = (!value.is_null())
+        .then(|| unsafe { std::ffi::CStr::from_ptr(value) })
+        .and_then(|v| v.to_str().ok())
         .and_then(|p| p.trim().parse::<i32>().ok());
     // SAFETY: getppid has no preconditions.
     let parent = unsafe { libc::getppid() };

@@ -27,7 +27,7 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"MSIGHTRG";
@@ -167,14 +167,27 @@ static ALLOC_FAILURE_WORDS: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null
 
 /// Where the process says its exit code: the header word of the session's ring, or null.
 static EXIT_WORD: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
+/// The process that installed the header words above: a forked child that has not yet forgotten
+/// them (it forgets them when it first needs its own state, not at the fork) writes none.
+static WORDS_OWNER: AtomicU32 = AtomicU32::new(0);
+
+/// The header word at `word`, when this process installed it.
+fn own_word(word: &AtomicPtr<AtomicU64>) -> Option<&'static AtomicU64> {
+    let p = word.load(Ordering::Acquire);
+    // SAFETY: getpid has no preconditions (async-signal-safe).
+    let me = unsafe { libc::getpid() } as u32;
+    if p.is_null() || WORDS_OWNER.load(Ordering::Relaxed) != me {
+        return None;
+    }
+    // SAFETY: a header word of a mapping that is never unmapped.
+    Some(unsafe { &*p })
+}
 
 /// Says in the open ring's header that this process is exiting with `code` (an `exit` or `_exit`
 /// call). Async-signal-safe: one atomic store, no allocation, lock or wait.
 pub fn note_exit(code: i32) {
-    let p = EXIT_WORD.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: points at a header word of a mapping that is never unmapped.
-        unsafe { (*p).store(EXIT_SAID | u64::from(code as u8), Ordering::Release) };
+    if let Some(w) = own_word(&EXIT_WORD) {
+        w.store(EXIT_SAID | u64::from(code as u8), Ordering::Release);
     }
 }
 
@@ -197,14 +210,12 @@ pub fn forget_in_forked_child(ring: Option<&RingWriter>) {
 /// process (its backtrace printer, say) failed to allocate afterwards. Called on the allocator's
 /// failure path: it never allocates, locks or blocks.
 pub fn note_alloc_failure(size: usize) {
-    let p = ALLOC_FAILURE_WORDS.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: points at two consecutive header words of a mapping that is never unmapped.
-        unsafe {
-            let _ =
-                (*p.add(1)).compare_exchange(0, size as u64, Ordering::Relaxed, Ordering::Relaxed);
-            (*p).fetch_add(1, Ordering::Release);
-        }
+    if let Some(count) = own_word(&ALLOC_FAILURE_WORDS) {
+        let p: *const AtomicU64 = count;
+        // SAFETY: the count is followed by the first failure's size, the next header word.
+        let first = unsafe { &*p.add(1) };
+        let _ = first.compare_exchange(0, size as u64, Ordering::Relaxed, Ordering::Relaxed);
+        count.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -298,6 +309,8 @@ impl RingWriter {
     /// mapped for the rest of the process, even after the writer is dropped.
     pub fn install_alloc_failure_words(self) -> &'static RingWriter {
         let w: &'static RingWriter = Box::leak(Box::new(self));
+        // SAFETY: getpid has no preconditions.
+        WORDS_OWNER.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
         let p = w.map.atomic(OFF_ALLOC_FAILURES) as *const AtomicU64 as *mut AtomicU64;
         ALLOC_FAILURE_WORDS.store(p, Ordering::Release);
         let e = w.map.atomic(OFF_EXIT) as *const AtomicU64 as *mut AtomicU64;
