@@ -206,6 +206,16 @@ impl JobRings {
         }
     }
 
+    /// Whether the job's first process exec'd another program as its last measured image (its
+    /// latest ring ended while the process ran on).
+    pub(crate) fn root_exec_d(&self) -> bool {
+        self.members
+            .iter()
+            .filter(|m| m.pid == self.root)
+            .max_by_key(|m| m.watch.ring_start_unix_ms)
+            .is_some_and(|m| m.exec_d)
+    }
+
     /// Whether any member's ring is still being written.
     pub(crate) fn any_live(&self) -> bool {
         self.members.iter().any(|m| !m.ended())

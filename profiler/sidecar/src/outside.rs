@@ -61,9 +61,16 @@ impl Outside {
     /// Takes a sample into `watch` when one is due. A sample taken as the process vanished says
     /// nothing and is left out.
     pub(crate) fn tick(&mut self, watch: &mut Watch, out: &Outputs) {
+        if let Some(s) = self.due() {
+            watch.take(vec![Record::Snapshot(Box::new(s))], out);
+        }
+    }
+
+    /// A sample, when one is due and the process could still be read.
+    pub(crate) fn due(&mut self) -> Option<Snapshot> {
         let now = Instant::now();
         if now < self.next {
-            return;
+            return None;
         }
         self.next += self.interval;
         if self.next < now {
@@ -76,15 +83,13 @@ impl Outside {
             HeapStats::default(),
             self.host.sample(),
         );
-        if s.process.is_none() {
-            return;
-        }
+        s.process.as_ref()?;
         let now = command_line(self.pid);
         if !now.is_empty() {
             self.command = now;
         }
         self.kept_sources = Some(self.host.sources());
-        watch.take(vec![Record::Snapshot(Box::new(s))], out);
+        Some(s)
     }
 
     /// Which sources could be read, and why not, as of the last sample kept.

@@ -60,10 +60,11 @@ fn heap_profile_env(opts: &RunOptions) -> Vec<(&'static str, OsString)> {
         ("MEMSIGHT_HEAP_SAMPLE", sample),
         (
             "MEMSIGHT_PROFILE_DIR",
-            memsight::heapprof::dir_for_report(if to_stdout(&opts.report) {
-                std::path::Path::new("memsight-report.json")
+            // The job's report's (`r-job.heap/` for `--report 'r-{rank}.json'`).
+            memsight::heapprof::dir_for_report(&if to_stdout(&opts.report) {
+                PathBuf::from("memsight-report.json")
             } else {
-                &opts.report
+                crate::ranks::report_for(&opts.report, None)
             })
             .into_os_string(),
         ),
@@ -272,6 +273,9 @@ fn follow(
     // program without memsight): past [`RING_GAP`], it is sampled from outside again.
     let mut no_ring_since: Option<std::time::Instant> = None;
     let mut fell_back = false;
+    // The job's first process exec'd a program that opened no ring (yet): sampled from outside
+    // from that instant, kept if no ring takes over before the job ends or falls back.
+    let mut gap: Option<ExecGap> = None;
     let (status, died_unix_ms) = loop {
         w.job.discover();
         w.job.poll(w.outputs);
@@ -281,20 +285,24 @@ fn follow(
                 leave_outside(&mut outside, w.outside_watch);
             }
             no_ring_since = if live {
+                gap = None;
                 None
             } else {
                 no_ring_since.or_else(|| Some(std::time::Instant::now()))
             };
-            let gap = no_ring_since.is_some_and(|t| t.elapsed() >= RING_GAP);
-            if gap && !fell_back && still_runs(pid) {
+            if !live && !fell_back && gap.is_none() && w.job.root_exec_d() && still_runs(pid) {
+                gap = Some(ExecGap::open(pid, i, &w.job.members[i], opts.interval));
+            }
+            if let Some(g) = gap.as_mut() {
+                g.tick();
+            }
+            let long_gap = no_ring_since.is_some_and(|t| t.elapsed() >= RING_GAP);
+            if long_gap && !fell_back && still_runs(pid) {
                 fell_back = true;
-                let m = &mut w.job.members[i];
-                let elapsed = m
-                    .watch
-                    .ring_start_unix_ms
-                    .map_or(0, |s| unix_ms().saturating_sub(s));
-                let step = m.watch.last().map_or(0, |s| s.step);
-                outside = Some(Outside::open(pid, opts.interval).after_ring(elapsed, step));
+                let g = gap
+                    .take()
+                    .unwrap_or_else(|| ExecGap::open(pid, i, &w.job.members[i], opts.interval));
+                outside = Some(g.keep(&mut w.job.members, w.outputs));
                 eprintln!(
                     "memsight · job {pid} left its flight recorder and runs on (it exec'd a \
                      program without memsight?): sampled from outside from now on"
@@ -331,12 +339,73 @@ fn follow(
     // SAFETY: restoring the default disposition.
     unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
     w.job.finish(w.outputs);
+    // A program the job exec'd that ended before the gap fell back, and that no ring took over
+    // from: its outside samples are the job's last.
+    if let Some(g) = gap {
+        if !w.job.members.iter().any(|m| {
+            m.watch
+                .ring_start_unix_ms
+                .is_some_and(|s| s >= g.since_unix_ms)
+        }) {
+            g.keep(&mut w.job.members, w.outputs);
+        }
+    }
     if w.job.principal.is_none() {
         if let Some(o) = outside.as_ref() {
             w.outside_watch.sources = o.sources();
         }
     }
     (status.ok(), died_unix_ms)
+}
+
+/// Outside samples of the job's first process after it exec'd a program, taken from that instant
+/// and held back until it is known that no ring of the new program takes over (a program that
+/// carries memsight opens one once it has run 100 ms; one started without `LD_PRELOAD`, by
+/// `env -i` or a launcher that clears the environment, never does).
+struct ExecGap {
+    outside: Outside,
+    /// The member whose timeline the samples continue (the principal when the gap began).
+    member: usize,
+    since_unix_ms: u64,
+    samples: Vec<memsight_format::snapshot::Snapshot>,
+}
+
+impl ExecGap {
+    /// Starts sampling process `pid` on member `m`'s time axis, at its last step.
+    fn open(pid: u32, member: usize, m: &crate::job::Member, interval: Duration) -> Self {
+        let since_unix_ms = unix_ms();
+        let elapsed = m
+            .watch
+            .ring_start_unix_ms
+            .map_or(0, |s| since_unix_ms.saturating_sub(s));
+        let step = m.watch.last().map_or(0, |s| s.step);
+        ExecGap {
+            outside: Outside::open(pid, interval).after_ring(elapsed, step),
+            member,
+            since_unix_ms,
+            samples: Vec::new(),
+        }
+    }
+
+    fn tick(&mut self) {
+        if let Some(s) = self.outside.due() {
+            self.samples.push(s);
+        }
+    }
+
+    /// Puts the samples held back into the member's timeline (and to viewers, if they follow
+    /// it); the sampler goes on from there.
+    fn keep(self, members: &mut [crate::job::Member], out: &Outputs) -> Outside {
+        if let Some(m) = members.get_mut(self.member) {
+            let records = self
+                .samples
+                .into_iter()
+                .map(|s| memsight_format::wire::Record::Snapshot(Box::new(s)))
+                .collect();
+            m.watch.take(records, out);
+        }
+        self.outside
+    }
 }
 
 /// How long the job may go without a ring being written, while its first process runs, before it

@@ -1,0 +1,228 @@
+//! The third break-it pass: third-party launchers and odd environments as a new user meets them.
+//! A program a launcher starts with a cleared environment (`env -i`) is measured from its first
+//! instant; ranks that a launcher gives only their local rank (Lightning's `ddp`) are ranks; the
+//! heap profiles of a `--report 'r-{rank}.json'` job go beside the job's report.
+
+use memsight_e2e::{memsight_bin, run_memsight, scratch};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A C program `hold MIB MS CODE`: allocates and touches MIB MiB, holds it MS ms, exits CODE.
+fn hold_program(dir: &Path) -> Option<PathBuf> {
+    let src = dir.join("hold.c");
+    std::fs::write(
+        &src,
+        "#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n\
+         volatile char sink;\n\
+         int main(int c, char **v) {\n\
+           size_t mib = atol(v[1]); int ms = atoi(v[2]); int code = atoi(v[3]);\n\
+           char *p = malloc(mib << 20); memset(p, 1, mib << 20); sink = p[mib];\n\
+           usleep(ms * 1000); sink = p[ms]; free(p); return code;\n\
+         }\n",
+    )
+    .unwrap();
+    let exe = dir.join("hold");
+    match Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+    {
+        Ok(s) if s.success() => Some(exe),
+        _ => {
+            println!("SKIP: no working C compiler (cc)");
+            None
+        }
+    }
+}
+
+fn setup(name: &str) -> Option<(PathBuf, PathBuf)> {
+    if !memsight_e2e::preload_built() {
+        return None;
+    }
+    let dir = scratch(name);
+    let exe = hold_program(&dir)?;
+    Some((dir, exe))
+}
+
+fn report(path: &Path, err: &str) -> Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("no report at {}: {e}; memsight said: {err}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// `env -i PATH=… prog` starts the program without `LD_PRELOAD`: it carries no memsight, and it
+/// ran for less than the second after which a job that left its flight recorder is sampled from
+/// outside. Its memory must still be seen (from outside, from the instant of the exec), and a
+/// budget it breaks must fail.
+#[test]
+fn a_short_program_started_with_a_cleared_environment_is_measured_from_its_first_instant() {
+    let Some((dir, exe)) = setup("bi3-env-i") else {
+        return;
+    };
+    let r = dir.join("r.json");
+    let exe = exe.to_str().unwrap();
+    let run = run_memsight(
+        &[
+            "run",
+            "--interval",
+            "20ms",
+            "--report",
+            r.to_str().unwrap(),
+            "--",
+            "env",
+            "-i",
+            "PATH=/usr/bin:/bin",
+            exe,
+            "64",
+            "600",
+            "5",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 5, "{}", run.err);
+    let v = report(&r, &run.err);
+    let rss = v["peaks"]["rss_peak_bytes"].as_u64().unwrap_or(0);
+    assert!(
+        rss >= 64 << 20,
+        "RSS peak {:.1} MiB for a program holding 64 MiB: {}",
+        rss as f64 / 1048576.0,
+        run.err
+    );
+    let check = run_memsight(
+        &["check", r.to_str().unwrap(), "--max-rss-peak", "10MiB"],
+        None,
+    );
+    assert_eq!(check.code, 1, "{}{}", check.out, check.err);
+}
+
+/// The same program with the library (a plain exec through `env`) is measured by its own ring:
+/// the outside samples taken while its session was not yet open are not mixed into it.
+#[test]
+fn a_program_exec_d_with_the_library_keeps_its_own_figures() {
+    let Some((dir, exe)) = setup("bi3-env") else {
+        return;
+    };
+    let r = dir.join("r.json");
+    let run = run_memsight(
+        &[
+            "run",
+            "--interval",
+            "20ms",
+            "--report",
+            r.to_str().unwrap(),
+            "--",
+            "env",
+            exe.to_str().unwrap(),
+            "64",
+            "600",
+            "5",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 5, "{}", run.err);
+    let v = report(&r, &run.err);
+    let heap = v["peaks"]["heap_peak_bytes"].as_u64().unwrap_or(0);
+    assert!(heap >= 64 << 20, "heap peak {heap}: {}", run.err);
+    let main: Vec<&Value> = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["role"] == "main")
+        .collect();
+    assert_eq!(main.len(), 1, "{}", v["processes"]);
+    assert!(main[0]["heap_peak_bytes"].as_u64().unwrap_or(0) >= 64 << 20);
+}
+
+/// Lightning's `ddp` starts rank 1 with `LOCAL_RANK=1 NODE_RANK=0 WORLD_SIZE=2` and no `RANK`.
+/// Such processes are ranks: each gets its rank report, and the job's ranks list holds them.
+#[test]
+fn ranks_given_only_their_local_rank_are_ranks() {
+    let Some((dir, exe)) = setup("bi3-local-rank") else {
+        return;
+    };
+    let r = dir.join("r.json");
+    let exe = exe.to_str().unwrap();
+    let script = format!(
+        "LOCAL_RANK=0 NODE_RANK=0 WORLD_SIZE=2 {exe} 16 1500 0 & \
+         LOCAL_RANK=1 NODE_RANK=0 WORLD_SIZE=2 {exe} 48 1500 0 & wait"
+    );
+    let run = run_memsight(
+        &[
+            "run",
+            "--report",
+            r.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.err);
+    let v = report(&r, &run.err);
+    let ranks: Vec<(u64, u64)> = v["ranks"]
+        .as_array()
+        .unwrap_or(&Vec::new())
+        .iter()
+        .map(|k| {
+            (
+                k["rank"].as_u64().unwrap_or(99),
+                k["heap_peak_bytes"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ranks.iter().map(|k| k.0).collect::<Vec<_>>(),
+        vec![0, 1],
+        "{}",
+        v["processes"]
+    );
+    assert!(ranks[0].1 >= 16 << 20 && ranks[0].1 < 32 << 20, "{ranks:?}");
+    assert!(ranks[1].1 >= 48 << 20, "{ranks:?}");
+    for k in 0..2 {
+        assert!(dir.join(format!("r.rank{k}.json")).exists(), "{}", run.err);
+    }
+}
+
+/// `--report 'out/r-{rank}.json'`: every file memsight writes has the placeholder replaced; the
+/// job's heap profiles go to `r-job.heap/`, not a directory named `r-{rank}.heap`.
+#[test]
+fn a_rank_template_names_no_file_with_the_placeholder() {
+    let Some((dir, exe)) = setup("bi3-rank-heap") else {
+        return;
+    };
+    let template = dir.join("r-{rank}.json");
+    let run = run_memsight(
+        &[
+            "run",
+            "--report",
+            template.to_str().unwrap(),
+            "--",
+            "env",
+            "RANK=0",
+            "WORLD_SIZE=1",
+            exe.to_str().unwrap(),
+            "32",
+            "400",
+            "0",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.err);
+    assert!(dir.join("r-job.json").exists(), "{}", run.err);
+    assert!(dir.join("r-0.json").exists(), "{}", run.err);
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.contains("{rank}")),
+        "files named with the placeholder: {names:?}"
+    );
+    assert!(dir.join("r-job.heap").is_dir(), "{names:?}");
+    let _ = memsight_bin();
+}
