@@ -59,13 +59,38 @@ impl RankEnv {
     /// gives none.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Option<RankEnv> {
         let num = |name: &str| var(name).and_then(|v| v.trim().parse::<u32>().ok());
-        RANK_VARS.iter().find_map(|&(source, rank, local, size)| {
-            Some(RankEnv {
-                source,
-                rank: num(rank)?,
-                local_rank: num(local),
-                world_size: num(size),
+        RANK_VARS
+            .iter()
+            .find_map(|&(source, rank, local, size)| {
+                Some(RankEnv {
+                    source,
+                    rank: num(rank)?,
+                    local_rank: num(local),
+                    world_size: num(size),
+                })
             })
+            .or_else(|| Self::from_local(&num))
+    }
+
+    /// A rank from `LOCAL_RANK` alone, the way launchers that start each rank with its local rank
+    /// and node rank but no `RANK` give it (Lightning's and Fabric's subprocess launcher, whose
+    /// global rank is `NODE_RANK × ranks per node + LOCAL_RANK`): the global rank is the local
+    /// one on node 0 (`NODE_RANK`, else `GROUP_RANK`, absent or 0), and on another node only
+    /// when `LOCAL_WORLD_SIZE` gives the ranks per node.
+    fn from_local(num: &impl Fn(&str) -> Option<u32>) -> Option<RankEnv> {
+        let local = num("LOCAL_RANK")?;
+        let node = num("NODE_RANK").or_else(|| num("GROUP_RANK")).unwrap_or(0);
+        let rank = if node == 0 {
+            local
+        } else {
+            node.checked_mul(num("LOCAL_WORLD_SIZE")?)?
+                .checked_add(local)?
+        };
+        Some(RankEnv {
+            source: RankSource::Torch,
+            rank,
+            local_rank: Some(local),
+            world_size: num("WORLD_SIZE"),
         })
     }
 
