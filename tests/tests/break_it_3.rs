@@ -226,3 +226,107 @@ fn a_rank_template_names_no_file_with_the_placeholder() {
     assert!(dir.join("r-job.heap").is_dir(), "{names:?}");
     let _ = memsight_bin();
 }
+
+/// A process of the job that outlives its first one (Python's multiprocessing resource tracker
+/// exits only once its pipe closes; a daemon) was "killed by a signal" and the job's post-mortem
+/// said it "failed first" of a job that exited 0. It is still running when the report is written.
+#[test]
+fn a_process_that_outlives_the_job_is_still_running_not_killed() {
+    let Some((dir, exe)) = setup("bi3-outlives") else {
+        return;
+    };
+    let r = dir.join("r.json");
+    // The first process waits until the child's ring exists (its session started), then exits.
+    let script = format!(
+        "{} 16 6000 0 & child=$!; \
+         while ! ls \"$MEMSIGHT_JOB\"-p$child-*.bin >/dev/null 2>&1; do sleep 0.05; done; \
+         echo $child > {}/child; exit 0",
+        exe.display(),
+        dir.display()
+    );
+    let run = run_memsight(
+        &[
+            "run",
+            "--report",
+            r.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.err);
+    let child: u64 = std::fs::read_to_string(dir.join("child"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let v = report(&r, &run.err);
+    let row = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"].as_u64() == Some(child))
+        .unwrap_or_else(|| panic!("no row for {child}: {}", v["processes"]))
+        .clone();
+    assert_eq!(row["end"]["kind"], "running", "{row}");
+    let pm = v["post_mortem"]["description"].as_str().unwrap_or("");
+    assert!(!pm.contains("failed first"), "{pm}");
+    assert!(!run.err.contains("failed first"), "{}", run.err);
+    // SAFETY: ending the child this test started.
+    unsafe { libc::kill(child as i32, libc::SIGKILL) };
+}
+
+/// A training script that runs a tool holding more memory than the script itself (here a
+/// helper; DataLoader workers started with `spawn` are the same): the process that ran training
+/// steps is the job's main process, the tool a helper.
+#[test]
+fn the_process_that_runs_training_steps_is_the_main_one() {
+    let Some((dir, exe)) = setup("bi3-trainer-main") else {
+        return;
+    };
+    let script = dir.join("train.py");
+    std::fs::write(
+        &script,
+        format!(
+            "import memsight, subprocess, time\n\
+             keep = bytearray(24 << 20)\n\
+             for i in range(0, len(keep), 4096): keep[i] = 1\n\
+             for n in range(1, 4):\n    memsight.step(n)\n    time.sleep(0.05)\n\
+             subprocess.run([{:?}, '64', '1000', '0'], check=True)\n",
+            exe.display().to_string()
+        ),
+    )
+    .unwrap();
+    let r = dir.join("r.json");
+    let run = run_memsight(
+        &[
+            "run",
+            "--report",
+            r.to_str().unwrap(),
+            "--",
+            "python3",
+            script.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.err);
+    let v = report(&r, &run.err);
+    let procs = v["processes"].as_array().unwrap();
+    let role_of = |needle: &str| {
+        procs
+            .iter()
+            .find(|p| {
+                p["command"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|a| a.as_str().is_some_and(|a| a.ends_with(needle)))
+                })
+            })
+            .map(|p| p["role"].clone())
+    };
+    assert_eq!(role_of("train.py"), Some(Value::from("main")), "{procs:?}");
+    assert_eq!(role_of("hold"), Some(Value::from("helper")), "{procs:?}");
+    let heap = v["peaks"]["heap_peak_bytes"].as_u64().unwrap_or(0);
+    assert!((24 << 20..64 << 20).contains(&heap), "headline heap {heap}");
+}

@@ -58,6 +58,12 @@ impl Member {
             .map(|s| s.heap.live_bytes.saturating_sub(self.info.inherited_bytes))
     }
 
+    /// Whether it ran training steps: a step past 0 in any sample (its own `step` calls, or the
+    /// optimizer's under `memsight run`).
+    fn trained(&self) -> bool {
+        self.watch.timeline.samples().iter().any(|s| s.step > 0)
+    }
+
     fn rank(&self) -> Option<(RankSource, u32)> {
         self.info.rank.map(|r| (r.source, r.rank))
     }
@@ -186,10 +192,15 @@ impl JobRings {
         self.discover();
         for m in &mut self.members {
             if let Some(r) = m.reader.as_mut() {
-                m.watch.drain(r, true, out);
+                // A process that outlived the job's first one and still writes its ring (an
+                // orphan that exits when its pipe closes, a daemon) is still running, not killed.
+                let gone = !still_runs(m.pid) || r.writer_gone(&m.ring);
+                m.watch.drain(r, gone, out);
                 take_hello(&m.watch, &mut m.command, &mut m.info);
-                m.exit_code = r.exit_code();
-                m.ended_unix_ms.get_or_insert_with(unix_ms);
+                if gone {
+                    m.exit_code = r.exit_code();
+                    m.ended_unix_ms.get_or_insert_with(unix_ms);
+                }
                 m.reader = None;
             }
             let _ = std::fs::remove_file(&m.ring);
@@ -232,7 +243,9 @@ impl JobRings {
 
     /// Gives each member its role. Rank N is the top-most process carrying rank N; below it, a
     /// fork is its worker and anything else its helper. Without ranks, the main process is the
-    /// member with the largest heap that is not a fork.
+    /// member that is not a fork and ran training steps (its step moved past 0), else the one
+    /// with the largest heap: a training loop's DataLoader workers started with `spawn`, or a
+    /// tool it runs, can hold more than the loop itself.
     fn assign_roles(&mut self) {
         let source = self.rank_source();
         let by_pid: HashMap<u32, usize> = self
@@ -252,7 +265,7 @@ impl JobRings {
             .iter()
             .enumerate()
             .filter(|(_, m)| !m.info.forked)
-            .max_by_key(|(_, m)| (m.heap_peak(), std::cmp::Reverse(m.pid)))
+            .max_by_key(|(_, m)| (m.trained(), m.heap_peak(), std::cmp::Reverse(m.pid)))
             .map(|(i, _)| i);
         let roles: Vec<Role> = self
             .members
