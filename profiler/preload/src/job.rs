@@ -39,6 +39,7 @@ const SESSION_VARS: [&CStr; 3] = [c"MEMSIGHT_JOB", c"MEMSIGHT_RING", c"MEMSIGHT_
 /// Whether the environment variable `name` is set and not empty. The C library's `getenv`, not
 /// the standard library's: every process of the job runs this as it loads, and each page of code
 /// it runs is a page fault in every `date` a shell script starts.
+#[link_section = ".text.hot.memsight"]
 fn set(name: &CStr) -> bool {
     // SAFETY: a NUL-terminated name; getenv returns null or a NUL-terminated value, read before
     // anything can change the environment (the library's initialiser runs before `main`).
@@ -49,12 +50,14 @@ fn set(name: &CStr) -> bool {
 }
 
 /// The calling process's pid.
+#[link_section = ".text.hot.memsight"]
 fn pid() -> i32 {
     // SAFETY: getpid has no preconditions.
     unsafe { libc::getpid() }
 }
 
 /// True in the process whose session runs.
+#[link_section = ".text.hot.memsight"]
 pub(crate) fn owned_here() -> bool {
     settle_fork();
     let owner = OWNER.load(Ordering::Relaxed);
@@ -63,6 +66,7 @@ pub(crate) fn owned_here() -> bool {
 
 /// True in a process that is measured: its session runs, or starts once it has lived
 /// [`START_AFTER`] (steps and phases marked meanwhile are kept).
+#[link_section = ".text.hot.memsight"]
 pub(crate) fn measured_here() -> bool {
     settle_fork();
     let m = MEASURED.load(Ordering::Relaxed);
@@ -82,6 +86,7 @@ pub(crate) fn measured_here() -> bool {
 /// (preloaded by hand after another allocator, or loaded by the CUDA driver as an injection
 /// library in a child, it is not, and stays passive). (Before this
 /// was known, Python jobs on Ubuntu 24.04 started no session at all: seen on the GPU machine.)
+#[link_section = ".text.hot.memsight"]
 fn serving_malloc() -> bool {
     // SAFETY: a NUL-terminated name.
     let found = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) };
@@ -97,12 +102,14 @@ fn serving_malloc() -> bool {
 }
 
 /// Whether this library is the first entry of `LD_PRELOAD`.
+#[link_section = ".text.hot.memsight"]
 fn first_preloaded() -> bool {
     std::env::var("LD_PRELOAD")
         .is_ok_and(|list| preloaded(&list).next().is_some_and(is_this_library))
 }
 
 /// The entries of an `LD_PRELOAD` list (the loader separates them by colons or blanks).
+#[link_section = ".text.hot.memsight"]
 fn preloaded(list: &str) -> impl Iterator<Item = &str> {
     list.split([':', ' ']).filter(|e| !e.is_empty())
 }
@@ -120,6 +127,7 @@ const RTLD_DL_SYMENT: c_int = 1;
 const SHN_UNDEF: u16 = 0;
 
 /// The object and symbol table entry that hold `addr`.
+#[link_section = ".text.hot.memsight"]
 fn symbol_at(addr: *const libc::c_void) -> Option<Symbol> {
     if addr.is_null() {
         return None;
@@ -140,6 +148,7 @@ fn symbol_at(addr: *const libc::c_void) -> Option<Symbol> {
     Some(Symbol { object, defined })
 }
 
+#[link_section = ".text.hot.memsight"]
 extern "C" fn on_load(_argc: c_int, _argv: *const *const c_char, _envp: *const *const c_char) {
     if !serving_malloc() {
         return;
@@ -177,6 +186,7 @@ const WORTH_A_REPORT: u64 = 1 << 20;
 static DUE_AT: AtomicU64 = AtomicU64::new(0);
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds (the vDSO: no system call).
+#[link_section = ".text.hot.memsight"]
 fn now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -192,6 +202,7 @@ fn now_ns() -> u64 {
 /// Arms this process's session to start once it has lived [`START_AFTER`]. No thread yet: the
 /// counters' slow path spawns the starter ([`on_slow_alloc`]) once the process is due or holds
 /// [`WORTH_A_REPORT`] — so a `date` or a shell's fork that execs at once costs nothing more.
+#[link_section = ".text.hot.memsight"]
 fn start_soon() {
     let due = now_ns().saturating_add(START_AFTER.as_nanos() as u64);
     DUE_AT.store(due.max(1), Ordering::Relaxed);
@@ -202,6 +213,7 @@ fn start_soon() {
 /// the process holds [`WORTH_A_REPORT`] — a program that allocates its data and then only
 /// computes, or is killed, still gets its session. Not while exiting, and not in a `vfork` child
 /// (which shares this memory but is not the measured process).
+#[link_section = ".text.hot.memsight"]
 fn on_slow_alloc() {
     settle_fork();
     let due = DUE_AT.load(Ordering::Relaxed);
@@ -268,6 +280,7 @@ static FORK_PENDING: AtomicBool = AtomicBool::new(false);
 
 /// Before a `fork` of a measured process (in the parent, whose pages are still its own): notes
 /// the live bytes the child will inherit.
+#[link_section = ".text.hot.memsight"]
 extern "C" fn before_fork() {
     if MEASURED.load(Ordering::Relaxed) != 0 {
         LIVE_AT_FORK.store(memsight::alloc::heap_live(), Ordering::Relaxed);
@@ -277,6 +290,7 @@ extern "C" fn before_fork() {
 /// In the child of a `fork` (not of a `vfork` or `posix_spawn`, which run no handlers): marks the
 /// fork to be settled when the child first needs it. One store: each page a handler touches is a
 /// copy-on-write fault in every child, and a shell's child that execs at once needs nothing.
+#[link_section = ".text.hot.memsight"]
 extern "C" fn after_fork_in_child() {
     if MEASURED.load(Ordering::Relaxed) != 0 {
         FORK_PENDING.store(true, Ordering::Relaxed);
@@ -289,6 +303,7 @@ extern "C" fn after_fork_in_child() {
 /// the heap it inherited. Waits for no lock a thread of the parent may have held at the fork.
 /// Until then nothing of the child's is written into the parent's ring: its session state is the
 /// parent's, whose process id (`OWNER`, the ring's owner) is not the child's.
+#[link_section = ".text.hot.memsight"]
 fn settle_fork() {
     if !FORK_PENDING.load(Ordering::Relaxed) {
         return;
@@ -308,10 +323,12 @@ fn settle_fork() {
 }
 
 /// Whether a path names this library.
+#[link_section = ".text.hot.memsight"]
 fn is_this_library(path: &str) -> bool {
     path.ends_with("libmemsight_preload.so")
 }
 
+#[link_section = ".text.hot.memsight"]
 extern "C" fn on_exit() {
     settle_fork();
     let worth = MARKED.load(Ordering::Relaxed) || memsight::alloc::run_peak() >= WORTH_A_REPORT;
@@ -333,6 +350,7 @@ extern "C" fn on_exit() {
 /// The C library's `exit`, found once the library loads (0: not found).
 static REAL_EXIT: AtomicUsize = AtomicUsize::new(0);
 
+#[link_section = ".text.hot.memsight"]
 fn resolve_exit() {
     // SAFETY: a NUL-terminated name; RTLD_NEXT finds the definition after this library's.
     let f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"exit".as_ptr()) };
@@ -340,6 +358,7 @@ fn resolve_exit() {
 }
 
 /// Ends the process at once with `code` (what `_exit` does).
+#[link_section = ".text.hot.memsight"]
 fn exit_group(code: c_int) -> ! {
     // SAFETY: exit_group ends every thread of the process; it does not return.
     unsafe { libc::syscall(libc::SYS_exit_group, code) };
@@ -350,6 +369,7 @@ fn exit_group(code: c_int) -> ! {
 /// `exit`: says the code in the ring, then exits as the C library does (its `atexit` handlers and
 /// this library's finish run).
 #[no_mangle]
+#[link_section = ".text.hot.memsight"]
 pub extern "C" fn exit(code: c_int) -> ! {
     EXITING.store(true, Ordering::Relaxed);
     memsight::process::exiting(code);
@@ -366,6 +386,7 @@ pub extern "C" fn exit(code: c_int) -> ! {
 /// `_exit` (Python's `os._exit`, which ends every multiprocessing child and DataLoader worker):
 /// says the code in the ring and ends the process. Async-signal-safe.
 #[no_mangle]
+#[link_section = ".text.hot.memsight"]
 pub extern "C" fn _exit(code: c_int) -> ! {
     memsight::process::exiting(code);
     exit_group(code)
@@ -387,6 +408,7 @@ type StartMain = unsafe extern "C" fn(
 
 /// The program's `main`, whose return value is its exit code: said in the ring, as `exit` says
 /// it (the C library calls its own `exit` with it, which no library can interpose).
+#[link_section = ".text.hot.memsight"]
 unsafe extern "C" fn main_then_say(
     argc: c_int,
     argv: *mut *mut c_char,
@@ -406,6 +428,7 @@ unsafe extern "C" fn main_then_say(
 /// # Safety
 /// Called by the program's `_start` with the C library's arguments.
 #[no_mangle]
+#[link_section = ".text.hot.memsight"]
 pub unsafe extern "C" fn __libc_start_main(
     main: Main,
     argc: c_int,
@@ -427,6 +450,7 @@ pub unsafe extern "C" fn __libc_start_main(
 
 /// `_Exit`: as `_exit`.
 #[no_mangle]
+#[link_section = ".text.hot.memsight"]
 pub extern "C" fn _Exit(code: c_int) -> ! {
     _exit(code)
 }

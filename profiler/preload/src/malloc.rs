@@ -64,12 +64,14 @@ thread_local! {
 
 /// Finds the next allocator once. False while this thread is the one finding it.
 #[inline(always)]
+#[link_section = ".text.hot.memsight"]
 fn ready() -> bool {
     STATE.load(Ordering::Acquire) == RESOLVED || resolve()
 }
 
 #[cold]
 #[inline(never)]
+#[link_section = ".text.hot.memsight"]
 fn resolve() -> bool {
     if RESOLVER.with(Cell::get) {
         return false;
@@ -143,6 +145,7 @@ unsafe fn usable(p: *mut c_void) -> usize {
 
 /// Counts a block just returned by the next allocator (or its refusal of `size` bytes).
 #[inline(always)]
+#[link_section = ".text.hot.memsight"]
 unsafe fn counted(p: *mut c_void, size: usize) -> *mut c_void {
     if p.is_null() {
         // Only running out of memory is an allocation failure (a bad alignment is EINVAL).
@@ -159,6 +162,7 @@ unsafe fn counted(p: *mut c_void, size: usize) -> *mut c_void {
 
 /// `malloc(3)`.
 #[no_mangle]
+#[link_section = ".text.hot.memsight"]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     if !ready() {
         return boot::alloc(size, 16);
@@ -171,6 +175,7 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 
 /// `free(3)`.
 #[no_mangle]
+#[link_section = ".text.hot.memsight"]
 pub unsafe extern "C" fn free(p: *mut c_void) {
     if sampled::is_sampled(p) {
         return sampled::free_sampled(p);
@@ -205,6 +210,7 @@ pub unsafe extern "C" fn cfree(p: *mut c_void) {
 
 /// `calloc(3)`.
 #[no_mangle]
+#[link_section = ".text.hot.memsight"]
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
     if !ready() {
         return match n.checked_mul(size) {
@@ -226,6 +232,7 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
 
 /// `realloc(3)`.
 #[no_mangle]
+#[link_section = ".text.hot.memsight"]
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     if p.is_null() {
         return malloc(size);
@@ -241,6 +248,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
 
 /// `realloc` by the next allocator, counted.
 #[inline(always)]
+#[link_section = ".text.hot.memsight"]
 unsafe fn realloc_plain(p: *mut c_void, size: usize) -> *mut c_void {
     let old = usable(p);
     let q = next::<Realloc>(&NEXT.realloc)(p, size);
@@ -313,6 +321,7 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
 
 /// An aligned allocation through the optional function in `slot`, counted.
 #[inline(always)]
+#[link_section = ".text.hot.memsight"]
 unsafe fn aligned_via(slot: &AtomicUsize, align: usize, size: usize) -> *mut c_void {
     if !ready() {
         return boot::alloc(size, align);
@@ -362,18 +371,21 @@ fn aligned_need(align: usize, size: usize) -> usize {
 
 /// `memalign(3)`.
 #[no_mangle]
+#[link_section = ".text.hot.memsight"]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
     aligned_via(&NEXT.memalign, align, size)
 }
 
 /// `aligned_alloc(3)`.
 #[no_mangle]
+#[link_section = ".text.hot.memsight"]
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
     aligned_via(&NEXT.aligned_alloc, align, size)
 }
 
 /// `valloc(3)`.
 #[no_mangle]
+#[link_section = ".text.hot.memsight"]
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
     if !ready() || NEXT.valloc.load(Ordering::Relaxed) == 0 {
         return memalign(page_size(), size);
@@ -399,6 +411,7 @@ pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
 
 /// `posix_memalign(3)`.
 #[no_mangle]
+#[link_section = ".text.hot.memsight"]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> i32 {
     if !ready() {
         let p = boot::alloc(size, align);
@@ -425,6 +438,7 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
 
 /// `malloc_usable_size(3)`.
 #[no_mangle]
+#[link_section = ".text.hot.memsight"]
 pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
     if sampled::is_sampled(p) {
         return sampled::usable(p);

@@ -21,6 +21,7 @@ static OWNER: AtomicU32 = AtomicU32::new(0);
 /// Called in a forked child that carries memsight (the preloaded library's fork handler), before
 /// it starts a session of its own: it is a fork of a measured process holding `inherited` live
 /// heap bytes from its parent. Async-signal-safe.
+#[link_section = ".text.hot.memsight"]
 pub fn forked(inherited: u64) {
     FORKED.store(true, Ordering::Relaxed);
     INHERITED.store(inherited, Ordering::Relaxed);
@@ -30,6 +31,7 @@ pub fn forked(inherited: u64) {
 /// Says that this process is exiting with `code` (the preloaded library's `exit` and `_exit`), in
 /// its ring's header, so the sidecar tells an exit from a kill. Only the process whose session
 /// runs says it (not a `vfork` child sharing its memory). Async-signal-safe.
+#[link_section = ".text.hot.memsight"]
 pub fn exiting(code: i32) {
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() } as u32;
@@ -74,6 +76,7 @@ pub(crate) fn ring_in_job(prefix: &Path) -> PathBuf {
 
 /// Whether this process writes the user's report itself (and is the job's first process): the
 /// direct child of the `memsight run` that started the job, or any process outside one (also after a launcher exec'd into it), not a fork of it.
+#[link_section = ".text.hot.memsight"]
 pub fn writes_user_report() -> bool {
     // The C library's `getenv`: the preloaded library asks as every process of the job loads,
     // and each page of code it runs there is a page fault in every short helper.
@@ -82,8 +85,7 @@ pub fn writes_user_report() -> bool {
     // SAFETY: non-null, so a NUL-terminated string the environment holds.
     let sidecar = (!value.is_null())
         .then(|| unsafe { std::ffi::CStr::from_ptr(value) })
-        .and_then(|v| v.to_str().ok())
-        .and_then(|p| p.trim().parse::<i32>().ok());
+        .and_then(|v| pid_of(v.to_bytes()));
     // SAFETY: getppid has no preconditions.
     let parent = unsafe { libc::getppid() };
     match sidecar {
@@ -92,7 +94,46 @@ pub fn writes_user_report() -> bool {
     }
 }
 
+/// The process id written in `text` (blanks around it allowed), without the standard library's
+/// string parsing: this runs as every process of a job loads (see [`writes_user_report`]).
+#[link_section = ".text.hot.memsight"]
+fn pid_of(text: &[u8]) -> Option<i32> {
+    let digits = text.trim_ascii();
+    if digits.is_empty() || digits.len() > 10 {
+        return None;
+    }
+    digits.iter().try_fold(0i32, |n, &b| {
+        b.is_ascii_digit()
+            .then(|| n.checked_mul(10)?.checked_add(i32::from(b - b'0')))
+            .flatten()
+    })
+}
+
 /// Whether this process is a fork of a measured process that did not exec.
+#[link_section = ".text.hot.memsight"]
 pub(crate) fn forked_here() -> bool {
     FORKED.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pid_of;
+
+    #[test]
+    fn a_pid_is_read_from_its_digits_alone() {
+        assert_eq!(pid_of(b"4242"), Some(4242));
+        assert_eq!(pid_of(b" 17\n"), Some(17));
+        assert_eq!(pid_of(b"2147483647"), Some(i32::MAX));
+        for bad in [
+            &b""[..],
+            b"  ",
+            b"12a",
+            b"-3",
+            b"2147483648",
+            b"99999999999",
+            b"1 2",
+        ] {
+            assert_eq!(pid_of(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
 }
