@@ -330,3 +330,52 @@ fn the_process_that_runs_training_steps_is_the_main_one() {
     let heap = v["peaks"]["heap_peak_bytes"].as_u64().unwrap_or(0);
     assert!((24 << 20..64 << 20).contains(&heap), "headline heap {heap}");
 }
+
+/// A link planted where a rank's report goes (`--report '/tmp/r-{rank}.json'`, a shared `/tmp`)
+/// cannot be refused before the job starts, since ranks are known only once they run. It is said
+/// as the rank appears, the link is not followed, and at the end the message names the rank whose
+/// report was lost; it never says the job's report (which was written) was not.
+#[test]
+fn a_link_planted_where_a_rank_report_goes_is_said_as_the_rank_appears() {
+    let Some((dir, exe)) = setup("bi3-rank-link") else {
+        return;
+    };
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "keep me").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("r-0.json")).unwrap();
+    let template = dir.join("r-{rank}.json");
+    let run = run_memsight(
+        &[
+            "run",
+            "--report",
+            template.to_str().unwrap(),
+            "--",
+            "env",
+            "RANK=0",
+            "WORLD_SIZE=1",
+            exe.to_str().unwrap(),
+            "16",
+            "3000",
+            "0",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.err);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    assert!(dir.join("r-job.json").exists(), "{}", run.err);
+    assert!(
+        run.err.contains("rank 0's report cannot be written"),
+        "not said while the job ran: {}",
+        run.err
+    );
+    assert!(
+        run.err.contains("rank 0's report was not written"),
+        "{}",
+        run.err
+    );
+    assert!(
+        !run.err.contains("memsight: the report was not written"),
+        "{}",
+        run.err
+    );
+}

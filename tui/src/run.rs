@@ -137,6 +137,12 @@ fn finish(outcome: &memsight_sidecar::RunOutcome, report: &std::path::Path) -> E
             line(&l.top_text(3))
         );
     }
+    for (rank, e) in &outcome.rank_errors {
+        say!(
+            "memsight: rank {rank}'s report was not written: {}",
+            line(e)
+        );
+    }
     match &outcome.report_error {
         Some(e) => say!("memsight: the report was not written: {}", line(e)),
         None if memsight_sidecar::to_stdout(report) => {}

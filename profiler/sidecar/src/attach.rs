@@ -147,5 +147,6 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
         exit_code: 0,
         report,
         report_error,
+        rank_errors: Vec::new(),
     })
 }

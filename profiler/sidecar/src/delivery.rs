@@ -16,6 +16,8 @@ pub struct RunOutcome {
     pub report: Report,
     /// Why the report did not reach its path, when it did not (the job's code still stands).
     pub report_error: Option<SidecarError>,
+    /// Each rank whose report did not reach its path, and why (the job's report has its row).
+    pub rank_errors: Vec<(u32, SidecarError)>,
 }
 
 /// Whether `report` means standard output (`--report -`).

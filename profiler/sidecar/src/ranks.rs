@@ -183,8 +183,8 @@ impl Assembly<'_> {
     }
 
     /// Writes one report per rank; returns the first error.
-    pub(crate) fn write_rank_reports(&self, job: &mut Report) -> Option<SidecarError> {
-        let mut first_error = None;
+    pub(crate) fn write_rank_reports(&self, job: &mut Report) -> Vec<(u32, SidecarError)> {
+        let mut errors = Vec::new();
         let mut rows = Vec::new();
         for m in &self.job.members {
             let Some(Role::Rank { rank }) = m.role else {
@@ -198,7 +198,7 @@ impl Assembly<'_> {
                 Some(p) => match deliver(&report, p) {
                     Ok(()) => Some(p.clone()),
                     Err(e) => {
-                        first_error.get_or_insert(e);
+                        errors.push((rank, e));
                         None
                     }
                 },
@@ -208,7 +208,8 @@ impl Assembly<'_> {
         }
         rows.sort_by_key(|(r, _)| *r);
         job.ranks = rows.into_iter().map(|(_, row)| row).collect();
-        first_error
+        errors.sort_by_key(|(r, _)| *r);
+        errors
     }
 
     /// A member's own report: its timeline, steps and phases, with the post-mortem of its end.

@@ -183,7 +183,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     ranks.describe_job(&mut report);
     job.remove_member_reports();
     outputs.end(&report);
-    let report_error = deliver(&report, &report_path).err().or(rank_errors);
+    let report_error = deliver(&report, &report_path).err();
     if report_error.is_none() && to_stdout(&opts.report) {
         let _ = std::fs::remove_file(&job_report);
     }
@@ -191,6 +191,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         exit_code: status.map_or(1, shell_code),
         report,
         report_error,
+        rank_errors,
     })
 }
 
@@ -276,9 +277,11 @@ fn follow(
     // The job's first process exec'd a program that opened no ring (yet): sampled from outside
     // from that instant, kept if no ring takes over before the job ends or falls back.
     let mut gap: Option<ExecGap> = None;
+    let mut ranks_checked = std::collections::HashSet::new();
     let (status, died_unix_ms) = loop {
         w.job.discover();
         w.job.poll(w.outputs);
+        check_rank_reports(w.job, &opts.report, &mut ranks_checked);
         let live = w.job.any_live();
         if let Some(i) = w.job.principal {
             if live && !fell_back {
@@ -356,6 +359,35 @@ fn follow(
         }
     }
     (status.ok(), died_unix_ms)
+}
+
+/// Checks the report path of each rank as it appears (ranks are known only once they run): a
+/// path that cannot be written (a link, a FIFO, another user's file planted where a rank's
+/// report goes) is said at once, while the job runs, not only after it ended.
+fn check_rank_reports(
+    job: &JobRings,
+    report: &std::path::Path,
+    checked: &mut std::collections::HashSet<u32>,
+) {
+    if to_stdout(report) {
+        return;
+    }
+    for m in &job.members {
+        let Some(memsight_format::process::Role::Rank { rank }) = m.role else {
+            continue;
+        };
+        if !checked.insert(rank) {
+            continue;
+        }
+        let path = crate::ranks::report_for(report, Some(rank));
+        if let Err(e) = check_report_path(&path) {
+            eprintln!(
+                "memsight · rank {rank}'s report cannot be written ({}); the job runs on and \
+                 the rank stays in the job's report",
+                memsight_format::text::line(&e.to_string())
+            );
+        }
+    }
 }
 
 /// Outside samples of the job's first process after it exec'd a program, taken from that instant
