@@ -379,3 +379,62 @@ fn a_link_planted_where_a_rank_report_goes_is_said_as_the_rank_appears() {
         run.err
     );
 }
+
+/// A launcher that forks its program and only waits (`/usr/bin/time`, a `--no-python` wrapper of
+/// `torchrun`) carries the library but allocates too little to start a session. Its row said it
+/// "carries no memsight" — as if started without `LD_PRELOAD` — which is not why.
+#[test]
+fn a_launcher_that_only_waits_is_not_said_to_carry_no_memsight() {
+    let Some((dir, exe)) = setup("bi3-waiter") else {
+        return;
+    };
+    let src = dir.join("waiter.c");
+    std::fs::write(
+        &src,
+        "#include <sys/wait.h>\n#include <unistd.h>\n\
+         int main(int c, char **v) { (void)c; pid_t p = fork(); \
+         if (p == 0) { execv(v[1], v + 1); _exit(127); } \
+         int s = 0; waitpid(p, &s, 0); return WIFEXITED(s) ? WEXITSTATUS(s) : 1; }\n",
+    )
+    .unwrap();
+    let waiter = dir.join("waiter");
+    assert!(Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&waiter)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success());
+    // Below the job's first process (which always starts its session), as under torchrun.
+    let script = format!("{} {} 32 1500 4; exit $?", waiter.display(), exe.display());
+    let r = dir.join("r.json");
+    let run = run_memsight(
+        &[
+            "run",
+            "--report",
+            r.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 4, "{}", run.err);
+    let v = report(&r, &run.err);
+    let text = v.to_string();
+    assert!(!text.contains("carries no memsight"), "{}", v["processes"]);
+    assert!(!text.contains("carried no memsight"), "{}", v["sources"]);
+    let waiter_row = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["end"]["kind"] == "unmeasured")
+        .unwrap_or_else(|| panic!("no unmeasured row: {}", v["processes"]))
+        .clone();
+    let said = waiter_row["end"]["description"].as_str().unwrap_or("");
+    assert!(said.starts_with("no memsight session"), "{said}");
+    let heap = v["peaks"]["heap_peak_bytes"].as_u64().unwrap_or(0);
+    assert!(heap >= 32 << 20, "heap {heap}");
+}

@@ -245,8 +245,10 @@ impl Assembly<'_> {
                 name: "unmeasured processes".into(),
                 available: false,
                 detail: format!(
-                    "{} of the job carried no memsight (started without LD_PRELOAD, or statically \
-                     linked): no heap of their own; their memory is in the process tree only",
+                    "{} of the job had no memsight session (started without LD_PRELOAD, \
+                     statically linked, or carrying the library but allocating too little to \
+                     start one, as a launcher that only waits does): no heap of their own; their \
+                     memory is in the process tree only",
                     names.join(", ")
                 ),
             });
@@ -341,7 +343,7 @@ impl Assembly<'_> {
                     kind: "unmeasured".into(),
                     code: None,
                     unix_ms: None,
-                    description: "carries no memsight: its memory is in the process tree only"
+                    description: "no memsight session: its memory is in the process tree only"
                         .into(),
                 },
                 report: None,
