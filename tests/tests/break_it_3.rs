@@ -438,3 +438,35 @@ fn a_launcher_that_only_waits_is_not_said_to_carry_no_memsight() {
     let heap = v["peaks"]["heap_peak_bytes"].as_u64().unwrap_or(0);
     assert!(heap >= 32 << 20, "heap {heap}");
 }
+
+/// `diagnose --report R` with no log and an empty standard input (a CI step) reads both; when
+/// neither has an OOM it said only "no out-of-memory message found in standard input", not that
+/// the report was read too.
+#[test]
+fn diagnose_of_a_report_without_ooms_names_the_report_it_read() {
+    let Some((dir, exe)) = setup("bi3-diagnose") else {
+        return;
+    };
+    let r = dir.join("r.json");
+    let run = run_memsight(
+        &[
+            "run",
+            "--report",
+            r.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+            "8",
+            "200",
+            "0",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.err);
+    let d = run_memsight(&["diagnose", "--report", r.to_str().unwrap()], None);
+    assert_eq!(d.code, 1, "{}{}", d.out, d.err);
+    assert!(
+        d.out.contains("standard input") && d.out.contains(r.to_str().unwrap()),
+        "{}",
+        d.out
+    );
+}

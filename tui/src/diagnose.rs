@@ -79,7 +79,8 @@ pub fn run(a: Args) -> ExitCode {
         _ => match read_log(a.file.as_deref(), &ctx) {
             Ok((name, found)) if found.is_empty() && a.file.is_none() => match &report {
                 Some(r) => match caught(r) {
-                    (_, none) if none.is_empty() => (name, found),
+                    // Both were read: say so, not only the empty input.
+                    (read, none) if none.is_empty() => (format!("{name} or in {read}"), none),
                     judged => judged,
                 },
                 None => (name, found),
