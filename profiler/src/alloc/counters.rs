@@ -74,7 +74,7 @@ impl Counts {
     }
 
     /// Adds these counts to `t`.
-    #[link_section = ".text.hot.memsight"]
+    #[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
     pub(crate) fn add_to(&self, t: &mut Totals) {
         t.allocations += self.histogram.iter().map(|h| h.load(Relaxed)).sum::<u64>();
         t.deallocations += self.deallocs.load(Relaxed);
@@ -176,20 +176,20 @@ impl Local {
 
     /// Sends every later call of this thread to the slow path (registration failed, retiring, or
     /// measured by a scope).
-    #[link_section = ".text.hot.memsight"]
+    #[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
     fn close_fast_path(&self) {
         self.alloc_mark.store(0, Relaxed);
         self.free_mark.store(0, Relaxed);
     }
 
     /// Live bytes counted here and not yet added to `LIVE`; marks them published.
-    #[link_section = ".text.hot.memsight"]
+    #[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
     fn take_unpublished(&self) -> i64 {
         let live = self.live();
         live - self.flushed.swap(live, Relaxed)
     }
 
-    #[link_section = ".text.hot.memsight"]
+    #[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
     pub(crate) fn live(&self) -> i64 {
         let a = self.counts.bytes_allocated.load(Relaxed);
         a.wrapping_sub(self.counts.bytes_freed.load(Relaxed)) as i64
@@ -260,7 +260,7 @@ pub(crate) fn with_local_or<R>(otherwise: R, f: impl FnOnce(&Local) -> R) -> R {
 /// to that entry's pool).
 #[cfg(feature = "sampling")]
 #[inline]
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn own_entry() -> Option<usize> {
     with_local_or(None, |l| {
         (l.state.load(Relaxed) == state::REGISTERED).then(|| l.entry.load(Relaxed) as usize)
@@ -269,7 +269,7 @@ pub(crate) fn own_entry() -> Option<usize> {
 
 /// Registers this thread's block (its first slow call does): takes its jemalloc counters, then a
 /// registry entry; `false` when it counts in the shared blocks instead.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn register_this(l: &Local) -> bool {
     #[cfg(feature = "jemalloc")]
     super::process_heap::attach(&l.je);
@@ -321,7 +321,7 @@ static UNSEEN_FREED: AtomicU64 = AtomicU64::new(0);
 /// total back to zero and keeps the difference, so a later allocation's peak is not hidden by them.
 #[cfg(not(feature = "jemalloc"))]
 #[cold]
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 fn absorb_unseen_frees(global: i64) {
     let slack = FLUSH_BYTES.saturating_mul(super::registry::entries_used() as i64 + 1);
     if global >= -slack {
@@ -341,7 +341,7 @@ fn absorb_unseen_frees(global: i64) {
 
 /// Bytes freed that were never seen allocated (see `UNSEEN_FREED`); zero with the `jemalloc`
 /// feature, where jemalloc's own counters are read.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn unseen_freed() -> u64 {
     #[cfg(not(feature = "jemalloc"))]
     return UNSEEN_FREED.load(Relaxed);
@@ -401,7 +401,7 @@ pub(crate) fn alloc_failed_after_count(size: usize) {
 
 /// Folds this thread's block into the shared one and releases its registry entry; its later calls
 /// (other thread-local destructors) count in the shared block. Called by the registry's exit hook.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn retire_this_thread() {
     let _ = LOCAL.try_with(|l| {
         if l.state.load(Relaxed) != state::REGISTERED {
@@ -431,7 +431,7 @@ enum Call {
 /// Records an allocation of `size` bytes that has happened and that the fast path did not count.
 #[cold]
 #[inline(never)]
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn on_alloc(size: usize) {
     record(size as i64, Call::Alloc(size));
 }
@@ -439,7 +439,7 @@ pub(crate) fn on_alloc(size: usize) {
 /// Records a deallocation of `size` bytes that the fast path did not count.
 #[cold]
 #[inline(never)]
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn on_dealloc(size: usize) {
     record(-(size as i64), Call::Dealloc);
 }
@@ -484,14 +484,14 @@ pub(crate) fn realloc_failed_after_count(old: usize, new: usize) {
 /// Records a reallocation from `old` to `new` bytes that the fast path did not count.
 #[cold]
 #[inline(never)]
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn realloc_slow(old: usize, new: usize) {
     record(new as i64 - old as i64, Call::Realloc);
 }
 
 /// The slow path: counts the call in this thread's block and settles (registering the thread on
 /// its first call), or counts it in the shared block and publishes at once.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 fn record(delta: i64, call: Call) {
     let done = LOCAL
         .try_with(|l| {
@@ -540,7 +540,7 @@ fn count(counts: &Counts, delta: i64, call: Call, add: impl Fn(&AtomicU64, u64))
 /// Settles this thread's Rust counters (and, with the `jemalloc` feature, its view of the process
 /// heap), and lowers the allocation mark to the next heap-sample point, so that the allocation
 /// that reaches it takes the slow path, where it is sampled.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 fn settle(l: &Local) {
     let allocated = l.counts.bytes_allocated.load(Relaxed);
     settle_marks(
@@ -573,7 +573,7 @@ fn settle(l: &Local) {
 /// call of the thread passes here while it is measured.
 #[cold]
 #[inline(never)]
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn probe(l: &Local) {
     let live = l.live();
     if live > l.rust_peak.load(Relaxed) {
@@ -618,7 +618,7 @@ pub(crate) struct Marks<'a> {
 
 /// The session's peak minus the published live bytes `live`: how far the process heap is below
 /// its peak, as far as published.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn peak_gap(live: i64) -> i64 {
     PEAKS[Tracker::Run as usize]
         .load(Relaxed)
@@ -641,7 +641,7 @@ fn rust_peak_gap() -> i64 {
 /// published), and places the marks where the delta would reach ± the step by allocations or
 /// frees alone — the one rule of both the Rust counters and the process heap. The step is
 /// `FLUSH_BYTES`, and near the peak the thread's reach (see the module's design notes).
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn settle_marks(
     allocated: u64,
     freed: u64,
@@ -703,7 +703,7 @@ impl Totals {
 }
 
 /// Sums the counters of every thread.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn totals() -> Totals {
     let mut t = Totals::default();
     registry::for_each_block(|c| c.add_to(&mut t));
@@ -712,7 +712,7 @@ pub(crate) fn totals() -> Totals {
 
 /// Live bytes of the process heap now (exact): jemalloc's counters of every thread with the
 /// `jemalloc` feature, these counters (Rust's allocations) without it.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn heap_live() -> u64 {
     #[cfg(feature = "jemalloc")]
     let (allocated, freed) = super::process_heap::totals();
@@ -736,14 +736,14 @@ pub(crate) fn histogram() -> [u64; HISTOGRAM_BUCKETS] {
 
 /// Reads a peak tracker, first raising every tracker to the exact current live bytes (an exact
 /// observation belongs to all open windows, so the windows never lag the global peak).
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn peak(tracker: Tracker, live_now: u64) -> u64 {
     raise_peaks(live_now as i64);
     PEAKS[tracker as usize].load(Relaxed).max(0) as u64
 }
 
 /// Sets a peak tracker to `value` and returns what it held (raised to `value` if lower).
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn swap_peak(tracker: Tracker, value: u64) -> u64 {
     PEAKS[tracker as usize]
         .swap(value as i64, Relaxed)

@@ -16,7 +16,7 @@ static SLOW_HOOK: AtomicUsize = AtomicUsize::new(0);
 /// Says that the process's `malloc` family is counted here (called once, as the wrapping library
 /// loads): the heap statistics' call counts are then the process's, Rust's share is not told
 /// apart, and reports say why there is no jemalloc or heap profile.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub fn install() {
     IN_USE.store(true, Relaxed);
 }
@@ -25,13 +25,13 @@ pub fn install() {
 /// thread allocates): the wrapping library's cue to act on the process's age or size without a
 /// thread of its own. The hook runs inside `malloc`, after the inner allocator returned; it must
 /// not lock what a `malloc` caller may hold, and nested allocations call it again.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub fn on_slow_alloc(hook: fn()) {
     SLOW_HOOK.store(hook as usize, Relaxed);
 }
 
 /// True once [`install`] was called.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub fn installed() -> bool {
     IN_USE.load(Relaxed)
 }
@@ -53,7 +53,7 @@ pub fn count_alloc(bytes: usize) {
 
 /// Runs the hook set by [`on_slow_alloc`], if any (and re-arms the heap sampler's streams when
 /// sampling was switched on or off since).
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 fn run_slow_hook() {
     #[cfg(feature = "sampling")]
     super::sampling::rearm_if_stale();
@@ -90,7 +90,7 @@ pub fn count_realloc(old: usize, new: usize) {
 /// back: a caller's `malloc` or `free` must not change it on success. The fast paths touch no libc
 /// and skip this.
 #[inline(never)]
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 fn keeping_errno(f: impl FnOnce()) {
     // SAFETY: errno is this thread's; reading and writing it has no other effect.
     let errno = unsafe { *libc::__errno_location() };
@@ -138,7 +138,7 @@ pub mod sampled {
     /// `align` is a power of two.
     #[cold]
     #[inline(never)]
-    #[link_section = ".text.hot.memsight"]
+    #[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
     pub unsafe fn alloc_sampled(size: usize, align: usize, zero: bool) -> *mut c_void {
         if !sampling::c_due(size) {
             return std::ptr::null_mut();
@@ -210,7 +210,7 @@ pub mod sampled {
 
     /// Records the calling thread as the main thread, for the stack walker (the wrapping library
     /// calls it as it loads).
-    #[link_section = ".text.hot.memsight"]
+    #[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
     pub fn note_main_thread() {
         super::super::unwind::note_main_thread();
     }

@@ -7,6 +7,11 @@
 //! locks, blocks or panics, and is reentrancy-safe: each counter update completes before the inner
 //! call starts or after it returns, so an inner allocator that itself allocates through the global
 //! allocator nests cleanly.
+//!
+//! Without jemalloc (the preloaded library, where every process of a job carries this code),
+//! the functions a process runs as it loads, first allocates, forks and exits go to the section
+//! `.text.hot.memsight`, which that library's link keeps together (profiler/preload/build.rs): a
+//! short helper then touches few pages of code. The jemalloc build keeps the usual layout.
 
 pub(crate) mod counters;
 #[cfg(not(feature = "jemalloc"))]
@@ -311,7 +316,7 @@ pub fn stats() -> HeapStats {
 
 /// The run's peak of the process heap ([`HeapStats::run_peak_bytes`]) alone: what [`stats`] reads
 /// for it, without the sums the other figures take.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub fn run_peak() -> u64 {
     counters::peak(counters::Tracker::Run, counters::heap_live())
 }
@@ -327,7 +332,7 @@ fn rust_share(t: &Totals) -> u64 {
 }
 
 /// Live bytes of the process heap now (exact): what a process about to fork leaves its child.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub fn heap_live() -> u64 {
     counters::heap_live()
 }
@@ -335,7 +340,7 @@ pub fn heap_live() -> u64 {
 /// In a forked child: every peak, the run's too, starts again from what the child has held since
 /// the fork — `inherited`, the live bytes at the fork ([`heap_live`] in the parent just before),
 /// or the live bytes now when more (its parent's peaks are its parent's).
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub fn restart_peaks_after_fork(inherited: u64) {
     let since_fork = counters::heap_live().max(inherited);
     for t in [

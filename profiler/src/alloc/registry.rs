@@ -28,7 +28,7 @@ static LOCK: AtomicU32 = AtomicU32::new(0);
 struct ExitHook;
 
 impl Drop for ExitHook {
-    #[link_section = ".text.hot.memsight"]
+    #[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
     fn drop(&mut self) {
         counters::retire_this_thread();
     }
@@ -40,7 +40,7 @@ thread_local! {
 
 /// Claims an entry for `l`, this thread's block, and arms the exit hook; `false` (and the thread
 /// counts in the shared block from now on) when no entry is free or the thread is already exiting.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn register(l: &Local) -> bool {
     l.state.store(state::REGISTERING, Relaxed);
     let me = l as *const Local as *mut Local;
@@ -75,7 +75,7 @@ pub(crate) fn entries_used() -> usize {
     USED.load(Relaxed)
 }
 
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn release(i: usize, fold: impl FnOnce()) {
     let _held = Held::take();
     fold();
@@ -85,7 +85,7 @@ pub(crate) fn release(i: usize, fold: impl FnOnce()) {
 }
 
 /// Calls `f` with the shared block and every registered thread's block, under the lock.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn for_each_block(mut f: impl FnMut(&Counts)) {
     let _held = Held::take();
     f(&SHARED);
@@ -101,7 +101,7 @@ pub(crate) fn fold_threads<T>(init: impl FnOnce() -> T, f: impl FnMut(T, &Local)
 }
 
 /// Folds every registered thread's block into `acc` with `f`; the caller holds the lock.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 fn fold_registered<T>(mut acc: T, mut f: impl FnMut(T, &Local) -> T) -> T {
     for e in &ENTRY[..USED.load(Relaxed).min(ENTRIES)] {
         let p = e.load(Acquire);
@@ -118,7 +118,7 @@ fn fold_registered<T>(mut acc: T, mut f: impl FnMut(T, &Local) -> T) -> T {
 struct Held;
 
 impl Held {
-    #[link_section = ".text.hot.memsight"]
+    #[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
     fn take() -> Held {
         // SAFETY: getpid has no preconditions.
         let me = unsafe { libc::getpid() } as u32;
@@ -139,7 +139,7 @@ impl Held {
 }
 
 impl Drop for Held {
-    #[link_section = ".text.hot.memsight"]
+    #[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
     fn drop(&mut self) {
         LOCK.store(0, Release);
     }

@@ -21,7 +21,7 @@ static OWNER: AtomicU32 = AtomicU32::new(0);
 /// Called in a forked child that carries memsight (the preloaded library's fork handler), before
 /// it starts a session of its own: it is a fork of a measured process holding `inherited` live
 /// heap bytes from its parent. Async-signal-safe.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub fn forked(inherited: u64) {
     FORKED.store(true, Ordering::Relaxed);
     INHERITED.store(inherited, Ordering::Relaxed);
@@ -31,7 +31,7 @@ pub fn forked(inherited: u64) {
 /// Says that this process is exiting with `code` (the preloaded library's `exit` and `_exit`), in
 /// its ring's header, so the sidecar tells an exit from a kill. Only the process whose session
 /// runs says it (not a `vfork` child sharing its memory). Async-signal-safe.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub fn exiting(code: i32) {
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() } as u32;
@@ -76,7 +76,7 @@ pub(crate) fn ring_in_job(prefix: &Path) -> PathBuf {
 
 /// Whether this process writes the user's report itself (and is the job's first process): the
 /// direct child of the `memsight run` that started the job, or any process outside one (also after a launcher exec'd into it), not a fork of it.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub fn writes_user_report() -> bool {
     // The C library's `getenv`: the preloaded library asks as every process of the job loads,
     // and each page of code it runs there is a page fault in every short helper.
@@ -96,7 +96,7 @@ pub fn writes_user_report() -> bool {
 
 /// The process id written in `text` (blanks around it allowed), without the standard library's
 /// string parsing: this runs as every process of a job loads (see [`writes_user_report`]).
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 fn pid_of(text: &[u8]) -> Option<i32> {
     let digits = text.trim_ascii();
     if digits.is_empty() || digits.len() > 10 {
@@ -110,7 +110,7 @@ fn pid_of(text: &[u8]) -> Option<i32> {
 }
 
 /// Whether this process is a fork of a measured process that did not exec.
-#[link_section = ".text.hot.memsight"]
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub(crate) fn forked_here() -> bool {
     FORKED.load(Ordering::Relaxed)
 }
