@@ -25,18 +25,34 @@ const RANK: &str = "{rank}";
 /// Where the report of `rank` goes (`None`: the job's): `{rank}` in the path replaced by the rank
 /// (`job` for the job's report), else `<stem>.rank<N>.json` beside the job's report.
 pub fn report_for(report: &Path, rank: Option<u32>) -> PathBuf {
-    let text = report.to_string_lossy();
-    if text.contains(RANK) {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    // As bytes: a path need not be UTF-8, and a lossy copy would name another file.
+    let bytes = report.as_os_str().as_bytes();
+    let placeholder = RANK.as_bytes();
+    if bytes.windows(placeholder.len()).any(|w| w == placeholder) {
         let who = rank.map_or_else(|| "job".to_string(), |r| r.to_string());
-        return PathBuf::from(text.replace(RANK, &who));
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            if let Some(after) = rest.strip_prefix(placeholder) {
+                out.extend_from_slice(who.as_bytes());
+                rest = after;
+            } else {
+                out.push(rest[0]);
+                rest = &rest[1..];
+            }
+        }
+        return PathBuf::from(OsString::from_vec(out));
     }
     match rank {
         None => report.to_path_buf(),
         Some(r) => {
-            let stem = report
+            let mut name = report
                 .file_stem()
-                .map_or_else(|| "memsight-report".into(), |s| s.to_string_lossy());
-            report.with_file_name(format!("{stem}.rank{r}.json"))
+                .map_or_else(|| OsString::from("memsight-report"), |s| s.to_owned());
+            name.push(format!(".rank{r}.json"));
+            report.with_file_name(name)
         }
     }
 }
