@@ -470,3 +470,52 @@ fn diagnose_of_a_report_without_ooms_names_the_report_it_read() {
         d.out
     );
 }
+
+/// `memsight attach PID` to a process of a job under `memsight run` (a rank, the training script)
+/// found no ring (it looked for `ring-<pid>.bin` only, not the job's `<prefix>-p<pid>-….bin`) and
+/// sampled it from outside: heap 0, step 0, while the process had a session and 64 MiB of heap.
+#[test]
+fn attach_to_a_process_of_a_run_job_follows_its_own_ring() {
+    let Some((dir, exe)) = setup("bi3-attach") else {
+        return;
+    };
+    let pid_file = dir.join("child");
+    let script = format!(
+        "{} 64 4000 0 & c=$!; \
+         while ! ls \"$MEMSIGHT_JOB\"-p$c-*.bin >/dev/null 2>&1; do sleep 0.05; done; \
+         echo $c > {}; wait $c",
+        exe.display(),
+        pid_file.display()
+    );
+    let r = dir.join("r.json");
+    let mut job = Command::new(memsight_bin())
+        .args([
+            "run",
+            "--report",
+            r.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        memsight_e2e::wait_until(60, || std::fs::read_to_string(&pid_file)
+            .is_ok_and(|s| s.ends_with('\n'))),
+        "the job's child never started its session"
+    );
+    let child = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let a = dir.join("a.json");
+    let att = run_memsight(&["attach", &child, "--report", a.to_str().unwrap()], None);
+    assert_eq!(att.code, 0, "{}", att.err);
+    let _ = job.wait();
+    let v = report(&a, &att.err);
+    let heap = v["peaks"]["heap_peak_bytes"].as_u64().unwrap_or(0);
+    assert!(heap >= 64 << 20, "attach read heap {heap}: {}", att.err);
+}

@@ -9,8 +9,8 @@ use crate::postmortem::{self, End, Ending};
 use crate::watch::Watch;
 use memsight::collect::command_line;
 use memsight_format::clock::unix_ms;
-use memsight_format::wire::default_ring_path;
 use memsight_format::wire::ring::RingReader;
+use memsight_format::wire::{default_ring_path, ring_of};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -83,9 +83,12 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
     }
     let mut watch = Watch::new();
     watch.add_trees_of(pid);
-    // A ring of this very process: same pid, written after it started (not a stale file).
-    let mut reader = default_ring_path(pid)
+    // A ring of this very process: the one its environment names (a process of a `memsight run`
+    // job writes `<job prefix>-p<pid>-….bin`, `MEMSIGHT_RING` names another), else the default
+    // path; same pid, written after it started (not a stale file).
+    let mut reader = ring_of(pid)
         .ok()
+        .or_else(|| default_ring_path(pid).ok())
         .and_then(|p| RingReader::open(&p).ok())
         .filter(|r| {
             r.info().pid == pid && proc_start.is_none_or(|s| r.info().start_unix_ms + 1000 >= s)
