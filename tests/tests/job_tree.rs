@@ -1,8 +1,9 @@
 //! A job is a tree of processes, each measured: an unmodified CPU DDP job under `torchrun` gets
 //! one report per rank (`--report` takes `{rank}`) whose heap peak is within 2% of glibc's own
 //! count in that rank, and a job report with the ranks side by side — whatever starts `torchrun`
-//! (a `#!/usr/bin/env bash` wrapper, `bash -c`, a pyenv-like shim, `prlimit`, `setpriv`, `flock`);
-//! a SIGKILLed rank is named first; an OOM-killed DataLoader worker gets a verdict naming it.
+//! (a `#!/usr/bin/env bash` wrapper, `bash -c`, a pyenv-like shim, `prlimit`, `setpriv`, `flock`),
+//! and Lightning's ranks, whose first is the script the user ran; a SIGKILLed rank is named first;
+//! an OOM-killed DataLoader worker gets a verdict naming it.
 
 use memsight_e2e::{child_cgroup, memsight_bin, preload_built, scratch, torch_python};
 use serde_json::Value;
@@ -68,8 +69,9 @@ fn run_ddp(dir: &Path, launcher: &[&str], envs: &[(&str, &str)]) -> (i32, String
     )
 }
 
-/// Checks the per-rank reports against each rank's own glibc count, and the job report's ranks.
-fn assert_ranks_exact(dir: &Path, how: &str) {
+/// Checks the per-rank reports against each rank's own glibc count, and the job report's ranks;
+/// the launcher whose row must be there, when the ranks have one.
+fn assert_ranks_exact(dir: &Path, how: &str, launcher: Option<&str>) {
     let job = read(&dir.join("r-job.json"));
     let ranks = job["ranks"].as_array().unwrap();
     assert_eq!(ranks.len(), 2, "{how}: {}", job["ranks"]);
@@ -97,11 +99,13 @@ fn assert_ranks_exact(dir: &Path, how: &str) {
     }
     // The launcher's own heap is its own row, not the job's headline.
     let rows = job["processes"].as_array().unwrap();
-    assert!(
-        rows.iter()
-            .any(|p| p["role"] == "launcher" && p["command"].to_string().contains("torchrun")),
-        "{how}: {rows:?}"
-    );
+    if let Some(launcher) = launcher {
+        assert!(
+            rows.iter()
+                .any(|p| p["role"] == "launcher" && p["command"].to_string().contains(launcher)),
+            "{how}: {rows:?}"
+        );
+    }
     assert_eq!(job["job"]["pid"], ranks[0]["pid"], "{how}");
 }
 
@@ -113,8 +117,35 @@ fn torchrun_ranks_each_get_a_report_within_2_percent_of_glibc() {
     let dir = scratch("ddp-ranks");
     let (code, err) = run_ddp(&dir, &[], &[]);
     assert_eq!(code, 0, "{err}");
-    assert_ranks_exact(&dir, "torchrun");
+    assert_ranks_exact(&dir, "torchrun", Some("torchrun"));
     assert!(err.contains("rank 1 report written to"), "{err}");
+}
+
+#[test]
+fn lightnings_ranks_each_get_a_report_the_script_the_user_ran_being_rank_0() {
+    let Some(bin) = venv_bin() else {
+        return;
+    };
+    let dir = scratch("lightning-ranks");
+    let out = Command::new(memsight_bin())
+        .arg("run")
+        .arg("--report")
+        .arg(dir.join("r-{rank}.json"))
+        .arg("--")
+        .arg(bin.join("python"))
+        .arg(job("lightning_ddp.py"))
+        .env("LT_OUT", &dir)
+        .env_remove("RANK")
+        .env_remove("LOCAL_RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("SLURM_PROCID")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    // Rank 0 named its rank only once Lightning set LOCAL_RANK in its environment, after its
+    // session had started: it is a rank all the same, and the job's first process.
+    assert_ranks_exact(&dir, "lightning", None);
 }
 
 #[test]
@@ -186,7 +217,7 @@ fn the_same_figures_through_every_launcher() {
         let launcher: Vec<&str> = launcher.iter().map(String::as_str).collect();
         let (code, err) = run_ddp(&dir, &launcher, &[]);
         assert_eq!(code, 0, "{how}: {err}");
-        assert_ranks_exact(&dir, how);
+        assert_ranks_exact(&dir, how, Some("torchrun"));
     }
     // `bash -c` (bash's own `setenv` once kept the hand-off from its children) and the shim.
     for how in ["bash -c", "shim"] {
@@ -213,7 +244,7 @@ fn the_same_figures_through_every_launcher() {
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{how}: {err}");
-        assert_ranks_exact(&dir, how);
+        assert_ranks_exact(&dir, how, Some("torchrun"));
     }
 }
 

@@ -374,19 +374,23 @@ impl JobRings {
     }
 }
 
-/// Takes a member's greeting, once it has one.
+/// Takes a member's greeting once it has one, and what it says of itself from its latest: a
+/// process greets again when its environment came to name its rank after its session started
+/// (Lightning's first rank is the script the user ran, which sets `LOCAL_RANK` before it starts
+/// the others).
 fn take_hello(watch: &Watch, command: &mut Vec<String>, info: &mut ProcessInfo) {
-    if !command.is_empty() {
-        return;
-    }
     if let Some(Record::Hello {
         command: c,
         process,
         ..
     }) = &watch.hello
     {
-        *command = c.clone();
-        *info = process.clone();
+        if command.is_empty() {
+            *command = c.clone();
+        }
+        if info != process {
+            *info = process.clone();
+        }
     }
 }
 

@@ -272,7 +272,7 @@ impl SessionBuilder {
             match RingWriter::create(p, std::process::id(), started_unix_ms, interval_ms) {
                 Ok(w) => {
                     let w = w.install_alloc_failure_words();
-                    w.append(&Record::Hello {
+                    let hello = Record::Hello {
                         pid: std::process::id(),
                         command: std::env::args_os()
                             .map(|a| a.to_string_lossy().into_owned())
@@ -281,9 +281,10 @@ impl SessionBuilder {
                         interval_ms,
                         memsight_version: env!("CARGO_PKG_VERSION").into(),
                         process: place::info(),
-                    });
+                    };
+                    w.append(&hello);
                     place::own();
-                    Some(w)
+                    Some((w, hello))
                 }
                 Err(e) => {
                     eprintln!("memsight: no flight recorder at {}: {e}", p.display());
@@ -291,6 +292,7 @@ impl SessionBuilder {
                 }
             }
         });
+        let (ring, hello) = ring.map_or((None, None), |(w, h)| (Some(w), Some(h)));
         let started = Instant::now();
         let profile_dir = std::env::var_os("MEMSIGHT_PROFILE_DIR")
             .filter(|d| !d.is_empty())
@@ -344,7 +346,7 @@ impl SessionBuilder {
                 SessionError::Spawn(e)
             })?;
         *lock(&CURRENT) = Some(Arc::clone(&shared));
-        flight::install(ring, started);
+        flight::install(ring, started, hello);
         Ok(Session {
             shared,
             sampler: Some(sampler),
@@ -588,6 +590,13 @@ pub fn forget_inherited() {
     }
     memsight_format::wire::ring::forget_in_forked_child(flight::forget_in_child());
     ACTIVE.store(false, Ordering::SeqCst);
+}
+
+/// Says this process's rank again in its ring when its environment names one its greeting did
+/// not (called at each training step, on the thread that marks it: the one that sets the
+/// environment, in the launchers seen).
+pub(crate) fn note_rank() {
+    flight::rank_now(place::rank);
 }
 
 /// A snapshot taken now: through the running session's collectors, or fresh ones without a session.
