@@ -519,3 +519,104 @@ fn attach_to_a_process_of_a_run_job_follows_its_own_ring() {
     let heap = v["peaks"]["heap_peak_bytes"].as_u64().unwrap_or(0);
     assert!(heap >= 64 << 20, "attach read heap {heap}: {}", att.err);
 }
+
+/// A pseudo-terminal pair: (controller, terminal), not inherited by other tests' children.
+fn pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    let (mut c, mut t) = (0, 0);
+    let ws = libc::winsize {
+        ws_row: 30,
+        ws_col: 100,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: openpty writes two descriptors; the name and termios are optional.
+    let rc = unsafe { libc::openpty(&mut c, &mut t, std::ptr::null_mut(), std::ptr::null(), &ws) };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    for fd in [c, t] {
+        // SAFETY: setting a flag on a descriptor we own.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    // SAFETY: fresh descriptors we own.
+    unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(c),
+            std::os::fd::OwnedFd::from_raw_fd(t),
+        )
+    }
+}
+
+/// `memsight top PID` with the pid a user sees in `ps` or `nvidia-smi` — a rank, a worker, the
+/// training script under a wrapper — said "no sidecar" (the socket is named by the job's first
+/// process). It follows the job of the nearest ancestor that has a sidecar.
+#[test]
+fn top_with_the_pid_of_a_process_inside_a_job_opens_the_job() {
+    use std::os::fd::AsRawFd;
+    let Some((dir, exe)) = setup("bi3-top-child") else {
+        return;
+    };
+    let pid_file = dir.join("child");
+    let script = format!(
+        "{} 16 20000 0 & c=$!; echo $c > {}; wait $c",
+        exe.display(),
+        pid_file.display()
+    );
+    let r = dir.join("r.json");
+    let mut job = Command::new(memsight_bin())
+        .args([
+            "run",
+            "--report",
+            r.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(memsight_e2e::wait_until(60, || std::fs::read_to_string(
+        &pid_file
+    )
+    .is_ok_and(|s| s.ends_with('\n'))));
+    let child = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let (controller, terminal) = pty();
+    let mut top = Command::new(memsight_bin())
+        .args(["top", &child])
+        .stdin(std::process::Stdio::from(terminal.try_clone().unwrap()))
+        .stdout(std::process::Stdio::from(terminal.try_clone().unwrap()))
+        .stderr(std::process::Stdio::piped())
+        .env("TERM", "xterm")
+        .spawn()
+        .unwrap();
+    let raw = || {
+        // SAFETY: tcgetattr fills a termios we own.
+        let mut t: libc::termios = unsafe { std::mem::zeroed() };
+        let ok = unsafe { libc::tcgetattr(terminal.as_raw_fd(), &mut t) } == 0;
+        ok && t.c_lflag & libc::ICANON == 0
+    };
+    let up = memsight_e2e::wait_until(60, || raw() || top.try_wait().ok().flatten().is_some());
+    let status = if raw() {
+        // SAFETY: signalling the viewer this test started.
+        unsafe { libc::kill(top.id() as i32, libc::SIGTERM) };
+        top.wait().unwrap()
+    } else {
+        top.wait().unwrap()
+    };
+    let mut err = String::new();
+    let _ = std::io::Read::read_to_string(&mut top.stderr.take().unwrap(), &mut err);
+    // SAFETY: ending the job's program this test started.
+    unsafe { libc::kill(child.parse::<i32>().unwrap(), libc::SIGKILL) };
+    let _ = job.wait();
+    drop(controller);
+    assert!(up, "the viewer neither came up nor ended");
+    assert_eq!(
+        status.code(),
+        Some(128 + libc::SIGTERM),
+        "the viewer did not come up: {err}"
+    );
+}

@@ -63,12 +63,39 @@ fn running_sidecars() -> Vec<(u32, String)> {
     found
 }
 
+/// The socket of a pid's sidecar: its own, else the first of its ancestors' (a rank, a worker or
+/// a helper of a job under `memsight run`, whose sidecar is named by the job's first process).
 fn socket_of(target: &str) -> Result<PathBuf, String> {
-    match target.parse::<u32>() {
-        Ok(pid) => memsight_sidecar::server::socket_path(pid)
-            .map_err(|(p, e)| format!("{}: {e}", p.display())),
-        Err(_) => Ok(PathBuf::from(target)),
+    let Ok(pid) = target.parse::<u32>() else {
+        return Ok(PathBuf::from(target));
+    };
+    let own = memsight_sidecar::server::socket_path(pid)
+        .map_err(|(p, e)| format!("{}: {e}", p.display()))?;
+    if own.exists() {
+        return Ok(own);
     }
+    let mut p = pid;
+    for _ in 0..64 {
+        match parent_of(p) {
+            Some(q) if q > 1 => {
+                if let Ok(s) = memsight_sidecar::server::socket_path(q) {
+                    if s.exists() {
+                        return Ok(s);
+                    }
+                }
+                p = q;
+            }
+            _ => break,
+        }
+    }
+    Ok(own)
+}
+
+/// A process's parent, from `/proc/PID/stat`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn reader(socket: PathBuf) -> Receiver<Feed> {
