@@ -620,3 +620,58 @@ fn top_with_the_pid_of_a_process_inside_a_job_opens_the_job() {
         "the viewer did not come up: {err}"
     );
 }
+
+/// `check JOB.json` of a multi-rank job gated the headline alone, which is the lowest rank's: a
+/// rank 1 holding three times the budget passed (`every budget holds`). Every rank is gated, on
+/// its own report, and on its row's heap peak where that report cannot be read.
+#[test]
+fn check_of_a_job_report_gates_every_rank() {
+    let Some((dir, exe)) = setup("bi3-check-ranks") else {
+        return;
+    };
+    let exe = exe.to_str().unwrap();
+    let script =
+        format!("RANK=0 WORLD_SIZE=2 {exe} 16 1500 0 & RANK=1 WORLD_SIZE=2 {exe} 96 1500 0 & wait");
+    let r = dir.join("r.json");
+    let run = run_memsight(
+        &[
+            "run",
+            "--report",
+            r.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.err);
+    let check = |report: &Path| {
+        run_memsight(
+            &[
+                "check",
+                report.to_str().unwrap(),
+                "--max-host-peak",
+                "32MiB",
+            ],
+            None,
+        )
+    };
+    let job = check(&r);
+    assert_eq!(job.code, 1, "{}{}", job.out, job.err);
+    assert!(job.out.contains("rank 1 (pid"), "{}", job.out);
+    assert_eq!(check(&dir.join("r.rank0.json")).code, 0);
+    // The job's report alone, its ranks' reports out of reach: the rows' heap peaks are gated.
+    let alone = scratch("bi3-check-ranks-alone");
+    let moved = alone.join("job.json");
+    let text = std::fs::read_to_string(&r).unwrap();
+    let relocated = text.replace(dir.to_str().unwrap(), "/nonexistent-memsight-dir");
+    std::fs::write(&moved, relocated).unwrap();
+    let job = check(&moved);
+    assert_eq!(job.code, 1, "{}{}", job.out, job.err);
+    assert!(
+        job.out.contains("rank 1 (pid") && job.out.contains("could not be read"),
+        "{}",
+        job.out
+    );
+}

@@ -92,12 +92,15 @@ pub fn run(a: Args) -> ExitCode {
         ),
         _ => String::new(),
     };
+    // The other ranks of a job report: its headline is the lowest rank's alone.
+    let mut rank_violations = other_ranks(&report, &a.report, &budgets, a.whole_run);
     let gated = if a.whole_run {
         report
     } else {
         report.within_training()
     };
-    let violations = budgets.check(&gated);
+    let mut violations = budgets.check(&gated);
+    violations.append(&mut rank_violations);
     if violations.is_empty() {
         println!(
             "memsight check: {}: every budget holds{window}",
@@ -111,4 +114,46 @@ pub fn run(a: Args) -> ExitCode {
         }
         ExitCode::from(1)
     }
+}
+
+/// Each rank of a job report other than the one its headline is (the lowest): gated on its own
+/// report, read from the path its row names (also beside the job's report, where the job's
+/// directory moved), in the same window as the headline; when that report cannot be read, on the
+/// heap peak its row keeps. One line per violation, led by the rank.
+fn other_ranks(
+    report: &Report,
+    path: &std::path::Path,
+    budgets: &Budgets,
+    whole_run: bool,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for row in report.ranks.iter().filter(|r| r.pid != report.job.pid) {
+        let who = format!("{} (pid {})", row.role_text(), row.pid);
+        let own = row.report.as_deref().map(std::path::PathBuf::from);
+        let beside = own
+            .as_deref()
+            .and_then(std::path::Path::file_name)
+            .map(|n| path.with_file_name(n));
+        let loaded = own
+            .iter()
+            .chain(beside.iter())
+            .find_map(|p| Report::load(p).ok());
+        match loaded {
+            Some(r) => {
+                let r = if whole_run { r } else { r.within_training() };
+                out.extend(budgets.check(&r).into_iter().map(|v| format!("{who}: {v}")));
+            }
+            None => {
+                if let Some(max) = budgets.max_host_peak.filter(|m| row.heap_peak_bytes > *m) {
+                    out.push(format!(
+                        "{who}: host peak {} exceeds budget {} (its own report could not be read: \
+                         only its heap peak is gated)",
+                        memsight_format::units::fmt_bytes(row.heap_peak_bytes),
+                        memsight_format::units::fmt_bytes(max)
+                    ));
+                }
+            }
+        }
+    }
+    out
 }
