@@ -675,3 +675,100 @@ fn check_of_a_job_report_gates_every_rank() {
         job.out
     );
 }
+
+/// Prometheus's per-process heap (`memsight_process_heap_bytes{pid,role}`) was set only when the
+/// process tree was read, which its CPU budget spaces seconds apart in a large job: a rank that
+/// grew 300 MiB showed its old heap for the rest of the run. It follows each flight recorder.
+#[test]
+fn per_process_heap_metrics_follow_the_rings_not_the_tree_reads() {
+    let Some((dir, _)) = setup("bi3-metrics") else {
+        return;
+    };
+    // Maps and touches 1 GiB outside the heap (each read of its PSS walks those pages: with the
+    // least tree budget, reads come tens of seconds apart), waits for GO, then allocates 96 MiB
+    // without touching it (the heap grows, RSS does not).
+    let src = dir.join("grow.c");
+    std::fs::write(
+        &src,
+        "#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n#include <sys/mman.h>\n\
+         volatile char *keep;\n\
+         int main(int c, char **v) { (void)c; \
+         char *m = mmap(0, 1UL << 30, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); \
+         if (m != MAP_FAILED) memset(m, 1, 1UL << 30); \
+         while (access(v[1], F_OK) != 0) usleep(20000); \
+         keep = malloc(96 << 20); sleep(20); return 0; }\n",
+    )
+    .unwrap();
+    let grow = dir.join("grow");
+    assert!(Command::new("cc")
+        .arg("-o")
+        .arg(&grow)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let go = dir.join("GO");
+    let r = dir.join("r.json");
+    let mut job = Command::new(memsight_bin())
+        .args(["run", "--metrics", &format!("127.0.0.1:{port}"), "--report"])
+        .arg(&r)
+        .arg("--")
+        .arg(&grow)
+        .arg(&go)
+        .env("MEMSIGHT_TREE_BUDGET", "0.0001")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let scrape = || -> Option<String> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .ok()?;
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        Some(out)
+    };
+    let heap = |text: &str| -> Option<u64> {
+        text.lines()
+            .find(|l| l.starts_with("memsight_process_heap_bytes{"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.trim().parse().ok())
+    };
+    // The process is in the gauges (its ring is followed and the tree was read once).
+    assert!(
+        memsight_e2e::wait_until(60, || scrape().as_deref().and_then(heap).is_some()),
+        "no per-process heap gauge"
+    );
+    std::fs::write(&go, "").unwrap();
+    // A poll of the rings is 50 ms: 5 s is generous (a tree read here comes ~10 s apart).
+    let grown = memsight_e2e::wait_until(5, || {
+        scrape()
+            .as_deref()
+            .and_then(heap)
+            .is_some_and(|h| h >= 96 << 20)
+    });
+    let last = scrape();
+    // The program holds 1 GiB: end it with its sidecar.
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", job.id()))
+        .unwrap_or_default();
+    for c in children
+        .split_whitespace()
+        .filter_map(|c| c.parse::<i32>().ok())
+    {
+        // SAFETY: signalling the program this test's sidecar started.
+        unsafe { libc::kill(c, libc::SIGKILL) };
+    }
+    let _ = job.wait();
+    assert!(grown, "the gauge kept the heap of before: {last:?}");
+}

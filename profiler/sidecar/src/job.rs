@@ -183,6 +183,7 @@ impl JobRings {
         self.choose_principal(out);
         if let Some(i) = self.principal {
             let notes = self.annotations();
+            out.processes(&notes);
             self.members[i].watch.notes = notes;
         }
     }

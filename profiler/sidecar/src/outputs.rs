@@ -77,6 +77,17 @@ impl Outputs {
         }
     }
 
+    /// Each measured process's live heap and role now (pid → heap, role), for metrics.
+    pub(crate) fn processes(&self, notes: &std::collections::HashMap<u32, (Option<u64>, String)>) {
+        if let Some(m) = &self.metrics {
+            let heaps: Vec<(u32, u64, String)> = notes
+                .iter()
+                .filter_map(|(pid, (heap, role))| heap.map(|h| (*pid, h, role.clone())))
+                .collect();
+            m.process_heaps(&heaps);
+        }
+    }
+
     /// Heap allocations of the job that failed so far (the flight recorder's count), for metrics.
     pub(crate) fn alloc_failures(&self, n: u64) {
         if let Some(m) = &self.metrics {

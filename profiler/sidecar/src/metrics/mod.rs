@@ -337,6 +337,19 @@ impl Metrics {
         *seen = now;
     }
 
+    /// The live heap of each measured process of the job (pid, heap, role), as its flight
+    /// recorder last said it: set at every poll, not only when the process tree is read (its PSS
+    /// is read as often as its cost allows, seconds apart in a large job). Processes gone are
+    /// removed with the next tree read.
+    pub fn process_heaps(&self, heaps: &[(u32, u64, String)]) {
+        for (pid, heap, role) in heaps {
+            let mut l = self.labels.clone();
+            l.push(("pid".into(), pid.to_string()));
+            l.push(("role".into(), role.clone()));
+            self.process_heap.get_or_create(&l).set(clamp(*heap));
+        }
+    }
+
     /// Sets the gauges from a snapshot (sources a snapshot lacks keep their last value).
     pub fn update(&self, s: &Snapshot) {
         let l = &self.labels;
