@@ -133,6 +133,8 @@ impl Pool {
 
 static POOL: [Pool; POOLS] = [const { Pool::new() }; POOLS];
 /// Guards the shared pool's owner side.
+// The sampler's locks sit together: a process that forks writes their page once after each fork.
+#[link_section = ".data.memsight_fork_locks"]
 pub(crate) static SHARED_LOCK: SpinLock = SpinLock::new();
 
 #[repr(C)]
@@ -152,6 +154,8 @@ struct Tables {
 
 static TABLES: AtomicPtr<Tables> = AtomicPtr::new(std::ptr::null_mut());
 /// Guards the insertion of new stacks (lookups take no lock).
+// The sampler's locks sit together: a process that forks writes their page once after each fork.
+#[link_section = ".data.memsight_fork_locks"]
 pub(crate) static INTERN_LOCK: SpinLock = SpinLock::new();
 /// Stacks stored (readable without the lock below this count).
 static STACK_COUNT: AtomicUsize = AtomicUsize::new(0);

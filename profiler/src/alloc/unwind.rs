@@ -58,6 +58,8 @@ struct State {
 /// The walker and its cache (null until [`refresh`] built them).
 static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
 /// Guards the walker and its cache.
+// The sampler's locks sit together: a process that forks writes their page once after each fork.
+#[link_section = ".data.memsight_fork_locks"]
 pub(crate) static LOCK: SpinLock = SpinLock::new();
 /// Set when an object is being unloaded (`dlclose`): its tables may go away, so walks are left to
 /// libgcc's unwinder until the next refresh.
