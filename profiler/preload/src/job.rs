@@ -275,8 +275,10 @@ fn start_session() {
 /// The process heap's live bytes when this process last forked, taken in the parent just before
 /// ([`before_fork`]): what a forked child inherited.
 static LIVE_AT_FORK: AtomicU64 = AtomicU64::new(0);
-/// Set in a forked child of a measured process (the fork handler's one write) until it settles.
-static FORK_PENDING: AtomicBool = AtomicBool::new(false);
+/// The forked child of a measured process that has not settled yet (0: none): set by the fork
+/// handler (its one write), so that a `vfork` child of that child, which shares its memory, does
+/// not settle in its place.
+static FORK_PENDING: AtomicI32 = AtomicI32::new(0);
 
 /// Before a `fork` of a measured process (in the parent, whose pages are still its own): notes
 /// the live bytes the child will inherit.
@@ -293,7 +295,7 @@ extern "C" fn before_fork() {
 #[link_section = ".text.hot.memsight"]
 extern "C" fn after_fork_in_child() {
     if MEASURED.load(Ordering::Relaxed) != 0 {
-        FORK_PENDING.store(true, Ordering::Relaxed);
+        FORK_PENDING.store(pid(), Ordering::Relaxed);
     }
 }
 
@@ -305,10 +307,11 @@ extern "C" fn after_fork_in_child() {
 /// parent's, whose process id (`OWNER`, the ring's owner) is not the child's.
 #[link_section = ".text.hot.memsight"]
 fn settle_fork() {
-    if !FORK_PENDING.load(Ordering::Relaxed) {
+    let pending = FORK_PENDING.load(Ordering::Relaxed);
+    if pending == 0 || pending != pid() {
         return;
     }
-    FORK_PENDING.store(false, Ordering::Relaxed);
+    FORK_PENDING.store(0, Ordering::Relaxed);
     OWNER.store(0, Ordering::Relaxed);
     if let Ok(mut slot) = SESSION.try_lock() {
         // Not dropped: finishing it is the parent's.
