@@ -26,9 +26,32 @@ pub fn dump() -> Result<PathBuf, String> {
 /// The directory a session with report `report` writes its heap profiles to:
 /// `<dir>/<report stem>.heap/`.
 pub fn dir_for_report(report: &Path) -> PathBuf {
-    let stem = report
+    // Every byte of the report's name is kept (a name that is not UTF-8 too).
+    let mut name = report
         .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "memsight".into());
-    report.with_file_name(format!("{stem}.heap"))
+        .map_or_else(|| "memsight".into(), std::ffi::OsStr::to_os_string);
+    name.push(".heap");
+    report.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dir_for_report;
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+
+    #[test]
+    fn the_profiles_sit_beside_the_report_under_its_exact_name() {
+        assert_eq!(
+            dir_for_report(Path::new("/tmp/run/r.json")),
+            Path::new("/tmp/run/r.heap")
+        );
+        let odd = Path::new(OsStr::from_bytes(b"/tmp/r\xff.json"));
+        assert_eq!(
+            dir_for_report(odd).as_os_str().as_bytes(),
+            b"/tmp/r\xff.heap"
+        );
+        assert_eq!(dir_for_report(Path::new("/")), Path::new("/memsight.heap"));
+    }
 }
