@@ -310,13 +310,42 @@ pub(crate) fn both(b: u64) -> String {
     format!("{:>11}  {:>9.2} GB", fmt_bytes(b), b as f64 / 1e9)
 }
 
+/// Refuses a figure the estimator's saturating arithmetic pinned at its ceiling: it is no
+/// number of bytes, only "more than 16 EiB", and printing it as one would be silently wrong.
+pub(crate) fn representable(peak: u64) -> Result<(), String> {
+    if peak == u64::MAX {
+        Err(
+            "the peak is more than 16 EiB, beyond what this estimator sizes: check the sizes \
+             (layers, hidden, heads, vocabulary, sequence, batch)"
+                .into(),
+        )
+    } else {
+        Ok(())
+    }
+}
+
+/// Refuses a device of no memory (`--device-memory 0`): nothing fits it, and the question is a
+/// typo.
+pub(crate) fn device_memory(a: &Args) -> Result<(), String> {
+    match a.device_memory {
+        Some(0) => Err("--device-memory must be more than 0 bytes".into()),
+        _ => Ok(()),
+    }
+}
+
 /// Runs the estimate.
 pub fn run(a: Args) -> ExitCode {
+    if let Err(err) = device_memory(&a) {
+        return fail(err);
+    }
     let i = match input(&a) {
         Ok(i) => i,
         Err(e) => return fail(e),
     };
     let e = estimate(&i);
+    if let Err(err) = representable(e.peak_bytes) {
+        return fail(err);
+    }
     // --check-batch: everything that can make it fail to start is checked before it runs.
     let check = if a.check_batch {
         let (Some(device), Some(largest)) = (e.device_memory_bytes, e.max_micro_batch) else {
@@ -472,8 +501,8 @@ pub fn run(a: Args) -> ExitCode {
              (keeping {:.1}% more for the estimate's own error)",
             fmt_bytes(d),
             e.headroom * 100.0,
+            if e.fits == Some(true) { "fits" } else { "does NOT fit" },
             memsight_analysis::estimate::MODEL_MARGIN * 100.0,
-            if e.fits == Some(true) { "fits" } else { "does NOT fit" }
         ),
         _ => println!("\n  no device memory given: pass --device-memory SIZE for the fit and the largest micro-batch"),
     }

@@ -158,6 +158,14 @@ pub fn run(a: &Args, hf: &HfArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     let e = train::estimate(&arch, &r);
+    if let Err(err) = crate::estimate::device_memory(a).and_then(|()| {
+        let f = e.figures;
+        let terms = e.terms.iter().map(|t| t.bytes);
+        let largest = terms.chain([f.allocated, f.reserved, f.nvidia_smi]).max();
+        crate::estimate::representable(largest.unwrap_or(0))
+    }) {
+        return fail(err);
+    }
     let fit = a
         .device_memory
         .map(|d| train::fit(&arch, &r, d, a.headroom));

@@ -208,7 +208,73 @@ pub struct Linear {
     pub layers: u64,
 }
 
+/// The most parameters a described model may have: 2^50 (about a thousand times the largest
+/// model trained today). Below it every count and byte figure is exact in 64 bits; above it a
+/// config is a typo or hostile, and is refused rather than sized with wrapped arithmetic.
+pub const MAX_PARAMS: f64 = (1u64 << 50) as f64;
+
 impl Arch {
+    /// Whether the description is one `transformers` could build: every size at least 1, query
+    /// heads a multiple of the key/value heads, a mixture of experts routing each token to 1 to
+    /// `experts` experts, and at most [`MAX_PARAMS`] parameters (bounded in floating point, so
+    /// that no size, however large, wraps). The error names the field.
+    pub fn check(&self) -> Result<(), String> {
+        let positive = |name: &str, v: u64| {
+            if v == 0 {
+                Err(format!("`{name}` is 0: a model needs at least 1"))
+            } else {
+                Ok(())
+            }
+        };
+        positive("vocab_size", self.vocab)?;
+        positive("hidden_size", self.hidden)?;
+        let f = |v: u64| v as f64 + 1.0;
+        let labels = match self.head {
+            Head::SequenceClassifier { labels }
+            | Head::Score { labels }
+            | Head::TokenClassifier { labels } => labels,
+            _ => 0,
+        };
+        // Every term of `params`, each factor rounded up, so the bound is above it.
+        let mut bound = 2.0
+            * (f(self.vocab)
+                + f(self.positions)
+                + f(self.token_types)
+                + f(labels)
+                + f(self.hidden))
+            * f(self.hidden);
+        for st in self.stacks() {
+            let (a, m) = (st.attention, st.mlp);
+            positive("num_hidden_layers", st.layers)?;
+            positive("num_attention_heads", a.heads)?;
+            positive("num_key_value_heads", a.kv_heads)?;
+            positive("head_dim", a.head_dim)?;
+            positive("intermediate_size", m.intermediate)?;
+            if a.heads % a.kv_heads != 0 {
+                return Err(format!(
+                    "{} attention heads are not a multiple of {} key/value heads",
+                    a.heads, a.kv_heads
+                ));
+            }
+            if m.experts > 0 && !(1..=m.experts).contains(&m.experts_per_token) {
+                return Err(format!(
+                    "each token is routed to {} of {} experts: it must be 1 to {}",
+                    m.experts_per_token, m.experts, m.experts
+                ));
+            }
+            let attn = 6.0 * f(a.heads.max(a.kv_heads)) * f(a.head_dim) * f(self.hidden);
+            let mlp = 4.0 * f(m.experts) * f(m.intermediate) * f(self.hidden);
+            bound += f(st.layers) * (attn + mlp + 8.0 * f(self.hidden)) + f(st.relative_bias);
+        }
+        if bound.is_nan() || bound > MAX_PARAMS {
+            return Err(format!(
+                "the sizes describe up to {bound:.3e} parameters, more than this estimator sizes \
+                 ({MAX_PARAMS:.3e}): check the config's sizes"
+            ));
+        }
+        Ok(())
+    }
+
     /// The stacks, encoder first.
     pub fn stacks(&self) -> impl Iterator<Item = &Stack> {
         self.encoder.iter().chain(self.decoder.iter())

@@ -66,6 +66,13 @@ pub fn parse(text: &str) -> Result<Arch, String> {
 
 /// Reads a parsed `config.json`.
 pub fn from_value(v: &Value) -> Result<Arch, String> {
+    let arch = describe(v)?;
+    arch.check()?;
+    Ok(arch)
+}
+
+/// The family's description of a parsed `config.json`, unchecked.
+fn describe(v: &Value) -> Result<Arch, String> {
     let c = Config { v };
     let family = c.s("model_type", "");
     let class = v
@@ -253,7 +260,14 @@ fn llama_like(c: &Config, family: &str, class: Option<String>) -> Result<Arch, S
         gated: true,
         bias: mlp_bias,
         experts: if moe {
-            c.u(&["num_local_experts"], Some(8))?
+            match c.u(&["num_local_experts"], Some(8))? {
+                0 => {
+                    return Err(
+                        "`num_local_experts` is 0: a mixture of experts needs at least 1".into(),
+                    )
+                }
+                n => n,
+            }
         } else {
             0
         },

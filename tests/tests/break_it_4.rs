@@ -1,0 +1,114 @@
+//! Break-it pass 4 (a demanding new user, docs/reliability.md): `memsight estimate`'s fit line
+//! says whether the model fits, and sizes beyond what 64 bits hold, or a device of no memory, are
+//! refused rather than printed as figures.
+
+use memsight_e2e::run_memsight;
+
+fn estimate(args: &[&str]) -> (i32, String, String) {
+    let mut a = vec!["estimate"];
+    a.extend(args);
+    let r = run_memsight(&a, None);
+    (r.code, r.out, r.err)
+}
+
+const GPT2: [&str; 6] = ["--layers", "12", "--hidden", "768", "--heads", "12"];
+
+#[test]
+fn the_fit_line_says_fits_or_not_and_the_margin_in_percent() {
+    let mut fits = GPT2.to_vec();
+    fits.extend(["--device-memory", "16GiB"]);
+    let (code, out, err) = estimate(&fits);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("device 16.00 GiB"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("15% headroom: fits · largest micro-batch that fits: ")
+            && line.contains("(keeping 1.5% more for the estimate's own error)"),
+        "{line}"
+    );
+    let mut small = GPT2.to_vec();
+    small.extend(["--device-memory", "1GiB"]);
+    let (_, out, _) = estimate(&small);
+    assert!(
+        out.contains("headroom: does NOT fit · largest micro-batch that fits: 0"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_device_of_no_memory_is_refused() {
+    let mut a = GPT2.to_vec();
+    a.extend(["--device-memory", "0"]);
+    let (code, _, err) = estimate(&a);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--device-memory must be more than 0"), "{err}");
+}
+
+#[test]
+fn sizes_beyond_64_bits_are_refused_not_printed_as_16_eib() {
+    let cases: [&[&str]; 2] = [
+        &[
+            "--layers", "1000000", "--hidden", "1000000", "--heads", "1000",
+        ],
+        &[
+            "--layers",
+            "12",
+            "--hidden",
+            "768",
+            "--heads",
+            "12",
+            "--seq",
+            "100000000",
+            "--batch",
+            "100000000",
+            "--attention",
+            "efficient",
+        ],
+    ];
+    for args in cases {
+        for json in [false, true] {
+            let mut a = args.to_vec();
+            if json {
+                a.push("--json");
+            }
+            let (code, out, err) = estimate(&a);
+            assert_eq!(code, 2, "{args:?}: {out}{err}");
+            assert!(err.contains("more than 16 EiB"), "{err}");
+            assert!(
+                !out.contains("16.00 EiB") && !out.contains("18446744073709551615"),
+                "{out}"
+            );
+        }
+    }
+    // The same through --hf-config: the sequence and batch of a real config.
+    let dir = std::env::temp_dir().join(format!("memsight-break-it-4-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("config.json");
+    std::fs::write(
+        &cfg,
+        r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","vocab_size":32000,
+           "hidden_size":4096,"intermediate_size":11008,"num_hidden_layers":32,
+           "num_attention_heads":32}"#,
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    for json in [false, true] {
+        let mut a = vec![
+            "--hf-config",
+            cfg,
+            "--seq",
+            "100000000",
+            "--batch",
+            "100000000",
+        ];
+        if json {
+            a.push("--json");
+        }
+        let (code, out, err) = estimate(&a);
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(err.contains("more than 16 EiB"), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
