@@ -439,13 +439,19 @@ pub fn estimate(arch: &Arch, r: &Recipe) -> ArchEstimate {
             };
     }
     // LoRA dropout: each wrapped module's input is dropped out (a copy and a mask per module).
+    // The modules sit inside the blocks, so under full checkpointing their copies are made again
+    // with the block in backward, one block at a time, like the rest of the block's activations.
     if let (Some(l), true) = (&r.lora, r.lora_dropout) {
         let per_token: u128 = l
             .wrapped(arch)
             .iter()
             .map(|w| f(w.count) * f(w.fan_in) * (s.a + 1))
             .sum();
-        kept += per_token * tokens / tp;
+        let dropped = per_token * tokens / tp;
+        match r.checkpointing {
+            Checkpointing::Full => per_layer_max += dropped / f(arch.layers().max(1)),
+            _ => kept += dropped,
+        }
     }
     // The embedding's output (and BERT's embedding norm) and the final norm.
     let ends =
