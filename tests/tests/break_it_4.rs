@@ -112,3 +112,45 @@ fn sizes_beyond_64_bits_are_refused_not_printed_as_16_eib() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `memsight top` (no terminal here: it says it cannot open one once it found the sidecar, and
+/// "no sidecar" when it did not) of `pid`.
+fn top_says(pid: u32) -> String {
+    let r = run_memsight(&["top", &pid.to_string()], None);
+    r.err
+}
+
+/// `memsight run … &` then `memsight top $!`: `$!` is memsight's own pid, and the sidecar is
+/// named by the job's first process, its child — `top` said "no sidecar".
+#[test]
+fn top_with_the_pid_of_memsight_run_itself_opens_its_job() {
+    let dir = std::env::temp_dir().join(format!("memsight-break-it-4-top-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut run = std::process::Command::new(memsight_e2e::memsight_bin())
+        .args(["run", "--report"])
+        .arg(dir.join("r.json"))
+        .args(["--", "sleep", "600"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let children = format!("/proc/{0}/task/{0}/children", run.id());
+    let job = || {
+        std::fs::read_to_string(&children)
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+    };
+    // The job's own pid opens its sidecar once the sidecar is up.
+    let up = memsight_e2e::wait_until(60, || {
+        job().is_some_and(|j| top_says(j).contains("cannot open the terminal"))
+    });
+    let said = top_says(run.id());
+    if let Some(j) = job() {
+        // SAFETY: ending the job this test started.
+        unsafe { libc::kill(j as i32, libc::SIGKILL) };
+    }
+    let _ = run.wait();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(up, "the job's sidecar never came up");
+    assert!(said.contains("cannot open the terminal"), "{said}");
+}

@@ -63,8 +63,10 @@ fn running_sidecars() -> Vec<(u32, String)> {
     found
 }
 
-/// The socket of a pid's sidecar: its own, else the first of its ancestors' (a rank, a worker or
-/// a helper of a job under `memsight run`, whose sidecar is named by the job's first process).
+/// The socket of a pid's sidecar: its own; else that of a job it started (the pid of `memsight
+/// run` itself, what `$!` gives a shell that ran it in the background: the sidecar is named by
+/// the job's first process, its child); else the first of its ancestors' (a rank, a worker or a
+/// helper of a job under `memsight run`).
 fn socket_of(target: &str) -> Result<PathBuf, String> {
     let Ok(pid) = target.parse::<u32>() else {
         return Ok(PathBuf::from(target));
@@ -73,6 +75,15 @@ fn socket_of(target: &str) -> Result<PathBuf, String> {
         .map_err(|(p, e)| format!("{}: {e}", p.display()))?;
     if own.exists() {
         return Ok(own);
+    }
+    for (job, _) in running_sidecars() {
+        if parent_of(job) == Some(pid) {
+            if let Ok(s) = memsight_sidecar::server::socket_path(job) {
+                if s.exists() {
+                    return Ok(s);
+                }
+            }
+        }
     }
     let mut p = pid;
     for _ in 0..64 {
