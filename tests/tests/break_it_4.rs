@@ -154,3 +154,18 @@ fn top_with_the_pid_of_memsight_run_itself_opens_its_job() {
     assert!(up, "the job's sidecar never came up");
     assert!(said.contains("cannot open the terminal"), "{said}");
 }
+
+/// A job of one process: the summary's tree total said "total (1 processes)".
+#[test]
+fn a_one_process_tree_total_says_one_process() {
+    let dir = std::env::temp_dir().join(format!("memsight-break-it-4-sum-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let r = dir.join("r.json");
+    let r = r.to_str().unwrap();
+    let run = run_memsight(&["run", "--report", r, "--", "sleep", "0.5"], None);
+    assert_eq!(run.code, 0, "{}", run.err);
+    let md = run_memsight(&["summary", r, "--format", "markdown"], None);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(md.code, 0, "{}", md.err);
+    assert!(md.out.contains("**total (1 process)**"), "{}", md.out);
+}

@@ -238,8 +238,9 @@ fn process_tree(s: &mut String, r: &Report) {
     }
     let _ = writeln!(
         s,
-        "| | **total ({} processes)** | **{}** | {} | {} |",
+        "| | **total ({} process{})** | **{}** | {} | {} |",
         t.processes.len(),
+        if t.processes.len() == 1 { "" } else { "es" },
         opt(t.total_pss),
         opt(t.total_uss),
         fmt_bytes(t.total_rss)
