@@ -169,3 +169,37 @@ fn a_one_process_tree_total_says_one_process() {
     assert_eq!(md.code, 0, "{}", md.err);
     assert!(md.out.contains("**total (1 process)**"), "{}", md.out);
 }
+
+/// `plan --gpus 18446744073709551615` panicked (`capacity overflow`: the plan holds every GPU);
+/// a count past one machine's is refused with the reason.
+#[test]
+fn plan_refuses_a_gpu_count_past_one_machine_without_a_panic() {
+    use memsight::devices::DevicePeak;
+    use memsight::Report;
+    let dir = std::env::temp_dir().join(format!("memsight-break-it-4-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tui/tests/fixtures/gpt-report.json");
+    let mut r = Report::load(&fixture).unwrap();
+    r.devices = vec![DevicePeak {
+        index: 0,
+        backend: "libtorch-cuda".into(),
+        peak_reserved_bytes: Some(30 << 30),
+        peak_allocated_bytes: Some(26 << 30),
+        ..Default::default()
+    }];
+    let job = dir.join("job.json");
+    r.save(&job).unwrap();
+    let j = job.to_str().unwrap();
+    for gpus in ["18446744073709551615", "100000000000"] {
+        let out = run_memsight(&["plan", "--gpus", gpus, "--gpu-memory", "80GiB", j], None);
+        assert_eq!(out.code, 2, "{gpus}: {}{}", out.out, out.err);
+        assert!(out.err.contains("the plan lists every GPU"), "{}", out.err);
+    }
+    let out = run_memsight(
+        &["plan", "--gpus", "65536", "--gpu-memory", "80GiB", j],
+        None,
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(out.code, 0, "{}", out.err);
+}

@@ -161,6 +161,9 @@ pub fn job_from_report(name: &str, r: &Report) -> Result<PlanJob, PlanError> {
     })
 }
 
+/// The most GPUs one plan places jobs on.
+pub const MAX_GPUS: usize = 65_536;
+
 /// Places `jobs` on `gpus` GPUs of `gpu_memory` bytes, keeping `headroom` of each free.
 pub fn plan(
     jobs: Vec<PlanJob>,
@@ -168,8 +171,15 @@ pub fn plan(
     gpu_memory: u64,
     headroom: f64,
 ) -> Result<Plan, PlanError> {
+    // The plan holds (and `--gpu-plan` lists) every GPU: a count past what one machine's launcher
+    // places is a typo, and would only exhaust memory building it.
     if gpus == 0 {
         return Err(PlanError::Invalid("--gpus must be at least 1".into()));
+    }
+    if gpus > MAX_GPUS {
+        return Err(PlanError::Invalid(format!(
+            "--gpus {gpus} is more than {MAX_GPUS}: the plan lists every GPU of one machine"
+        )));
     }
     if !(0.0..1.0).contains(&headroom) {
         return Err(PlanError::Invalid(format!(
@@ -199,7 +209,7 @@ pub fn plan(
         // The GPU with the most room left that fits (lowest index on ties).
         let best = plan
             .iter_mut()
-            .filter(|g| g.used_bytes + j.need_bytes <= capacity)
+            .filter(|g| g.used_bytes.saturating_add(j.need_bytes) <= capacity)
             .max_by_key(|g| (capacity - g.used_bytes, std::cmp::Reverse(g.gpu)));
         match best {
             Some(g) => {
