@@ -55,3 +55,32 @@ fn checkpointed_blocks_keep_no_lora_dropout_copies() {
     let masks = 40 * 3 * 2 * 8192 * 5120u64;
     assert!(term(&eager, "activations kept") >= term(&eager_plain, "activations kept") + masks);
 }
+
+/// peft's `prepare_model_for_kbit_training` leaves embeddings and norms in fp32, so the residual
+/// stream — what each checkpointed block keeps — is fp32: 4 bytes per hidden element, twice the
+/// bf16 stream of the same QLoRA run without it (break-it pass 4: QLoRA rows 13–37% low).
+#[test]
+fn kbit_preparation_makes_the_checkpointed_stream_fp32() {
+    use memsight_analysis::estimate::recipe::Quant;
+    let a = hf::parse(
+        r#"{"model_type":"llama","architectures":["LlamaForCausalLM"],"hidden_size":4096,
+            "intermediate_size":11008,"num_hidden_layers":32,"num_attention_heads":32,
+            "vocab_size":32000}"#,
+    )
+    .unwrap();
+    let mut r = Recipe::new(4096);
+    r.precision = Precision::Bf16;
+    r.quant = Quant::Nf4 { double_quant: true };
+    r.lora = Some(Lora {
+        rank: 8,
+        targets: Targets::QueryValue,
+        dora: false,
+    });
+    r.checkpointing = Checkpointing::Full;
+    let bf16 = term(&train::estimate(&a, &r), "activations kept");
+    r.kbit_fp32_rest = true;
+    let fp32 = term(&train::estimate(&a, &r), "activations kept");
+    // 32 block inputs and the embedding's output, 4096 tokens × 4096 features, 2 bytes more each.
+    let stream = 33 * 4096 * 4096u64;
+    assert_eq!(fp32 - bf16, 2 * stream, "{bf16} → {fp32}");
+}

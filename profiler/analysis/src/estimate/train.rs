@@ -75,6 +75,18 @@ struct Sizes {
     amp: bool,
 }
 
+/// The element sizes of a recipe. peft's `prepare_model_for_kbit_training` leaves the embeddings
+/// and norms in fp32, so the residual stream is fp32: the embedding's output is, a norm returns its
+/// fp32 weight times its input, and bitsandbytes' linears cast their output back to their input's
+/// dtype.
+fn sizes_of(r: &Recipe) -> Sizes {
+    let mut s = sizes(r.precision);
+    if r.kbit_fp32_rest && r.quant != Quant::None {
+        s.r = s.r.max(4);
+    }
+    s
+}
+
 fn sizes(p: Precision) -> Sizes {
     Sizes {
         a: f(p.activation_bytes()),
@@ -132,7 +144,7 @@ fn norm_bytes(norm: Norm, s: &Sizes, d: u128, trains: bool, output_kept: bool) -
 /// Per-token bytes one block of `st` keeps for backward, and the attention core's share (what
 /// selective recomputation drops), for sequences of `seq` (the scores' width) split over `tp`.
 fn block_bytes(arch: &Arch, st: &Stack, r: &Recipe, seq: u64) -> (u128, u128) {
-    let s = sizes(r.precision);
+    let s = sizes_of(r);
     let sv = Saves::new(arch, r);
     let d = f(arch.hidden);
     let at = st.attention;
@@ -415,7 +427,7 @@ fn largest_linear(arch: &Arch) -> u128 {
 /// Estimates `arch` trained (or run) with `r`.
 pub fn estimate(arch: &Arch, r: &Recipe) -> ArchEstimate {
     let st = states(arch, r);
-    let s = sizes(r.precision);
+    let s = sizes_of(r);
     let training = r.optimizer != Optim::None;
     let tokens = f(r.batch) * f(r.seq);
     let d = f(arch.hidden);
