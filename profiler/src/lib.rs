@@ -64,9 +64,17 @@ pub use memsight_format::{report, safe_file, snapshot, timeline, units, wire};
 
 pub use alloc::{reset_peak, size_histogram, stats, Allocator, HeapStats};
 pub use phases::{
-    current_phase, current_step, monitor, phase, step, PhaseGuard, PhaseMeasurement, PhaseStats,
+    current_phase, current_step, monitor, phase, PhaseGuard, PhaseMeasurement, PhaseStats,
     StepStats,
 };
+
+/// Marks the start of training step `n`: the previous step's peak and end live bytes are
+/// recorded. A process whose environment came to name its rank since its session greeted (the
+/// first rank of Lightning's launcher) says so again in its ring.
+pub fn step(n: u64) {
+    session::note_rank();
+    phases::step(n);
+}
 pub use report::Report;
 pub use session::{print_snapshot, snapshot, Session, SessionBuilder, SessionError};
 pub use training::{end_training, end_training_by};

@@ -15,9 +15,7 @@ const MAX_STEPS: usize = 4096;
 pub(super) static STEP: AtomicU64 = AtomicU64::new(0);
 
 /// Marks the start of training step `n`; the previous step's peak and end live bytes are recorded.
-/// A process whose rank appeared in its environment since its session greeted says so again.
 pub fn step(n: u64) {
-    crate::session::note_rank();
     let live = live_now();
     let mut st = state();
     if st.step_open {

@@ -415,7 +415,7 @@ impl Session {
 
     /// Marks the start of training step `n` (as [`crate::step`]).
     pub fn step(&self, n: u64) {
-        phases::step(n)
+        crate::step(n)
     }
 
     /// Opens a phase on the calling thread (as [`crate::phase`]).
