@@ -102,14 +102,12 @@ fn serving_malloc() -> bool {
 }
 
 /// Whether this library is the first entry of `LD_PRELOAD`.
-#[link_section = ".text.hot.memsight"]
 fn first_preloaded() -> bool {
     std::env::var("LD_PRELOAD")
         .is_ok_and(|list| preloaded(&list).next().is_some_and(is_this_library))
 }
 
 /// The entries of an `LD_PRELOAD` list (the loader separates them by colons or blanks).
-#[link_section = ".text.hot.memsight"]
 fn preloaded(list: &str) -> impl Iterator<Item = &str> {
     list.split([':', ' ']).filter(|e| !e.is_empty())
 }
@@ -326,7 +324,6 @@ fn settle_fork() {
 }
 
 /// Whether a path names this library.
-#[link_section = ".text.hot.memsight"]
 fn is_this_library(path: &str) -> bool {
     path.ends_with("libmemsight_preload.so")
 }

@@ -596,7 +596,7 @@ pub fn forget_inherited() {
 /// not (called at each training step, on the thread that marks it: the one that sets the
 /// environment, in the launchers seen).
 pub(crate) fn note_rank() {
-    flight::rank_now(place::rank);
+    flight::rank_now(memsight_format::process::RankEnv::from_env);
 }
 
 /// A snapshot taken now: through the running session's collectors, or fresh ones without a session.

@@ -45,17 +45,12 @@ pub(crate) fn own() {
     OWNER.store(std::process::id(), Ordering::Relaxed);
 }
 
-/// This process's rank, as its environment names it now.
-pub(crate) fn rank() -> Option<RankEnv> {
-    RankEnv::from_env()
-}
-
 /// What this process says of itself.
 pub(crate) fn info() -> ProcessInfo {
     ProcessInfo {
         // SAFETY: getppid has no preconditions.
         ppid: unsafe { libc::getppid() } as u32,
-        rank: rank(),
+        rank: RankEnv::from_env(),
         forked: FORKED.load(Ordering::Relaxed),
         inherited_bytes: INHERITED.load(Ordering::Relaxed),
     }
