@@ -60,6 +60,47 @@ fn a_sigkilled_job_still_gets_its_report() {
 }
 
 #[test]
+fn a_job_that_dies_between_samples_is_placed_at_the_step_it_was_in() {
+    // Samples 10 s apart; the job aborts 2 s into step 3 (its train phase closed): the steps and
+    // phases themselves must reach the flight recorder (break-it pass 4: "at step 2 in phase
+    // spike" for an abort at step 3 outside any phase).
+    let dir = scratch("sidecar-abort");
+    let report = dir.join("r.json");
+    let r = run_memsight(
+        &[
+            "run",
+            "--interval",
+            "10s",
+            "--report",
+            report.to_str().unwrap(),
+            "--",
+            JOB,
+            "abort",
+        ],
+        None,
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap_or_default())
+        .unwrap_or(Value::Null);
+    assert_eq!(v["job"]["exit"]["signal"], 6, "{}", r.err);
+    let pm = &v["post_mortem"];
+    assert_eq!(pm["last_sample"]["step"], 3, "{pm}");
+    assert!(pm["last_sample"]["phase"].is_null(), "{pm}");
+    let description = pm["description"].as_str().unwrap_or_default();
+    assert!(
+        description.contains("SIGABRT") && description.contains("at step 3"),
+        "{description}"
+    );
+    // The phase closed a moment before the abort is in the totals: steps 0 to 3 each ran it.
+    let phases = v["phases"].as_array().unwrap();
+    let train = phases.iter().find(|p| p["path"] == "train");
+    assert_eq!(
+        train.map(|p| &p["count"]),
+        Some(&Value::from(4)),
+        "{phases:?}"
+    );
+}
+
+#[test]
 fn running_out_of_address_space_is_an_out_of_memory_post_mortem() {
     let dir = scratch("sidecar-oom");
     let report = dir.join("r.json");

@@ -330,6 +330,7 @@ impl SessionBuilder {
             stop: Mutex::new(false),
             wake: Condvar::new(),
             missed: AtomicU64::new(0),
+            nudged: AtomicBool::new(false),
         });
         let first = shared.sample();
         if !cfg.quiet {
@@ -346,7 +347,13 @@ impl SessionBuilder {
                 SessionError::Spawn(e)
             })?;
         *lock(&CURRENT) = Some(Arc::clone(&shared));
-        flight::install(ring, started, hello);
+        // A watched session samples at once when a step or phase changes (the sidecar's post-mortem
+        // reads where the job was from the last sample); the in-process report needs no such sample.
+        let nudge = ring.map(|_| {
+            let s = Arc::clone(&shared);
+            Arc::new(move || s.nudge()) as flight::Nudge
+        });
+        flight::install(ring, started, hello, nudge);
         Ok(Session {
             shared,
             sampler: Some(sampler),

@@ -10,7 +10,7 @@ use memsight_format::snapshot::Snapshot;
 use memsight_format::timeline::Timeline;
 use memsight_format::wire::ring::RingWriter;
 use memsight_format::wire::Record;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,7 +27,17 @@ pub(super) struct Shared {
     pub(super) wake: Condvar,
     /// Sampling intervals that passed without a sample (the sampler ran late).
     pub(super) missed: AtomicU64,
+    /// A step began or a phase opened or closed since the last sample ([`Shared::nudge`]).
+    pub(super) nudged: AtomicBool,
 }
+
+/// The shortest time between a sample and one a step or phase change asks for: a quarter of the
+/// interval, at most [`MAX_NUDGE_GAP`], at least 1 ms. A job whose steps or phases change faster
+/// than that gets one more sample per gap at most: four per interval at the default 100 ms, 40 a
+/// second at any longer interval (the sidecar reads the process tree on its own schedule, not per
+/// sample).
+const NUDGES_PER_INTERVAL: u32 = 4;
+const MAX_NUDGE_GAP: Duration = Duration::from_millis(25);
 
 /// Writes a sample to the flight recorder. A sample whose device segment maps make it larger than
 /// a ring slot (48 segments of an H100 training job: 10 KB against 4 KiB slots, docs/gpu.md) keeps
@@ -84,20 +94,48 @@ impl Shared {
         s
     }
 
+    /// Asks for a sample now: a step began, or a phase opened or closed. The flight recorder then
+    /// says where the job is even when it dies before the next interval (an abort 60 ms into step 3
+    /// read "at step 2"). Cheap for the caller: one flag, and a wake-up only when it was clear.
+    pub(super) fn nudge(&self) {
+        if !self.nudged.swap(true, Ordering::AcqRel) {
+            // Under the sampler's lock, so the wake-up cannot fall between its look at the flag
+            // and its wait.
+            let _held = lock(&self.stop);
+            self.wake.notify_all();
+        }
+    }
+
     pub(super) fn run(&self, interval: Duration) {
         let mut next = Instant::now() + interval;
+        let mut last = Instant::now();
+        // At least 1 ms: samples a millisecond apart keep timestamps of their own (the timeline
+        // merges samples that share one).
+        let min_gap = (interval / NUDGES_PER_INTERVAL)
+            .min(MAX_NUDGE_GAP)
+            .max(Duration::from_millis(1));
         let mut ticks: u64 = 0;
         let phase_every = (250 / interval.as_millis().max(1) as u64).max(1);
         loop {
             let mut stop = lock(&self.stop);
+            let mut nudged = false;
             while !*stop {
                 let now = Instant::now();
                 if now >= next {
                     break;
                 }
+                let mut until = next;
+                if self.nudged.load(Ordering::Acquire) {
+                    let soonest = last + min_gap;
+                    if now >= soonest {
+                        nudged = true;
+                        break;
+                    }
+                    until = until.min(soonest);
+                }
                 stop = self
                     .wake
-                    .wait_timeout(stop, next - now)
+                    .wait_timeout(stop, until - now)
                     .map(|r| r.0)
                     .unwrap_or_else(|p| p.into_inner().0);
             }
@@ -105,7 +143,20 @@ impl Shared {
                 return;
             }
             drop(stop);
+            // Cleared before the sample: a change during it asks again.
+            self.nudged.store(false, Ordering::Release);
             let s = self.sample();
+            last = Instant::now();
+            if nudged {
+                // Off the schedule: the regular samples keep their times, but one due sooner than
+                // the gap is left out (this sample stands for it), so no two samples are closer.
+                self.record(s);
+                self.record_phases();
+                if next.saturating_duration_since(last) < min_gap {
+                    next += interval;
+                }
+                continue;
+            }
             heapprof::on_sample(s.heap.live_bytes, s.step);
             self.record(s);
             ticks += 1;

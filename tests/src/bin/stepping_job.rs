@@ -1,5 +1,6 @@
 //! A training-shaped job for the sidecar tests: steps with train/forward phases, each keeping
-//! another 4 MiB. `stepping_job kill` SIGKILLs itself at step 10; `oom` caps its address space and
+//! another 4 MiB. `stepping_job kill` SIGKILLs itself at step 10; `abort` aborts 2 s into step 3,
+//! outside its phases; `oom` caps its address space and
 //! allocates until an allocation fails; `grow` keeps 8 MiB a step until something stops it; `exit
 //! CODE [STEPS]` finishes its session and exits with CODE. With `JOB_PID_FILE` set it writes its pid
 //! there first; with `JOB_CGROUP` set it moves itself into that cgroup directory; `JOB_PHASE_NAME`
@@ -80,6 +81,14 @@ fn main() {
             let mut v = vec![0u8; size];
             touch(&mut v);
             kept.push(std::hint::black_box(v));
+        }
+        if mode == "abort" && step == 3 {
+            // Outside any phase, its train/forward just closed, long before the next regular
+            // sample (the test sets a long interval): only a sample the step and the phases
+            // asked for places the abort. Two seconds let the sampler run on a busy machine.
+            drop(_train);
+            std::thread::sleep(Duration::from_secs(2));
+            std::process::abort();
         }
         if mode == "kill" && step == 10 {
             // SAFETY: signalling ourselves.
