@@ -116,18 +116,25 @@ pub fn run(a: Args) -> ExitCode {
     }
 }
 
-/// Each rank of a job report other than the one its headline is (the lowest): gated on its own
-/// report, read from the path its row names (also beside the job's report, where the job's
-/// directory moved), in the same window as the headline; when that report cannot be read, on the
-/// heap peak its row keeps. One line per violation, led by the rank.
+/// Each rank of a job report other than the one its headline is (the lowest rank's row with the
+/// headline's pid: nodes of a merged report reuse pids): gated on its own report, read from the
+/// path its row names (also beside the job's report, where the job's directory moved) and taken
+/// only when it is that process's (its pid, rank and end match the row), in the same window as
+/// the headline. When no such report can be read, on the heap and RSS peaks its row keeps, and
+/// said on standard error. One line per violation, led by the rank.
 fn other_ranks(
     report: &Report,
     path: &std::path::Path,
     budgets: &Budgets,
     whole_run: bool,
 ) -> Vec<String> {
+    use memsight_format::units::fmt_bytes;
+    let headline = report.ranks.iter().position(|r| r.pid == report.job.pid);
     let mut out = Vec::new();
-    for row in report.ranks.iter().filter(|r| r.pid != report.job.pid) {
+    for (i, row) in report.ranks.iter().enumerate() {
+        if Some(i) == headline {
+            continue;
+        }
         let who = format!("{} (pid {})", row.role_text(), row.pid);
         let own = row.report.as_deref().map(std::path::PathBuf::from);
         let beside = own
@@ -137,23 +144,57 @@ fn other_ranks(
         let loaded = own
             .iter()
             .chain(beside.iter())
-            .find_map(|p| Report::load(p).ok());
+            .filter_map(|p| Report::load(p).ok())
+            .find(|r| is_report_of(r, row));
         match loaded {
             Some(r) => {
                 let r = if whole_run { r } else { r.within_training() };
                 out.extend(budgets.check(&r).into_iter().map(|v| format!("{who}: {v}")));
             }
             None => {
-                if let Some(max) = budgets.max_host_peak.filter(|m| row.heap_peak_bytes > *m) {
-                    out.push(format!(
-                        "{who}: host peak {} exceeds budget {} (its own report could not be read: \
-                         only its heap peak is gated)",
-                        memsight_format::units::fmt_bytes(row.heap_peak_bytes),
-                        memsight_format::units::fmt_bytes(max)
-                    ));
+                eprintln!(
+                    "memsight check: {}",
+                    text::line(&format!(
+                        "{who}: its own report could not be read{}: only the heap and RSS peaks \
+                         its row in the job's report keeps are gated",
+                        own.as_deref()
+                            .map(|p| format!(" ({} is missing or another run's)", p.display()))
+                            .unwrap_or_default()
+                    ))
+                );
+                let gates = [
+                    (
+                        "host peak",
+                        budgets.max_host_peak,
+                        Some(row.heap_peak_bytes),
+                    ),
+                    ("rss peak", budgets.max_rss_peak, row.rss_peak_bytes),
+                ];
+                for (what, max, value) in gates {
+                    if let (Some(max), Some(v)) = (max, value) {
+                        if v > max {
+                            out.push(format!(
+                                "{who}: {what} {} exceeds budget {} (its own report could not \
+                                 be read: its row's peak is gated)",
+                                fmt_bytes(v),
+                                fmt_bytes(max)
+                            ));
+                        }
+                    }
                 }
             }
         }
     }
     out
+}
+
+/// Whether `r` is the report of the process `row` describes: its pid, the rank its own row gives
+/// and the instant it ended (a stale report of an earlier run, or of a rank on another node that
+/// reused the pid, is not).
+fn is_report_of(r: &Report, row: &memsight_format::process::JobProcess) -> bool {
+    r.job.pid == row.pid
+        && row.end.unix_ms.is_none_or(|t| t == r.job.end_unix_ms)
+        && r.ranks
+            .iter()
+            .all(|own| own.pid != row.pid || own.role == row.role)
 }
