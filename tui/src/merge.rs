@@ -83,9 +83,17 @@ pub fn merge(inputs: Vec<(PathBuf, Report)>) -> Result<Report, String> {
         }
         for row in &r.ranks {
             let Some(rank) = rank_of(row) else { continue };
-            if let Some((_, _, j)) = rows.iter().find(|(k, _, _)| *k == rank) {
+            if let Some((_, seen, j)) = rows.iter().find(|(k, _, _)| *k == rank) {
+                // A node's job report and that node's own rank reports carry the same row: the
+                // usual slip of a glob (`shared/r-*.json`), said as such.
+                let hint = if same_process(seen, row) {
+                    " (the same process: give each node's job report or its rank reports, \
+                     not both)"
+                } else {
+                    ""
+                };
                 return Err(format!(
-                    "rank {rank} is in both {} and {}",
+                    "rank {rank} is in both {} and {}{hint}",
                     inputs[*j].0.display(),
                     path.display()
                 ));
@@ -96,6 +104,9 @@ pub fn merge(inputs: Vec<(PathBuf, Report)>) -> Result<Report, String> {
         }
     }
     rows.sort_by_key(|(rank, _, _)| *rank);
+    if let Some(said) = missing_ranks(rows.iter().map(|(rank, _, _)| *rank)) {
+        eprintln!("memsight merge: {said} from the reports given: a node's reports left out?");
+    }
     let base = rows
         .first()
         .map(|(_, _, i)| *i)
@@ -115,15 +126,50 @@ pub fn merge(inputs: Vec<(PathBuf, Report)>) -> Result<Report, String> {
     if let (Some(first), Some(pm)) = (first, merged.post_mortem.as_mut()) {
         let who = format!("{} (pid {})", first.role_text(), first.pid);
         if !pm.description.starts_with(&who) {
+            // A node's job report says which of its own processes failed first; across the
+            // nodes another did, so only what it says of its own job is kept.
+            let own = pm
+                .description
+                .split_once(" failed first: ")
+                .and_then(|(_, rest)| rest.split_once("; then the job: "))
+                .map_or(pm.description.as_str(), |(_, then)| then);
             pm.description = format!(
                 "{who} failed first (of {} ranks): {} at step {}; this report is rank {}'s: {}",
                 rows.len(),
                 first.end.description,
                 first.last_step,
                 rows[0].0,
-                pm.description
+                own
             );
         }
     }
     Ok(merged)
+}
+
+/// Whether two rows describe one process: the same pid, command and end (a node's job report and
+/// its own rank report), not one pid reused by another node or run.
+fn same_process(a: &JobProcess, b: &JobProcess) -> bool {
+    a.pid == b.pid && a.ppid == b.ppid && a.command == b.command && a.end == b.end
+}
+
+/// The ranks below the highest one given that no report has, said (`ranks 1, 2 are missing`),
+/// the first eight by number and how many more.
+fn missing_ranks(given: impl Iterator<Item = u32>) -> Option<String> {
+    let given: std::collections::BTreeSet<u32> = given.collect();
+    let top = u64::from(given.last().copied()?);
+    let count = top + 1 - given.len() as u64;
+    if count == 0 {
+        return None;
+    }
+    let first: Vec<String> = (0..=top)
+        .filter(|r| u32::try_from(*r).is_ok_and(|r| !given.contains(&r)))
+        .take(8)
+        .map(|r| r.to_string())
+        .collect();
+    let more = count - first.len() as u64;
+    Some(match (count, more) {
+        (1, _) => format!("rank {} is missing", first.join("")),
+        (_, 0) => format!("ranks {} are missing", first.join(", ")),
+        _ => format!("ranks {} and {more} more are missing", first.join(", ")),
+    })
 }
