@@ -287,10 +287,7 @@ impl Assembly<'_> {
             return;
         }
         let who = format!("{} (pid {})", row.role_text(), first.pid);
-        let place = match &row.last_phase {
-            Some(p) => format!("step {} in phase {p}", row.last_step),
-            None => format!("step {}", row.last_step),
-        };
+        let place = self.place_of_end(first, &row);
         let size = self.size_at_end(first, &row);
         let then = pm.description.clone();
         pm.description = format!(
@@ -314,6 +311,66 @@ impl Assembly<'_> {
         } else if pm.cause == "exited" || pm.cause == "signaled" {
             pm.cause = row.end.kind.clone();
         }
+    }
+
+    /// Where in training `m` ended: its own step and phase when its steps moved; else (a forked
+    /// DataLoader worker keeps the step it was forked at, a spawned one never steps) the step
+    /// and phase of the process that trains at `m`'s last sample: its nearest ancestor whose
+    /// steps moved, else the job's principal.
+    fn place_of_end(&self, m: &Member, row: &JobProcess) -> String {
+        let at = |step: u64, phase: Option<&str>| match phase {
+            Some(p) => format!("step {step} in phase {p}"),
+            None => format!("step {step}"),
+        };
+        let Some(trainer) = self.trainer_of(m) else {
+            return at(row.last_step, row.last_phase.as_deref());
+        };
+        let start = trainer.watch.ring_start_unix_ms.unwrap_or(0);
+        // Its last own sample, not when its end was seen: by then the trainer may be reacting
+        // to it (a DataLoader's "worker killed" error, the interpreter's shutdown).
+        let end = match m.watch.last() {
+            Some(_) => last_sample_unix_ms(m),
+            None => m.ended_unix_ms.unwrap_or(u64::MAX),
+        };
+        let samples = trainer.watch.timeline.samples();
+        let Some(s) = samples
+            .iter()
+            .rev()
+            .find(|s| start.saturating_add(s.t_ms) <= end)
+            .or(samples.first())
+        else {
+            return at(row.last_step, row.last_phase.as_deref());
+        };
+        let role = trainer
+            .role
+            .map_or_else(|| "process".into(), |r| r.describe());
+        format!(
+            "{} of the training loop ({role}, pid {})",
+            at(s.step, s.phase.as_deref()),
+            trainer.pid
+        )
+    }
+
+    /// The member whose steps place `m`'s end when `m`'s own steps never moved: its nearest
+    /// ancestor among the members whose steps did, else the principal when its steps did.
+    fn trainer_of(&self, m: &Member) -> Option<&Member> {
+        if steps_moved(m) {
+            return None;
+        }
+        let members = &self.job.members;
+        let mut ppid = m.info.ppid;
+        for _ in 0..64 {
+            let Some(parent) = members.iter().find(|o| o.pid == ppid && o.pid != m.pid) else {
+                break;
+            };
+            if steps_moved(parent) {
+                return Some(parent);
+            }
+            ppid = parent.info.ppid;
+        }
+        self.job
+            .principal()
+            .filter(|p| p.pid != m.pid && steps_moved(p))
     }
 
     /// Processes of the job's tree that lived long enough to have a session (seen in samples
@@ -404,6 +461,13 @@ impl Assembly<'_> {
                 )
             })
     }
+}
+
+/// Whether a member's step changed while it ran (a forked worker starts at its parent's step and
+/// keeps it).
+fn steps_moved(m: &Member) -> bool {
+    let mut steps = m.watch.timeline.samples().iter().map(|s| s.step);
+    steps.next().is_some_and(|first| steps.any(|s| s != first))
 }
 
 /// A member's last sampled RSS.

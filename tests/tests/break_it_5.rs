@@ -1,0 +1,304 @@
+//! Break-it pass 5 (a demanding PyTorch user's multi-process jobs, docs/reliability.md): `check`
+//! gates every rank of a merged multi-node report (pids repeat across nodes), never on another
+//! run's report; `merge` takes a node's job report with its own rank reports, says which ranks are
+//! missing and names one process as the first to fail; an OOM-killed DataLoader worker is placed at
+//! the training loop's step.
+
+use memsight_e2e::{child_cgroup, run_memsight, run_memsight_env, scratch, torch_python};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+const MIB: u64 = 1 << 20;
+
+/// A rank's row as `memsight run` writes it in a job report (and alone in the rank's report).
+fn row(rank: u32, pid: u32, heap: u64, rss: u64, end: Value, report: Option<&Path>) -> Value {
+    let mut r = json!({
+        "pid": pid, "ppid": 1, "role": "rank", "rank": rank,
+        "command": ["python", "train.py"],
+        "heap_peak_bytes": heap, "rss_peak_bytes": rss,
+        "last_step": 5, "last_phase": "forward", "end": end,
+    });
+    if let Some(p) = report {
+        r["report"] = json!(p.display().to_string());
+    }
+    r
+}
+
+fn exited(code: i32, unix_ms: u64) -> Value {
+    json!({"kind": "exited", "code": code, "unix_ms": unix_ms,
+           "description": format!("exited with code {code}")})
+}
+
+fn killed(unix_ms: u64) -> Value {
+    json!({"kind": "killed", "unix_ms": unix_ms,
+           "description": "ended without exiting: killed by a signal"})
+}
+
+/// A report of process `pid` (the documented example's timeline and phases) with this heap and
+/// RSS peak, these rank rows and this post-mortem, written to `path`.
+fn write_report(path: &Path, pid: u32, heap: u64, rss: u64, ranks: Vec<Value>, pm: &str) {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/report.example.json");
+    let mut v: Value = serde_json::from_slice(&std::fs::read(example).unwrap()).unwrap();
+    v["job"]["pid"] = json!(pid);
+    v["peaks"]["heap_peak_bytes"] = json!(heap);
+    v["peaks"]["rss_peak_bytes"] = json!(rss);
+    v["peaks"]["rss_peak_sample"]["bytes"] = json!(rss);
+    if let [own] = ranks.as_slice() {
+        v["job"]["end_unix_ms"] = own["end"]["unix_ms"].clone();
+    }
+    v["ranks"] = json!(ranks);
+    v["post_mortem"]["description"] = json!(pm);
+    std::fs::write(path, serde_json::to_vec(&v).unwrap()).unwrap();
+}
+
+/// A rank's own report (its one row names it).
+fn rank_report(dir: &Path, rank: u32, pid: u32, heap: u64, end: Value) -> PathBuf {
+    let p = dir.join(format!("r-{rank}.json"));
+    let desc = end["description"].as_str().unwrap_or_default().to_string();
+    write_report(
+        &p,
+        pid,
+        heap,
+        700 * MIB,
+        vec![row(rank, pid, heap, 700 * MIB, end, Some(&p))],
+        &desc,
+    );
+    p
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn check_of_a_merged_report_gates_a_rank_whose_pid_another_node_reused() {
+    // Two nodes in containers: each node's first rank is pid 8.
+    let dir = scratch("bi5-pid-reuse");
+    let r0 = rank_report(&dir, 0, 8, 230 * MIB, exited(0, 1000));
+    let r3 = rank_report(&dir, 3, 8, 530 * MIB, exited(0, 1000));
+    let merged = dir.join("merged.json");
+    let m = run_memsight(&["merge", "--report", s(&merged), s(&r0), s(&r3)], None);
+    assert_eq!(m.code, 0, "{}", m.err);
+    let c = run_memsight(&["check", s(&merged), "--max-host-peak", "450MiB"], None);
+    assert_eq!(c.code, 1, "{}{}", c.out, c.err);
+    assert!(
+        c.out
+            .contains("rank 3 (pid 8): host peak 530.00 MiB exceeds budget 450.00 MiB"),
+        "{}",
+        c.out
+    );
+}
+
+#[test]
+fn check_never_gates_a_rank_on_another_run_s_report() {
+    let dir = scratch("bi5-stale-rank");
+    // Rank 1's report beside the job's is a stale one of an earlier run (another pid, 10 MiB).
+    let stale = rank_report(&dir, 1, 99, 10 * MIB, exited(0, 1000));
+    let job = dir.join("r-job.json");
+    write_report(
+        &job,
+        10,
+        100 * MIB,
+        700 * MIB,
+        vec![
+            row(
+                0,
+                10,
+                100 * MIB,
+                700 * MIB,
+                exited(0, 1000),
+                Some(&dir.join("r-0.json")),
+            ),
+            row(1, 11, 500 * MIB, 900 * MIB, exited(0, 1000), Some(&stale)),
+        ],
+        "exited with code 0",
+    );
+    let c = run_memsight(&["check", s(&job), "--max-host-peak", "200MiB"], None);
+    assert_eq!(c.code, 1, "{}{}", c.out, c.err);
+    assert!(
+        c.out
+            .contains("rank 1 (pid 11): host peak 500.00 MiB exceeds budget 200.00 MiB")
+            && c.out.contains("its own report could not be read"),
+        "{}",
+        c.out
+    );
+    // Without its report, the row's RSS peak is gated too, and said to be all there is.
+    std::fs::remove_file(&stale).unwrap();
+    let c = run_memsight(&["check", s(&job), "--max-rss-peak", "800MiB"], None);
+    assert_eq!(c.code, 1, "{}{}", c.out, c.err);
+    assert!(
+        c.out
+            .contains("rank 1 (pid 11): rss peak 900.00 MiB exceeds budget 800.00 MiB"),
+        "{}",
+        c.out
+    );
+    // A budget the row cannot show is said not to be gated for that rank, on standard error.
+    let c = run_memsight(&["check", s(&job), "--max-leak-per-step", "1GiB"], None);
+    assert_eq!(c.code, 0, "{}{}", c.out, c.err);
+    assert!(
+        c.err.contains("rank 1 (pid 11)") && c.err.contains("could not be read"),
+        "{}",
+        c.err
+    );
+}
+
+#[test]
+fn merge_says_when_a_node_s_job_report_and_its_rank_reports_are_both_given() {
+    // `memsight merge --report job.json shared/r-*.json`: the glob takes r-job.json too.
+    let dir = scratch("bi5-merge-glob");
+    let r0 = rank_report(&dir, 0, 10, 230 * MIB, exited(0, 1000));
+    let r1 = rank_report(&dir, 1, 11, 330 * MIB, exited(0, 1000));
+    let job = dir.join("r-job.json");
+    write_report(
+        &job,
+        10,
+        230 * MIB,
+        700 * MIB,
+        vec![
+            row(0, 10, 230 * MIB, 700 * MIB, exited(0, 1000), Some(&r0)),
+            row(1, 11, 330 * MIB, 700 * MIB, exited(0, 1000), Some(&r1)),
+        ],
+        "exited with code 0",
+    );
+    let merged = dir.join("merged.json");
+    let m = run_memsight(
+        &["merge", "--report", s(&merged), s(&r0), s(&r1), s(&job)],
+        None,
+    );
+    assert_eq!(m.code, 2, "{}", m.out);
+    assert!(
+        m.err.contains("rank 0 is in both")
+            && m.err.contains(
+                "the same process: give each node's job report or its rank reports, not both"
+            ),
+        "{}",
+        m.err
+    );
+    // The same rank from two different runs is refused with no such hint.
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let again = rank_report(&other, 1, 77, 330 * MIB, exited(0, 5000));
+    let m = run_memsight(
+        &["merge", "--report", s(&merged), s(&r0), s(&r1), s(&again)],
+        None,
+    );
+    assert_eq!(m.code, 2, "{}", m.out);
+    assert!(
+        m.err.contains("rank 1 is in both") && !m.err.contains("the same process"),
+        "{}",
+        m.err
+    );
+}
+
+#[test]
+fn merge_says_which_ranks_are_missing() {
+    let dir = scratch("bi5-merge-gap");
+    let r0 = rank_report(&dir, 0, 10, 230 * MIB, exited(0, 1000));
+    let r3 = rank_report(&dir, 3, 13, 230 * MIB, exited(0, 1000));
+    let merged = dir.join("merged.json");
+    let m = run_memsight(&["merge", "--report", s(&merged), s(&r0), s(&r3)], None);
+    assert_eq!(m.code, 0, "{}", m.err);
+    assert!(m.err.contains("ranks 1, 2 are missing"), "{}", m.err);
+}
+
+#[test]
+fn a_merged_post_mortem_names_one_process_as_the_first_to_fail() {
+    // Node 0's job report: its rank 1 failed first there, as a consequence of node 1's rank 2,
+    // killed a second earlier.
+    let dir = scratch("bi5-merge-first");
+    let n0 = dir.join("n0-job.json");
+    write_report(
+        &n0,
+        10,
+        230 * MIB,
+        700 * MIB,
+        vec![
+            row(0, 10, 230 * MIB, 700 * MIB, exited(1, 3000), None),
+            row(1, 11, 330 * MIB, 700 * MIB, exited(1, 2500), None),
+        ],
+        "rank 1 (pid 11) failed first: exited with code 1 at step 5 (its own heap peak \
+         330.00 MiB); then the job: exited with code 1",
+    );
+    let r2 = rank_report(&dir, 2, 7, 430 * MIB, killed(1500));
+    let merged = dir.join("merged.json");
+    let m = run_memsight(&["merge", "--report", s(&merged), s(&n0), s(&r2)], None);
+    assert_eq!(m.code, 0, "{}", m.err);
+    let v: Value = serde_json::from_slice(&std::fs::read(&merged).unwrap()).unwrap();
+    let desc = v["post_mortem"]["description"].as_str().unwrap();
+    assert!(desc.starts_with("rank 2 (pid 7) failed first"), "{desc}");
+    assert_eq!(desc.matches("failed first").count(), 1, "{desc}");
+    assert!(desc.ends_with("exited with code 1"), "{desc}");
+}
+
+/// A DataLoader job whose main process trains (an optimizer step per batch) while its worker 1,
+/// from its 40th item on, grows 32 MiB an item until the OOM killer ends it in `$JOB_CGROUP`.
+const WORKER_OOM: &str = r#"
+import os, torch
+from torch.utils.data import DataLoader, Dataset, get_worker_info
+with open(os.path.join(os.environ["JOB_CGROUP"], "cgroup.procs"), "w") as f:
+    f.write(str(os.getpid()))
+hoard = []
+class Growing(Dataset):
+    def __len__(self):
+        return 100_000
+    def __getitem__(self, i):
+        info = get_worker_info()
+        if info is not None and info.id == 1 and i >= 40:
+            block = bytearray(32 << 20)
+            for j in range(0, len(block), 4096):
+                block[j] = 1
+            hoard.append(block)
+        return torch.zeros(16)
+model = torch.nn.Linear(16, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for batch in DataLoader(Growing(), batch_size=1, num_workers=2):
+    loss = model(batch).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"#;
+
+#[test]
+fn an_oom_killed_worker_is_placed_at_the_training_loop_s_step() {
+    let Some(py) = torch_python() else {
+        eprintln!("skipped: no Python with torch (scripts/setup.sh installs it)");
+        return;
+    };
+    let cg = match child_cgroup("bi5-worker-step", 1536 * MIB) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let dir = scratch("bi5-worker-step");
+    let script = dir.join("train.py");
+    std::fs::write(&script, WORKER_OOM).unwrap();
+    let r = dir.join("r.json");
+    let run = run_memsight_env(
+        &["run", "--report", s(&r), "--", s(&py), s(&script)],
+        None,
+        &[("JOB_CGROUP", s(&cg))],
+    );
+    let _ = std::fs::remove_dir(&cg);
+    assert_eq!(run.code, 1, "{}", run.err);
+    let line = run
+        .err
+        .lines()
+        .find(|l| l.contains("failed first"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(line.starts_with("memsight · worker (pid "), "{}", run.err);
+    // The worker was forked at step 0 and never steps; the training loop had made 20 steps or
+    // more (the worker's items 40 and on are its batches 20 and on) when the worker was killed.
+    let step: u64 = line
+        .split(" at step ")
+        .nth(1)
+        .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(step >= 20, "{line}");
+    assert!(line.contains("of the training loop"), "{line}");
+    // Where the loop was when the worker died, not where its error sent it afterwards.
+    assert!(!line.contains("phase shutdown"), "{line}");
+}
