@@ -302,3 +302,46 @@ fn an_oom_killed_worker_is_placed_at_the_training_loop_s_step() {
     // Where the loop was when the worker died, not where its error sent it afterwards.
     assert!(!line.contains("phase shutdown"), "{line}");
 }
+
+#[test]
+fn summary_of_a_job_report_puts_its_ranks_side_by_side_with_the_skew() {
+    // The headline is rank 0's alone; rank 2 held twice its heap.
+    let dir = scratch("bi5-summary-ranks");
+    let job = dir.join("r-job.json");
+    write_report(
+        &job,
+        10,
+        200 * MIB,
+        700 * MIB,
+        vec![
+            row(0, 10, 200 * MIB, 700 * MIB, exited(0, 1000), None),
+            row(1, 11, 300 * MIB, 800 * MIB, exited(0, 1000), None),
+            row(2, 12, 400 * MIB, 900 * MIB, killed(900), None),
+        ],
+        "exited with code 0",
+    );
+    let r = run_memsight(&["summary", s(&job), "--format", "markdown"], None);
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert!(r.out.contains("### Ranks"), "{}", r.out);
+    assert!(
+        r.out.contains("| rank 2 | 12 | 400.00 MiB | 900.00 MiB |"),
+        "{}",
+        r.out
+    );
+    assert!(
+        r.out
+            .contains("skew: rank 2's heap peak 400.00 MiB is 2.00× rank 0's 200.00 MiB"),
+        "{}",
+        r.out
+    );
+    // `merge` prints the same skew.
+    let merged = dir.join("merged.json");
+    let m = run_memsight(&["merge", "--report", s(&merged), s(&job)], None);
+    assert_eq!(m.code, 0, "{}", m.err);
+    assert!(
+        m.out
+            .contains("skew: rank 2's heap peak 400.00 MiB is 2.00×"),
+        "{}",
+        m.out
+    );
+}

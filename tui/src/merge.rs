@@ -55,6 +55,9 @@ pub fn run(a: Args) -> ExitCode {
             text::line(&r.end.description)
         );
     }
+    if let Some(skew) = crate::summary::rank_skew(&merged.ranks) {
+        println!("{}", text::line(&skew));
+    }
     if let Some(pm) = &merged.post_mortem {
         println!("{}", text::line(&pm.description));
     }
