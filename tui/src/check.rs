@@ -141,25 +141,34 @@ fn other_ranks(
             .as_deref()
             .and_then(std::path::Path::file_name)
             .map(|n| path.with_file_name(n));
-        let loaded = own
-            .iter()
-            .chain(beside.iter())
-            .filter_map(|p| Report::load(p).ok())
-            .find(|r| is_report_of(r, row));
+        // Each path tried, and why it was not this process's report.
+        let mut why = Vec::new();
+        let mut loaded = None;
+        for p in own.iter().chain(beside.iter()) {
+            match Report::load(p) {
+                Ok(r) if is_report_of(&r, row) => {
+                    loaded = Some(r);
+                    break;
+                }
+                Ok(_) => why.push(format!("{} is another process's report", p.display())),
+                Err(e) => why.push(e.to_string()),
+            }
+        }
         match loaded {
             Some(r) => {
                 let r = if whole_run { r } else { r.within_training() };
                 out.extend(budgets.check(&r).into_iter().map(|v| format!("{who}: {v}")));
             }
             None => {
+                if why.is_empty() {
+                    why.push("its row names none".into());
+                }
                 eprintln!(
                     "memsight check: {}",
                     text::line(&format!(
-                        "{who}: its own report could not be read{}: only the heap and RSS peaks \
-                         its row in the job's report keeps are gated",
-                        own.as_deref()
-                            .map(|p| format!(" ({} is missing or another run's)", p.display()))
-                            .unwrap_or_default()
+                        "{who}: its own report could not be read ({}): only the heap and RSS \
+                         peaks its row in the job's report keeps are gated",
+                        why.join("; ")
                     ))
                 );
                 let gates = [
