@@ -55,6 +55,10 @@ const GRANULE_MAP_BYTES: usize = ((1 << GRANULE_BITS) >> MAP_SHIFT) * 4;
 static MAPPED: [AtomicBool; RANGE >> GRANULE_BITS] =
     [const { AtomicBool::new(false) }; RANGE >> GRANULE_BITS];
 
+/// How long the sampled arena keeps freed pages before giving them back, in milliseconds (see
+/// [`create`]).
+const SAMPLED_DECAY_MS: isize = 1000;
+
 /// Whether `p` is a sampled block: inside the range. One subtraction and one compare against
 /// constants. (Before the arena exists nothing of the allocator's is there: the kernel places
 /// mappings from the top down, 64 TiB away.)
@@ -98,12 +102,31 @@ pub(crate) fn create() -> Result<(), String> {
             "jemalloc could not create the sampled arena (error {rc})"
         ));
     }
-    // Freed sampled pages go back to the kernel at once: jemalloc's default keeps an arena's dirty
-    // pages for 10 s, and the job's own arenas cannot reuse this one's, so a sampled job held
-    // both (its max RSS measured 1.12x unsampled on the reference job; see docs/benchmarks.md).
-    // Sampled blocks are one per 512 KiB allocated: a purge per freed piece costs little.
+    // Freed sampled pages go back to the kernel after a second (jemalloc's default is 10 s). The
+    // job's own arenas cannot reuse this one's pages, so with the default a sampled job held both
+    // (the reference job's max RSS 1.12x unsampled, 1.05x in a later measurement); at once (0 ms,
+    // a purge at every free) every large block a job freed and allocated again came back as fresh
+    // pages, and almost every block of a few MiB is sampled: 8.4x the page faults and 5.8x the time
+    // of the unsampled job in `exit_rss`, 2.7x the faults of the reference job. At 1 s both are at
+    // parity: max RSS 0.99x (reference job) and 1.01x (`exit_rss`), faults 1.0x (docs/benchmarks.md).
+    // A job that asked jemalloc for a shorter decay (`MALLOC_CONF=dirty_decay_ms:…`) gets it here too.
+    let mut decay: isize = SAMPLED_DECAY_MS;
+    let mut asked: isize = -1;
+    let mut len = std::mem::size_of::<isize>();
+    // SAFETY: `opt.dirty_decay_ms` is an `ssize_t` option, read into one.
+    let rc = unsafe {
+        je::mallctl(
+            c"opt.dirty_decay_ms".as_ptr(),
+            (&raw mut asked).cast(),
+            &mut len,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if rc == 0 && (0..SAMPLED_DECAY_MS).contains(&asked) {
+        decay = asked;
+    }
     let name = format!("arena.{arena}.dirty_decay_ms\0");
-    let mut decay: isize = 0;
     // SAFETY: the control takes an `ssize_t`; `name` is NUL-terminated. A refusal leaves the
     // default decay (the arena works either way).
     unsafe {
