@@ -11,6 +11,17 @@ fn tmux(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Kills its tmux session when dropped: a failing assertion does not leave the viewer running.
+struct KillOnDrop(String);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .output();
+    }
+}
+
 fn screen(session: &str) -> String {
     tmux(&["capture-pane", "-p", "-t", session])
 }
@@ -45,6 +56,7 @@ fn the_viewer_in_tmux_shows_what_the_report_says() {
     assert!(wait_until(20, || socket.exists()));
 
     let session = format!("memsight-e2e-{}", std::process::id());
+    let _kill = KillOnDrop(session.clone());
     let top = format!("{} top {pid}", memsight_bin().display());
     tmux(&[
         "new-session",
