@@ -301,6 +301,13 @@ fn an_oom_killed_worker_is_placed_at_the_training_loop_s_step() {
     assert!(line.contains("of the training loop"), "{line}");
     // Where the loop was when the worker died, not where its error sent it afterwards.
     assert!(!line.contains("phase shutdown"), "{line}");
+    // A worker's remedies still come first for the worker.
+    assert!(
+        run.err
+            .contains("first remedy: use fewer data-loader workers"),
+        "{}",
+        run.err
+    );
 }
 
 #[test]
@@ -344,4 +351,52 @@ fn summary_of_a_job_report_puts_its_ranks_side_by_side_with_the_skew() {
         "{}",
         m.out
     );
+}
+
+#[test]
+fn an_oom_killed_rank_without_workers_gets_no_worker_remedy() {
+    let cg = match child_cgroup("bi5-rank-oom", 256 * MIB) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let dir = scratch("bi5-rank-oom");
+    // Two ranks (as any launcher starts them), no DataLoader: rank 1 grows until the OOM killer
+    // ends it in the job's memory cgroup.
+    let grow = "import time\nhog = []\ntime.sleep(0.5)\nwhile True:\n    b = bytearray(16 << 20)\n    \
+                for i in range(0, len(b), 4096): b[i] = 1\n    hog.append(b)\n    time.sleep(0.02)\n";
+    let idle = "import time\ntime.sleep(3)\n";
+    std::fs::write(dir.join("grow.py"), grow).unwrap();
+    std::fs::write(dir.join("idle.py"), idle).unwrap();
+    let script = format!(
+        "echo $$ > {}/cgroup.procs; RANK=0 WORLD_SIZE=2 python3 {} & \
+         RANK=1 WORLD_SIZE=2 python3 {} & wait",
+        cg.display(),
+        dir.join("idle.py").display(),
+        dir.join("grow.py").display()
+    );
+    let r = dir.join("r-{rank}.json");
+    let run = run_memsight(&["run", "--report", s(&r), "--", "sh", "-c", &script], None);
+    let _ = std::fs::remove_dir(&cg);
+    let first = run
+        .err
+        .lines()
+        .find(|l| l.contains("failed first"))
+        .unwrap_or_default();
+    assert!(
+        first.starts_with("memsight · rank 1 (pid ") && first.contains("killed by the OOM killer"),
+        "{}",
+        run.err
+    );
+    assert!(
+        !run.err.contains("data-loader workers"),
+        "a job without workers was told to use fewer: {}",
+        run.err
+    );
+    let job: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("r-job.json")).unwrap()).unwrap();
+    let pm = job["post_mortem"].to_string();
+    assert!(!pm.contains("data-loader workers"), "{pm}");
 }

@@ -143,6 +143,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
         interval: opts.interval,
         oom_kills,
         job_report: None,
+        workers: None,
     });
     outputs.end(&report);
     let report_error = crate::delivery::deliver(&report, &opts.report).err();

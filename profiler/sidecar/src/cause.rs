@@ -49,6 +49,8 @@ pub(crate) struct Seen {
     pub signal: Option<i32>,
     pub pid: u32,
     pub oom_kills: Option<u64>,
+    /// The workers the job's process tree gives this process (`None`: its report tells).
+    pub workers: Option<usize>,
     /// ` at step N in phase P` of the last sample, or empty.
     pub place: String,
 }
@@ -86,6 +88,7 @@ impl Seen {
         // findings' kinds and remedies fit it.
         let mut job = JobContext::of(report);
         job.memory_bytes = machine_memory().or(job.memory_bytes);
+        job.workers = self.workers.or(job.workers);
         let failed_kind = host_failure_kind(&job);
         let ctx = Context {
             leak: report.leak.clone(),

@@ -25,6 +25,9 @@ pub(crate) struct Ending<'a> {
     pub oom_kills: Option<u64>,
     /// The report path the sidecar asked the job to use (`run`); `None` accepts the job's own.
     pub job_report: Option<&'a Path>,
+    /// The workers the job's process tree gives this process, when it is one process of a job
+    /// (a rank's own report has no tree to count them in); `None`: its report tells.
+    pub workers: Option<usize>,
 }
 
 fn job_exit(end: End) -> JobExit {
@@ -122,6 +125,7 @@ pub(crate) fn final_report(e: Ending) -> Report {
         signal,
         pid: e.pid,
         oom_kills: e.oom_kills,
+        workers: e.workers,
         place: last
             .as_ref()
             .map_or(String::new(), |p| format!(" at {}", where_(p))),

@@ -243,6 +243,16 @@ impl Assembly<'_> {
             interval: self.interval,
             oom_kills: self.oom_killed(m).then_some(1),
             job_report: None,
+            // The workers of this process's part of the job: itself when it is one, and the
+            // workers it forked.
+            workers: Some(
+                self.job
+                    .members
+                    .iter()
+                    .filter(|o| o.pid == m.pid || o.info.ppid == m.pid)
+                    .filter(|o| matches!(o.role, Some(Role::Worker { .. })))
+                    .count(),
+            ),
         })
     }
 

@@ -159,6 +159,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         job_report: principal
             .filter(|m| m.pid != pid)
             .map_or(Some(job_report.as_path()), |_| None),
+        workers: None,
     });
     if report.heap_profile.is_none() {
         let dir = if to_stdout(&opts.report) {

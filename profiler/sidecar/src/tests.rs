@@ -352,6 +352,7 @@ fn a_device_oom_post_mortem_names_the_line_that_asked_and_those_that_held() {
         signal: None,
         pid: 1,
         oom_kills: None,
+        workers: None,
         place: String::new(),
     };
     let (cause, description, _) = seen.judge(&report, &Watch::new());
