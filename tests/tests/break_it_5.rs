@@ -400,3 +400,43 @@ fn an_oom_killed_rank_without_workers_gets_no_worker_remedy() {
     let pm = job["post_mortem"].to_string();
     assert!(!pm.contains("data-loader workers"), "{pm}");
 }
+
+#[test]
+fn attach_says_what_a_pid_is_when_it_cannot_be_watched() {
+    let dir = scratch("bi5-attach");
+    let r = dir.join("r.json");
+    // A zombie: a child that exited and that this test has not reaped yet.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id().to_string();
+    assert!(memsight_e2e::wait_until(30, || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|t| t.trim_start().starts_with('Z'))
+        })
+    }));
+    let z = run_memsight(&["attach", &pid, "--report", s(&r)], None);
+    let _ = child.wait();
+    assert_eq!(z.code, 2, "{}", z.err);
+    assert!(
+        z.err.contains(&format!("process {pid} has exited")) && z.err.contains("zombie"),
+        "{}",
+        z.err
+    );
+    // A kernel thread (kthreadd is pid 2 in every pid namespace that has one): nothing to watch.
+    let kthreadd = std::fs::read_to_string("/proc/2/stat").unwrap_or_default();
+    if kthreadd.contains("(kthreadd)") {
+        let k = run_memsight(&["attach", "2", "--report", s(&r)], None);
+        assert_eq!(k.code, 2, "{}", k.err);
+        assert!(k.err.contains("process 2 is a kernel thread"), "{}", k.err);
+    }
+    // No such process: said without first claiming to watch it.
+    let n = run_memsight(&["attach", "4000000000", "--report", s(&r)], None);
+    assert_eq!(n.code, 2, "{}", n.err);
+    assert!(
+        n.err.contains("no process 4000000000") && !n.err.contains("watching process"),
+        "{}",
+        n.err
+    );
+    assert!(!r.exists());
+}

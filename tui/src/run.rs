@@ -97,6 +97,11 @@ pub fn attach(a: AttachArgs) -> ExitCode {
         interval: w.interval,
         metrics: w.metrics,
     };
+    // A pid that cannot be watched is said before anything claims to watch it.
+    if let Err(e) = memsight_sidecar::attachable(opts.pid) {
+        say!("memsight attach: {}", text::line(&e.to_string()));
+        return ExitCode::from(2);
+    }
     say!(
         "memsight · watching process {} (Ctrl-C to detach)",
         opts.pid

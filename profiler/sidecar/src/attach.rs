@@ -47,6 +47,25 @@ fn start_ticks(pid: u32) -> Option<u64> {
     fields.nth(18)?.parse().ok()
 }
 
+/// Whether process `pid` can be watched: it exists, has not exited (a zombie) and is not a kernel
+/// thread (`PF_KTHREAD` in its flags); the error says which.
+pub fn attachable(pid: u32) -> Result<(), SidecarError> {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|_| SidecarError::NoProcess(pid))?;
+    let after = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
+    let mut fields = after.split_whitespace();
+    if fields.next() == Some("Z") {
+        return Err(SidecarError::Zombie(pid));
+    }
+    // After the state: ppid, pgrp, session, tty, tpgid, then the flags.
+    let flags: u64 = fields.nth(5).and_then(|f| f.parse().ok()).unwrap_or(0);
+    if pid != 0 && flags & PF_KTHREAD != 0 {
+        return Err(SidecarError::KernelThread(pid));
+    }
+    Ok(())
+}
+
 /// The process's start as Unix milliseconds.
 fn start_unix_ms(ticks: u64) -> Option<u64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
@@ -66,6 +85,7 @@ fn start_unix_ms(ticks: u64) -> Option<u64> {
 pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
     let pid = opts.pid;
     crate::delivery::check_report_path(&opts.report)?;
+    attachable(pid)?;
     let ticks = start_ticks(pid).ok_or(SidecarError::NoProcess(pid))?;
     let proc_start = start_unix_ms(ticks);
     let mut command = command_line(pid);

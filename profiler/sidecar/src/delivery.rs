@@ -133,6 +133,10 @@ pub enum SidecarError {
     Report(memsight_format::report::ReportError),
     /// `attach` was given a pid with no process.
     NoProcess(u32),
+    /// `attach` was given the pid of a process that exited and is not yet reaped.
+    Zombie(u32),
+    /// `attach` was given the pid of a kernel thread (no user memory to watch).
+    KernelThread(u32),
     /// The metrics address could not be bound.
     Metrics(std::net::SocketAddr, std::io::Error),
     /// Another `memsight run` is writing the same report now.
@@ -151,6 +155,15 @@ impl fmt::Display for SidecarError {
             }
             SidecarError::Report(e) => write!(f, "cannot write the report: {e}"),
             SidecarError::NoProcess(pid) => write!(f, "no process {pid} (see `ps`)"),
+            SidecarError::Zombie(pid) => write!(
+                f,
+                "process {pid} has exited: it is a zombie its parent has not reaped yet, with no \
+                 memory left to watch"
+            ),
+            SidecarError::KernelThread(pid) => write!(
+                f,
+                "process {pid} is a kernel thread: it has no user memory to watch"
+            ),
             SidecarError::Metrics(a, e) => write!(f, "cannot serve metrics at {a}: {e}"),
             SidecarError::ReportBusy(p) => write!(
                 f,

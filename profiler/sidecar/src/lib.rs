@@ -26,7 +26,7 @@ mod stop_signals;
 mod tree;
 mod watch;
 
-pub use attach::{attach, AttachOptions};
+pub use attach::{attach, attachable, AttachOptions};
 pub use delivery::{check_report_path, shell_code, to_stdout, RunOutcome, SidecarError};
 pub use ranks::report_for;
 pub use run::{run, RunOptions};
