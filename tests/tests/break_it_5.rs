@@ -440,3 +440,44 @@ fn attach_says_what_a_pid_is_when_it_cannot_be_watched() {
     );
     assert!(!r.exists());
 }
+
+#[test]
+fn a_tree_budget_of_a_job_report_is_gated_on_the_job_s_tree_not_each_rank() {
+    // A torchrun job: the job's tree (every rank and the launcher) is in its report; a rank's own
+    // report has none.
+    let dir = scratch("bi5-tree-pss");
+    let r0 = rank_report(&dir, 0, 10, 230 * MIB, exited(0, 1000));
+    let r1 = rank_report(&dir, 1, 11, 330 * MIB, exited(0, 1000));
+    let job = dir.join("r-job.json");
+    write_report(
+        &job,
+        10,
+        230 * MIB,
+        700 * MIB,
+        vec![
+            row(0, 10, 230 * MIB, 700 * MIB, exited(0, 1000), Some(&r0)),
+            row(1, 11, 330 * MIB, 700 * MIB, exited(0, 1000), Some(&r1)),
+        ],
+        "exited with code 0",
+    );
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&job).unwrap()).unwrap();
+    v["process_tree"] = json!({
+        "at": {"bytes": 1500 * MIB, "t_ms": 100, "step": 0},
+        "tree": {"total_rss": 2400 * MIB, "total_pss": 1500 * MIB, "total_uss": 1300 * MIB,
+                 "processes": [{"pid": 9, "ppid": 1, "name": "pt_elastic", "rss": 500 * MIB,
+                                "anon": 280 * MIB, "file": 220 * MIB, "shmem": 0,
+                                "pss": 300 * MIB, "uss": 280 * MIB}]}
+    });
+    std::fs::write(&job, serde_json::to_vec(&v).unwrap()).unwrap();
+    let c = run_memsight(&["check", s(&job), "--max-tree-pss", "10GiB"], None);
+    assert_eq!(c.code, 0, "{}{}", c.out, c.err);
+    let c = run_memsight(&["check", s(&job), "--max-tree-pss", "1GiB"], None);
+    assert_eq!(c.code, 1, "{}{}", c.out, c.err);
+    assert!(
+        c.out
+            .contains("process tree PSS 1.46 GiB exceeds budget 1.00 GiB"),
+        "{}",
+        c.out
+    );
+    assert!(!c.out.contains("rank 1"), "{}", c.out);
+}

@@ -120,8 +120,9 @@ pub fn run(a: Args) -> ExitCode {
 /// headline's pid: nodes of a merged report reuse pids): gated on its own report, read from the
 /// path its row names (also beside the job's report, where the job's directory moved) and taken
 /// only when it is that process's (its pid, rank and end match the row), in the same window as
-/// the headline. When no such report can be read, on the heap and RSS peaks its row keeps, and
-/// said on standard error. One line per violation, led by the rank.
+/// the headline, on every budget but the process tree's (the job's, gated on the headline). When
+/// no such report can be read, on the heap and RSS peaks its row keeps, and said on standard
+/// error. One line per violation, led by the rank.
 fn other_ranks(
     report: &Report,
     path: &std::path::Path,
@@ -129,6 +130,12 @@ fn other_ranks(
     whole_run: bool,
 ) -> Vec<String> {
     use memsight_format::units::fmt_bytes;
+    // The process tree is the job's (every rank, its workers and the launcher), gated once on the
+    // headline: a rank's own report has none.
+    let budgets = &Budgets {
+        max_tree_pss: None,
+        ..budgets.clone()
+    };
     let headline = report.ranks.iter().position(|r| r.pid == report.job.pid);
     let mut out = Vec::new();
     for (i, row) in report.ranks.iter().enumerate() {
