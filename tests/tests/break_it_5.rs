@@ -481,3 +481,63 @@ fn a_tree_budget_of_a_job_report_is_gated_on_the_job_s_tree_not_each_rank() {
     );
     assert!(!c.out.contains("rank 1"), "{}", c.out);
 }
+
+#[test]
+fn a_restarted_rank_keeps_each_process_s_report() {
+    // As `torchrun --max-restarts` does: rank 1's first process ends and the launcher starts a
+    // second one with the rank; each holds a known size.
+    let dir = scratch("bi5-restart");
+    let hold = |mib: u64| {
+        format!(
+            "import time\nb = bytearray({mib} << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\n\
+             time.sleep(1.2)\n"
+        )
+    };
+    for (name, mib) in [("r0.py", 16), ("first.py", 96), ("second.py", 48)] {
+        std::fs::write(dir.join(name), hold(mib)).unwrap();
+    }
+    let py = |n: &str| dir.join(n).display().to_string();
+    let script = format!(
+        "RANK=0 WORLD_SIZE=2 python3 {} & \
+         RANK=1 WORLD_SIZE=2 python3 {}; RANK=1 WORLD_SIZE=2 python3 {} & wait",
+        py("r0.py"),
+        py("first.py"),
+        py("second.py")
+    );
+    let r = dir.join("r-{rank}.json");
+    let run = run_memsight(&["run", "--report", s(&r), "--", "sh", "-c", &script], None);
+    assert_eq!(run.code, 0, "{}", run.err);
+    let job: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("r-job.json")).unwrap()).unwrap();
+    let ones: Vec<&Value> = job["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|row| row["rank"] == 1)
+        .collect();
+    assert_eq!(ones.len(), 2, "{}", job["ranks"]);
+    let paths: Vec<&str> = ones.iter().map(|r| r["report"].as_str().unwrap()).collect();
+    assert_ne!(paths[0], paths[1], "{}", run.err);
+    // Each process's own report, with its own heap: 96 MiB the first, 48 MiB the second.
+    for (row, mib) in ones.iter().zip([96u64, 48]) {
+        let own: Value =
+            serde_json::from_slice(&std::fs::read(row["report"].as_str().unwrap()).unwrap())
+                .unwrap();
+        assert_eq!(own["job"]["pid"], row["pid"], "{own}");
+        let heap = own["peaks"]["heap_peak_bytes"].as_u64().unwrap();
+        assert!(
+            heap >= mib * MIB && heap < (mib + 8) * MIB,
+            "{mib} MiB held, {heap} B"
+        );
+    }
+    assert!(dir.join("r-1.json").exists() && dir.join("r-1.restart1.json").exists());
+    // The job's report merges (a node of a multi-node job restarted its ranks).
+    let merged = dir.join("merged.json");
+    let m = run_memsight(
+        &["merge", "--report", s(&merged), s(&dir.join("r-job.json"))],
+        None,
+    );
+    assert_eq!(m.code, 0, "{}", m.err);
+    let v: Value = serde_json::from_slice(&std::fs::read(&merged).unwrap()).unwrap();
+    assert_eq!(v["ranks"].as_array().unwrap().len(), 3, "{}", v["ranks"]);
+}

@@ -86,7 +86,9 @@ pub fn merge(inputs: Vec<(PathBuf, Report)>) -> Result<Report, String> {
         }
         for row in &r.ranks {
             let Some(rank) = rank_of(row) else { continue };
-            if let Some((_, seen, j)) = rows.iter().find(|(k, _, _)| *k == rank) {
+            // One report's rows of a rank are its restarts (`torchrun --max-restarts`), each a
+            // process of its own; across reports a rank is one node's.
+            if let Some((_, seen, j)) = rows.iter().find(|(k, _, j)| *k == rank && *j != i) {
                 // A node's job report and that node's own rank reports carry the same row: the
                 // usual slip of a glob (`shared/r-*.json`), said as such.
                 let hint = if same_process(seen, row) {

@@ -57,6 +57,30 @@ pub fn report_for(report: &Path, rank: Option<u32>) -> PathBuf {
     }
 }
 
+/// The report path of a rank's `n`-th restarted process: `r-1.restart2.json` for `r-1.json`
+/// (`n` 0: the path itself).
+fn restart_path(path: &Path, n: usize) -> PathBuf {
+    if n == 0 {
+        return path.to_path_buf();
+    }
+    let mut name = path.file_stem().map_or_else(
+        || std::ffi::OsString::from("memsight-report"),
+        |s| s.to_owned(),
+    );
+    name.push(format!(".restart{n}"));
+    if let Some(ext) = path.extension() {
+        name.push(".");
+        name.push(ext);
+    }
+    path.with_file_name(name)
+}
+
+/// Whether member `a` started before member `b` (its ring first; the pid when they tie).
+fn started_before(a: &Member, b: &Member) -> bool {
+    let key = |m: &Member| (m.watch.ring_start_unix_ms.unwrap_or(0), m.pid);
+    key(a) < key(b)
+}
+
 /// What the job's reports are assembled from.
 pub(crate) struct Assembly<'a> {
     pub job: &'a JobRings,
@@ -206,7 +230,27 @@ impl Assembly<'_> {
             let Some(Role::Rank { rank }) = m.role else {
                 continue;
             };
-            let path = (!to_stdout(self.report)).then(|| report_for(self.report, Some(rank)));
+            // A rank a launcher started again (`torchrun --max-restarts`): each of its processes
+            // keeps its own report, the first at the rank's path, later ones `.restartN` beside.
+            // An image that exec'd the rank's program is not another process: the program's
+            // report is the rank's.
+            let program = |o: &&Member| o.role == m.role && !o.exec_d;
+            let succeeded = m.exec_d
+                && self
+                    .job
+                    .members
+                    .iter()
+                    .filter(program)
+                    .any(|o| o.pid == m.pid);
+            let earlier = self
+                .job
+                .members
+                .iter()
+                .filter(program)
+                .filter(|o| started_before(o, m))
+                .count();
+            let path = (!to_stdout(self.report) && !succeeded)
+                .then(|| restart_path(&report_for(self.report, Some(rank)), earlier));
             let mut report = self.member_report(m);
             // A rank's report says which rank it is (`memsight merge` puts them side by side).
             report.ranks = vec![self.row(m, path.clone())];
