@@ -18,15 +18,14 @@ struct Flight {
     /// The greeting the ring starts with (`Record::Hello`), said again when the process's place
     /// in the job changes ([`rank_now`]).
     hello: Option<Record>,
-    /// Set when the ring has a reader: where the job is (its step, its phase) reaches the ring
-    /// as it changes.
+    /// Set when the ring has a reader: the step the job is in reaches the ring as it begins.
     nudge: Option<Nudge>,
 }
 
 static FLIGHT: Mutex<Option<Flight>> = Mutex::new(None);
 
 /// Called by the session as it starts: records now go to `ring` (none when the ring is off),
-/// times count from `started`, and `nudge` asks for a sample when the job's step or phase changes.
+/// times count from `started`, and `nudge` asks for a sample when a step begins.
 pub(crate) fn install(
     ring: Option<&'static RingWriter>,
     started: Instant,
@@ -41,8 +40,8 @@ pub(crate) fn install(
     });
 }
 
-/// Says that the job's step or phase changed: the running session samples soon (at once unless it
-/// sampled a moment ago), so a job that dies now is not placed at its previous step.
+/// Says that a step began: the running session samples soon (at once unless it sampled a moment
+/// ago), so a job that dies now is not placed at its previous step.
 pub(crate) fn nudge() {
     let nudge = lock(&FLIGHT).as_ref().and_then(|f| f.nudge.clone());
     if let Some(n) = nudge {

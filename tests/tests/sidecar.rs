@@ -61,9 +61,9 @@ fn a_sigkilled_job_still_gets_its_report() {
 
 #[test]
 fn a_job_that_dies_between_samples_is_placed_at_the_step_it_was_in() {
-    // Samples 10 s apart; the job aborts 2 s into step 3 (its train phase closed): the steps and
-    // phases themselves must reach the flight recorder (break-it pass 4: "at step 2 in phase
-    // spike" for an abort at step 3 outside any phase).
+    // Samples 10 s apart; the job aborts 2 s into step 3, before its phases: the step's start must
+    // reach the flight recorder itself (break-it pass 4: "at step 2 in phase spike" for an abort
+    // at step 3 outside any phase).
     let dir = scratch("sidecar-abort");
     let report = dir.join("r.json");
     let r = run_memsight(
@@ -90,12 +90,12 @@ fn a_job_that_dies_between_samples_is_placed_at_the_step_it_was_in() {
         description.contains("SIGABRT") && description.contains("at step 3"),
         "{description}"
     );
-    // The phase closed a moment before the abort is in the totals: steps 0 to 3 each ran it.
+    // The phase totals came with that sample: steps 0 to 2 each ran `train`.
     let phases = v["phases"].as_array().unwrap();
     let train = phases.iter().find(|p| p["path"] == "train");
     assert_eq!(
         train.map(|p| &p["count"]),
-        Some(&Value::from(4)),
+        Some(&Value::from(3)),
         "{phases:?}"
     );
 }

@@ -219,8 +219,6 @@ fn enter(name: &str, print: bool) -> PhaseGuard {
         outer_window,
         outer_tensor_window,
     });
-    drop(st);
-    crate::flight::nudge();
     PhaseGuard {
         id,
         print,
@@ -300,8 +298,6 @@ fn close(id: u64) -> Option<PhaseMeasurement> {
         tensor_peak_bytes: tensors::enabled().then_some(tensor_window),
     };
     record(&mut st.phases, &m);
-    drop(st);
-    crate::flight::nudge();
     Some(m)
 }
 

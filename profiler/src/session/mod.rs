@@ -347,8 +347,8 @@ impl SessionBuilder {
                 SessionError::Spawn(e)
             })?;
         *lock(&CURRENT) = Some(Arc::clone(&shared));
-        // A watched session samples at once when a step or phase changes (the sidecar's post-mortem
-        // reads where the job was from the last sample); the in-process report needs no such sample.
+        // A watched session samples at once when a step begins (the sidecar's post-mortem reads
+        // where the job was from the last sample); the in-process report needs no such sample.
         let nudge = ring.map(|_| {
             let s = Arc::clone(&shared);
             Arc::new(move || s.nudge()) as flight::Nudge

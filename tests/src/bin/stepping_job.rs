@@ -1,6 +1,6 @@
 //! A training-shaped job for the sidecar tests: steps with train/forward phases, each keeping
 //! another 4 MiB. `stepping_job kill` SIGKILLs itself at step 10; `abort` aborts 2 s into step 3,
-//! outside its phases; `oom` caps its address space and
+//! before its phases; `oom` caps its address space and
 //! allocates until an allocation fails; `grow` keeps 8 MiB a step until something stops it; `exit
 //! CODE [STEPS]` finishes its session and exits with CODE. With `JOB_PID_FILE` set it writes its pid
 //! there first; with `JOB_CGROUP` set it moves itself into that cgroup directory; `JOB_PHASE_NAME`
@@ -70,6 +70,13 @@ fn main() {
             }
         }
         memsight::step(step);
+        if mode == "abort" && step == 3 {
+            // Long before the next regular sample (the test sets a long interval): only a sample
+            // the step's start asked for places the abort. Two seconds let the sampler run on a
+            // busy machine.
+            std::thread::sleep(Duration::from_secs(2));
+            std::process::abort();
+        }
         let _train = memsight::phase("train");
         {
             let _fwd = memsight::phase(&forward);
@@ -81,14 +88,6 @@ fn main() {
             let mut v = vec![0u8; size];
             touch(&mut v);
             kept.push(std::hint::black_box(v));
-        }
-        if mode == "abort" && step == 3 {
-            // Outside any phase, its train/forward just closed, long before the next regular
-            // sample (the test sets a long interval): only a sample the step and the phases
-            // asked for places the abort. Two seconds let the sampler run on a busy machine.
-            drop(_train);
-            std::thread::sleep(Duration::from_secs(2));
-            std::process::abort();
         }
         if mode == "kill" && step == 10 {
             // SAFETY: signalling ourselves.
