@@ -66,6 +66,26 @@ fn rank_report(dir: &Path, rank: u32, pid: u32, heap: u64, end: Value) -> PathBu
     p
 }
 
+/// A two-rank job that ended well in `dir`: rank 0 (pid 10, 230 MiB of heap) and rank 1 (pid 11,
+/// 330 MiB), their reports and the job report `r-job.json`; returns the three paths.
+fn two_rank_job(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let r0 = rank_report(dir, 0, 10, 230 * MIB, exited(0, 1000));
+    let r1 = rank_report(dir, 1, 11, 330 * MIB, exited(0, 1000));
+    let job = dir.join("r-job.json");
+    write_report(
+        &job,
+        10,
+        230 * MIB,
+        700 * MIB,
+        vec![
+            row(0, 10, 230 * MIB, 700 * MIB, exited(0, 1000), Some(&r0)),
+            row(1, 11, 330 * MIB, 700 * MIB, exited(0, 1000), Some(&r1)),
+        ],
+        "exited with code 0",
+    );
+    (r0, r1, job)
+}
+
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -146,20 +166,7 @@ fn check_never_gates_a_rank_on_another_run_s_report() {
 fn merge_says_when_a_node_s_job_report_and_its_rank_reports_are_both_given() {
     // `memsight merge --report job.json shared/r-*.json`: the glob takes r-job.json too.
     let dir = scratch("bi5-merge-glob");
-    let r0 = rank_report(&dir, 0, 10, 230 * MIB, exited(0, 1000));
-    let r1 = rank_report(&dir, 1, 11, 330 * MIB, exited(0, 1000));
-    let job = dir.join("r-job.json");
-    write_report(
-        &job,
-        10,
-        230 * MIB,
-        700 * MIB,
-        vec![
-            row(0, 10, 230 * MIB, 700 * MIB, exited(0, 1000), Some(&r0)),
-            row(1, 11, 330 * MIB, 700 * MIB, exited(0, 1000), Some(&r1)),
-        ],
-        "exited with code 0",
-    );
+    let (r0, r1, job) = two_rank_job(&dir);
     let merged = dir.join("merged.json");
     let m = run_memsight(
         &["merge", "--report", s(&merged), s(&r0), s(&r1), s(&job)],
@@ -446,20 +453,7 @@ fn a_tree_budget_of_a_job_report_is_gated_on_the_job_s_tree_not_each_rank() {
     // A torchrun job: the job's tree (every rank and the launcher) is in its report; a rank's own
     // report has none.
     let dir = scratch("bi5-tree-pss");
-    let r0 = rank_report(&dir, 0, 10, 230 * MIB, exited(0, 1000));
-    let r1 = rank_report(&dir, 1, 11, 330 * MIB, exited(0, 1000));
-    let job = dir.join("r-job.json");
-    write_report(
-        &job,
-        10,
-        230 * MIB,
-        700 * MIB,
-        vec![
-            row(0, 10, 230 * MIB, 700 * MIB, exited(0, 1000), Some(&r0)),
-            row(1, 11, 330 * MIB, 700 * MIB, exited(0, 1000), Some(&r1)),
-        ],
-        "exited with code 0",
-    );
+    let (_, _, job) = two_rank_job(&dir);
     let mut v: Value = serde_json::from_slice(&std::fs::read(&job).unwrap()).unwrap();
     v["process_tree"] = json!({
         "at": {"bytes": 1500 * MIB, "t_ms": 100, "step": 0},
