@@ -269,15 +269,28 @@ fn kernel_figure(pid: u64) -> Option<u64> {
 
 #[test]
 fn an_oom_killed_dataloader_worker_gets_a_verdict_naming_it() {
+    oom_killed_worker_is_named("fork");
+}
+
+#[test]
+fn an_oom_killed_spawned_dataloader_worker_is_a_worker_too() {
+    // `multiprocessing_context="spawn"`: the worker is a new program, not a fork (break-it pass 5:
+    // it was a `helper`, and before the loop's first step the job's `main process`).
+    oom_killed_worker_is_named("spawn");
+}
+
+/// A 2-worker DataLoader job whose worker 1 is OOM-killed in a memory cgroup, its workers started
+/// with `context`: the post-mortem names that worker, with the kernel's figure.
+fn oom_killed_worker_is_named(context: &str) {
     let Some(bin) = venv_bin() else { return };
-    let cg = match child_cgroup("worker-oom", 900 << 20) {
+    let cg = match child_cgroup(&format!("worker-oom-{context}"), 900 << 20) {
         Ok(d) => d,
         Err(why) => {
             println!("SKIP: {why}");
             return;
         }
     };
-    let dir = scratch("worker-oom");
+    let dir = scratch(&format!("worker-oom-{context}"));
     let report = dir.join("r.json");
     let out = Command::new(memsight_bin())
         .arg("run")
@@ -287,6 +300,7 @@ fn an_oom_killed_dataloader_worker_gets_a_verdict_naming_it() {
         .arg(bin.join("python"))
         .arg(job("dataloader_oom.py"))
         .env("JOB_CGROUP", &cg)
+        .env("JOB_MP_CONTEXT", context)
         .output()
         .unwrap();
     let _ = std::fs::remove_dir(&cg);

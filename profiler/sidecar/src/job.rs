@@ -31,7 +31,20 @@ pub(crate) struct Member {
     pub role: Option<Role>,
 }
 
+/// The argument Python's `multiprocessing` ends a `spawn` child's command line with
+/// (`multiprocessing.spawn.get_command_line`; `spawn.is_forking` reads it back).
+const PYTHON_SPAWN_CHILD: &str = "--multiprocessing-fork";
+
 impl Member {
+    /// Whether it runs part of its parent's work: forked from it without an exec (a DataLoader
+    /// worker, a multiprocessing child), or started by Python's `multiprocessing` with the `spawn`
+    /// method (a new program, but the same role: a DataLoader worker with
+    /// `multiprocessing_context="spawn"`, a `Pool` under spawn). A `forkserver`'s children are
+    /// forks of the server.
+    pub(crate) fn is_worker(&self) -> bool {
+        self.info.forked || self.command.last().is_some_and(|a| a == PYTHON_SPAWN_CHILD)
+    }
+
     /// Whether its writer is gone (it ended or exec'd another program).
     pub(crate) fn ended(&self) -> bool {
         self.ended_unix_ms.is_some()
@@ -265,7 +278,7 @@ impl JobRings {
             .members
             .iter()
             .enumerate()
-            .filter(|(_, m)| !m.info.forked)
+            .filter(|(_, m)| !m.is_worker())
             .max_by_key(|(_, m)| (m.trained(), m.heap_peak(), std::cmp::Reverse(m.pid)))
             .map(|(i, _)| i);
         let roles: Vec<Role> = self
@@ -274,9 +287,9 @@ impl JobRings {
             .enumerate()
             .map(|(i, m)| match (rank_of(m), parent_rank(m)) {
                 (Some(r), p) if p != Some(r) => Role::Rank { rank: r },
-                (Some(r), _) if m.info.forked => Role::Worker { rank: Some(r) },
+                (Some(r), _) if m.is_worker() => Role::Worker { rank: Some(r) },
                 (Some(r), _) => Role::Helper { rank: Some(r) },
-                (None, _) if m.info.forked => Role::Worker {
+                (None, _) if m.is_worker() => Role::Worker {
                     rank: parent_rank(m),
                 },
                 (None, _) if source.is_some() => Role::Launcher,
