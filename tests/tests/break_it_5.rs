@@ -209,6 +209,32 @@ fn merge_says_which_ranks_are_missing() {
 }
 
 #[test]
+fn merge_says_when_the_reports_come_from_different_memsight_versions() {
+    let dir = scratch("bi5-merge-versions");
+    let r0 = rank_report(&dir, 0, 10, 230 * MIB, exited(0, 1000));
+    let r1 = rank_report(&dir, 1, 11, 330 * MIB, exited(0, 1000));
+    let merged = dir.join("merged.json");
+    let same = run_memsight(&["merge", "--report", s(&merged), s(&r0), s(&r1)], None);
+    assert_eq!(same.code, 0, "{}", same.err);
+    assert!(
+        !same.err.contains("different memsight versions"),
+        "{}",
+        same.err
+    );
+    // Node 1 was upgraded first.
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&r1).unwrap()).unwrap();
+    v["memsight_version"] = json!("9.9.9");
+    std::fs::write(&r1, serde_json::to_vec(&v).unwrap()).unwrap();
+    let mixed = run_memsight(&["merge", "--report", s(&merged), s(&r0), s(&r1)], None);
+    assert_eq!(mixed.code, 0, "{}", mixed.err);
+    assert!(
+        mixed.err.contains("different memsight versions") && mixed.err.contains("9.9.9"),
+        "{}",
+        mixed.err
+    );
+}
+
+#[test]
 fn a_merged_post_mortem_names_one_process_as_the_first_to_fail() {
     // Node 0's job report: its rank 1 failed first there, as a consequence of node 1's rank 2,
     // killed a second earlier.

@@ -65,6 +65,28 @@ pub fn run(a: Args) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Says which memsight wrote which report when they were not all the same version (nodes upgraded
+/// one at a time): their figures may be defined differently.
+fn mixed_versions(inputs: &[(PathBuf, Report)]) -> Option<String> {
+    let mut versions: Vec<(&str, &PathBuf)> = Vec::new();
+    for (path, r) in inputs {
+        if !versions.iter().any(|(v, _)| *v == r.memsight_version) {
+            versions.push((&r.memsight_version, path));
+        }
+    }
+    (versions.len() > 1).then(|| {
+        let each: Vec<String> = versions
+            .iter()
+            .map(|(v, p)| format!("{v} ({})", p.display()))
+            .collect();
+        format!(
+            "the reports were written by different memsight versions: {}; a figure may be \
+             defined differently in each",
+            each.join(", ")
+        )
+    })
+}
+
 fn rank_of(p: &JobProcess) -> Option<u32> {
     match p.role {
         Some(memsight_format::process::Role::Rank { rank }) => Some(rank),
@@ -111,6 +133,9 @@ pub fn merge(inputs: Vec<(PathBuf, Report)>) -> Result<Report, String> {
     rows.sort_by_key(|(rank, _, _)| *rank);
     if let Some(said) = missing_ranks(rows.iter().map(|(rank, _, _)| *rank)) {
         eprintln!("memsight merge: {said} from the reports given: a node's reports left out?");
+    }
+    if let Some(said) = mixed_versions(&inputs) {
+        eprintln!("memsight merge: {}", text::line(&said));
     }
     let base = rows
         .first()
