@@ -61,7 +61,7 @@ fn a_sigkilled_job_still_gets_its_report() {
 
 #[test]
 fn a_job_that_dies_between_samples_is_placed_at_the_step_it_was_in() {
-    // Samples 10 s apart; the job aborts 2 s into step 3, before its phases: the step's start must
+    // Samples 10 s apart; the job aborts 8 s into step 3, before its phases: the step's start must
     // reach the flight recorder itself (break-it pass 4: "at step 2 in phase spike" for an abort
     // at step 3 outside any phase).
     let dir = scratch("sidecar-abort");

@@ -1,5 +1,5 @@
 //! A training-shaped job for the sidecar tests: steps with train/forward phases, each keeping
-//! another 4 MiB. `stepping_job kill` SIGKILLs itself at step 10; `abort` aborts 2 s into step 3,
+//! another 4 MiB. `stepping_job kill` SIGKILLs itself at step 10; `abort` aborts 8 s into step 3,
 //! before its phases; `oom` caps its address space and
 //! allocates until an allocation fails; `grow` keeps 8 MiB a step until something stops it; `exit
 //! CODE [STEPS]` finishes its session and exits with CODE. With `JOB_PID_FILE` set it writes its pid
@@ -71,10 +71,10 @@ fn main() {
         }
         memsight::step(step);
         if mode == "abort" && step == 3 {
-            // Long before the next regular sample (the test sets a long interval): only a sample
-            // the step's start asked for places the abort. Two seconds let the sampler run on a
-            // busy machine.
-            std::thread::sleep(Duration::from_secs(2));
+            // Before the next regular sample (the test sets a 10 s interval): only the sample the
+            // step's start asked for (at most one per half interval: 5 s after the first) places
+            // the abort. Three seconds more let the sampler run on a busy machine.
+            std::thread::sleep(Duration::from_secs(8));
             std::process::abort();
         }
         let _train = memsight::phase("train");
