@@ -6,11 +6,8 @@ use crate::sys::lock;
 use memsight_format::process::RankEnv;
 use memsight_format::wire::ring::RingWriter;
 use memsight_format::wire::Record;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
-
-/// Asks the running session's sampler for a sample now.
-pub(crate) type Nudge = Arc<dyn Fn() + Send + Sync>;
 
 struct Flight {
     ring: Option<&'static RingWriter>,
@@ -18,35 +15,18 @@ struct Flight {
     /// The greeting the ring starts with (`Record::Hello`), said again when the process's place
     /// in the job changes ([`rank_now`]).
     hello: Option<Record>,
-    /// Set when the ring has a reader: the step the job is in reaches the ring as it begins.
-    nudge: Option<Nudge>,
 }
 
 static FLIGHT: Mutex<Option<Flight>> = Mutex::new(None);
 
-/// Called by the session as it starts: records now go to `ring` (none when the ring is off),
-/// times count from `started`, and `nudge` asks for a sample when a step begins.
-pub(crate) fn install(
-    ring: Option<&'static RingWriter>,
-    started: Instant,
-    hello: Option<Record>,
-    nudge: Option<Nudge>,
-) {
+/// Called by the session as it starts: records now go to `ring` (none when the ring is off), and
+/// times count from `started`.
+pub(crate) fn install(ring: Option<&'static RingWriter>, started: Instant, hello: Option<Record>) {
     *lock(&FLIGHT) = Some(Flight {
         ring,
         started,
         hello,
-        nudge,
     });
-}
-
-/// Says that a step began: the running session samples soon (at once unless it sampled a moment
-/// ago), so a job that dies now is not placed at its previous step.
-pub(crate) fn nudge() {
-    let nudge = lock(&FLIGHT).as_ref().and_then(|f| f.nudge.clone());
-    if let Some(n) = nudge {
-        n();
-    }
 }
 
 /// Called by the session as it finishes.
@@ -59,10 +39,7 @@ pub(crate) fn remove() {
 /// caller to let go of.
 pub(crate) fn forget_in_child() -> Option<&'static RingWriter> {
     let mut f = FLIGHT.try_lock().ok()?;
-    let f = f.take()?;
-    // The sampler it would wake is the parent's.
-    std::mem::forget(f.nudge);
-    f.ring
+    f.take().and_then(|f| f.ring)
 }
 
 /// Milliseconds since the running session started; `None` without a session.

@@ -74,7 +74,7 @@ pub use phases::{
 pub fn step(n: u64) {
     session::note_rank();
     phases::step(n);
-    flight::nudge();
+    session::step_began();
 }
 pub use report::Report;
 pub use session::{print_snapshot, snapshot, Session, SessionBuilder, SessionError};

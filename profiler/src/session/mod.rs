@@ -347,13 +347,7 @@ impl SessionBuilder {
                 SessionError::Spawn(e)
             })?;
         *lock(&CURRENT) = Some(Arc::clone(&shared));
-        // A watched session samples at once when a step begins (the sidecar's post-mortem reads
-        // where the job was from the last sample); the in-process report needs no such sample.
-        let nudge = ring.map(|_| {
-            let s = Arc::clone(&shared);
-            Arc::new(move || s.nudge()) as flight::Nudge
-        });
-        flight::install(ring, started, hello, nudge);
+        flight::install(ring, started, hello);
         Ok(Session {
             shared,
             sampler: Some(sampler),
@@ -604,6 +598,15 @@ pub fn forget_inherited() {
 /// environment, in the launchers seen).
 pub(crate) fn note_rank() {
     flight::rank_now(memsight_format::process::RankEnv::from_env);
+}
+
+/// A step began: a watched session samples soon (at once unless it sampled a moment ago), so a job
+/// that dies now is not placed at its previous step (the sidecar's post-mortem reads where the job
+/// was from the last sample; the in-process report needs no such sample).
+pub(crate) fn step_began() {
+    if let Some(shared) = lock(&CURRENT).as_ref().filter(|s| s.ring.is_some()) {
+        shared.nudge();
+    }
 }
 
 /// A snapshot taken now: through the running session's collectors, or fresh ones without a session.
