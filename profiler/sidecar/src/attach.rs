@@ -34,36 +34,44 @@ extern "C" fn on_stop_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// The process's start time in clock ticks after boot (field 22 of `stat`): a pid reused by a new
-/// process has another one. `None` once the process is gone or a zombie (it has ended; only its
-/// parent has not collected it yet).
-fn start_ticks(pid: u32) -> Option<u64> {
+/// The fields of `/proc/PID/stat` after the command name, the state first; `None` once the
+/// process is gone.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after.split_whitespace();
-    if fields.next()? == "Z" {
+    Some(after.split_whitespace().map(str::to_owned).collect())
+}
+
+/// The process's start time in clock ticks after boot (field 22 of `stat`, the 20th after the
+/// name) from its fields: a pid reused by a new process has another one. `None` for a zombie (it
+/// has ended; only its parent has not collected it yet).
+fn start_ticks_of(fields: &[String]) -> Option<u64> {
+    if fields.first()? == "Z" {
         return None;
     }
-    fields.nth(18)?.parse().ok()
+    fields.get(19)?.parse().ok()
+}
+
+/// The start time of process `pid` ([`start_ticks_of`]); `None` once it is gone or a zombie.
+fn start_ticks(pid: u32) -> Option<u64> {
+    start_ticks_of(&stat_fields(pid)?)
 }
 
 /// Whether process `pid` can be watched: it exists, has not exited (a zombie) and is not a kernel
-/// thread (`PF_KTHREAD` in its flags); the error says which.
-pub fn attachable(pid: u32) -> Result<(), SidecarError> {
+/// thread (`PF_KTHREAD` in its flags); the error says which. Gives its start time in clock ticks
+/// ([`start_ticks`]), which tells it from a later process that reuses its pid.
+pub fn attachable(pid: u32) -> Result<u64, SidecarError> {
     const PF_KTHREAD: u64 = 0x0020_0000;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map_err(|_| SidecarError::NoProcess(pid))?;
-    let after = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
-    let mut fields = after.split_whitespace();
-    if fields.next() == Some("Z") {
+    let fields = stat_fields(pid).ok_or(SidecarError::NoProcess(pid))?;
+    if fields.first().is_some_and(|s| s == "Z") {
         return Err(SidecarError::Zombie(pid));
     }
     // After the state: ppid, pgrp, session, tty, tpgid, then the flags.
-    let flags: u64 = fields.nth(5).and_then(|f| f.parse().ok()).unwrap_or(0);
+    let flags: u64 = fields.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
     if pid != 0 && flags & PF_KTHREAD != 0 {
         return Err(SidecarError::KernelThread(pid));
     }
-    Ok(())
+    start_ticks_of(&fields).ok_or(SidecarError::NoProcess(pid))
 }
 
 /// The process's start as Unix milliseconds.
@@ -85,8 +93,7 @@ fn start_unix_ms(ticks: u64) -> Option<u64> {
 pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
     let pid = opts.pid;
     crate::delivery::check_report_path(&opts.report)?;
-    attachable(pid)?;
-    let ticks = start_ticks(pid).ok_or(SidecarError::NoProcess(pid))?;
+    let ticks = attachable(pid)?;
     let proc_start = start_unix_ms(ticks);
     let mut command = command_line(pid);
     let mut oom = crate::oomwatch::OomWatch::new(pid);

@@ -150,9 +150,14 @@ pub(crate) fn final_report(e: Ending) -> Report {
 }
 
 fn where_(p: &PeakAt) -> String {
-    match &p.phase {
-        Some(ph) => format!("step {} in phase {ph}", p.step),
-        None => format!("step {}", p.step),
+    step_and_phase(p.step, p.phase.as_deref())
+}
+
+/// `step N in phase P`, or `step N` outside any phase.
+pub(crate) fn step_and_phase(step: u64, phase: Option<&str>) -> String {
+    match phase {
+        Some(ph) => format!("step {step} in phase {ph}"),
+        None => format!("step {step}"),
     }
 }
 

@@ -372,10 +372,7 @@ impl Assembly<'_> {
     /// and phase of the process that trains at `m`'s last sample: its nearest ancestor whose
     /// steps moved, else the job's principal.
     fn place_of_end(&self, m: &Member, row: &JobProcess) -> String {
-        let at = |step: u64, phase: Option<&str>| match phase {
-            Some(p) => format!("step {step} in phase {p}"),
-            None => format!("step {step}"),
-        };
+        let at = crate::postmortem::step_and_phase;
         let Some(trainer) = self.trainer_of(m) else {
             return at(row.last_step, row.last_phase.as_deref());
         };
