@@ -27,6 +27,7 @@ use memsight_format::safe_dir::Dir;
 use memsight_format::snapshot::Snapshot;
 use sampler::{append_snapshot, Shared};
 
+mod by_hand;
 mod panicked;
 mod place;
 mod sampler;
@@ -98,6 +99,9 @@ pub struct SessionBuilder {
     /// The report path came from `MEMSIGHT_REPORT` (a path that cannot be written is then a
     /// warning, not an error).
     report_from_env: bool,
+    /// In a job started by hand: the user's path keeps this report only if no process of the job
+    /// that is more its main process wrote one (`by_hand`).
+    offered: bool,
 }
 
 /// Where the session's flight recorder goes.
@@ -120,6 +124,7 @@ impl Default for SessionBuilder {
             quiet: false,
             ring: RingChoice::Default,
             report_from_env: false,
+            offered: false,
         }
     }
 }
@@ -220,6 +225,14 @@ impl SessionBuilder {
                 }
             }
         }
+        if self.report_from_env && self.report_path.is_some() && place::job_prefix().is_none() {
+            // A job started by hand: every process of it offers its report, the path keeps the
+            // main one's; the first process alone speaks.
+            self.offered = true;
+            if !place::writes_user_report() {
+                self.quiet = true;
+            }
+        }
         Ok(self)
     }
 
@@ -305,7 +318,15 @@ impl SessionBuilder {
                     d
                 }
             })
-            .or_else(|| cfg.report_path.as_deref().map(heapprof::dir_for_report))
+            .or_else(|| {
+                let dir = heapprof::dir_for_report(cfg.report_path.as_deref()?);
+                // Also in a job started by hand, where they share the report's path.
+                Some(if cfg.offered && !place::writes_user_report() {
+                    dir.join(format!("p{}", std::process::id()))
+                } else {
+                    dir
+                })
+            })
             // The report names its profiles by absolute path: a reader started elsewhere finds them.
             .map(|d| std::path::absolute(&d).unwrap_or(d));
         let heap_profile = match &profile_dir {
@@ -406,6 +427,50 @@ fn write_report(
     pending.file().write_all(&json).map_err(io)?;
     pending.file().sync_data().map_err(io)?;
     pending.commit().map(drop).map_err(io)
+}
+
+/// Writes `report` at `path` in a job started by hand unless the report there is another of the
+/// job's processes' and that process is more the job's main one (`by_hand`): then that report is
+/// kept and returned. Processes of the job ending at once take turns (a lock on the directory).
+fn offer_report(
+    report: &Report,
+    dir: &Arc<Dir>,
+    path: &std::path::Path,
+) -> Result<Option<Report>, SessionError> {
+    let turn = Turn::take(dir);
+    let theirs = path
+        .file_name()
+        .filter(|name| {
+            matches!(dir.stat(name), Ok(Some(st)) if st.st_mode & libc::S_IFMT == libc::S_IFREG)
+        })
+        .and_then(|name| Report::load(&dir.fd_path(name)).ok());
+    if let (Some(theirs), Some(started)) = (theirs, by_hand::job_started_unix_ms()) {
+        if by_hand::keeps_instead(&theirs, report, started) {
+            return Ok(Some(theirs));
+        }
+    }
+    let written = write_report(report, dir, path);
+    drop(turn);
+    written.map(|()| None)
+}
+
+/// An exclusive `flock` on a directory, held until dropped.
+struct Turn(std::os::fd::RawFd);
+
+impl Turn {
+    fn take(dir: &Dir) -> Turn {
+        // SAFETY: a descriptor the `Dir` keeps open for longer than the `Turn` lives. A lock that
+        // cannot be taken leaves the turn unguarded, never the report unwritten.
+        unsafe { libc::flock(dir.fd(), libc::LOCK_EX) };
+        Turn(dir.fd())
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        // SAFETY: as in `take`.
+        unsafe { libc::flock(self.0, libc::LOCK_UN) };
+    }
 }
 
 impl Session {
@@ -549,9 +614,24 @@ impl Session {
         alloc::restart_run_peak();
         ACTIVE.store(false, Ordering::SeqCst);
         if let (Some(p), Some(dir)) = (&self.cfg.report_path, &self.report_dir) {
-            write_report(&report, dir, p)?;
+            let kept = if self.cfg.offered {
+                offer_report(&report, dir, p)?
+            } else {
+                write_report(&report, dir, p).map(|()| None)?
+            };
             if !self.cfg.quiet {
-                eprintln!("memsight · report written to {}", p.display());
+                match kept {
+                    None => eprintln!("memsight · report written to {}", p.display()),
+                    Some(main) => eprintln!(
+                        "memsight · {} keeps the report of the job's main process, pid {} ({}): \
+                         it ran training steps or held more heap than this one (pid {}); \
+                         `memsight run` reports every process of the job",
+                        p.display(),
+                        main.job.pid,
+                        main.job.command.join(" "),
+                        std::process::id()
+                    ),
+                }
             }
         }
         if let Some(r) = &self.shared.ring {

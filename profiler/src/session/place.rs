@@ -75,7 +75,9 @@ pub(crate) fn ring_in_job(prefix: &Path) -> PathBuf {
 }
 
 /// Whether this process writes the user's report itself (and is the job's first process): the
-/// direct child of the `memsight run` that started the job, or any process outside one (also after a launcher exec'd into it), not a fork of it.
+/// direct child of the `memsight run` that started the job; outside one, the first process of a
+/// job started by hand (also after a launcher exec'd into it), not a fork of it
+/// (`super::by_hand`: the others offer theirs).
 #[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub fn writes_user_report() -> bool {
     // The C library's `getenv`: the preloaded library asks as every process of the job loads,
@@ -90,7 +92,8 @@ pub fn writes_user_report() -> bool {
     let parent = unsafe { libc::getppid() };
     match sidecar {
         Some(s) => s == parent && !forked_here(),
-        None => !forked_here(),
+        // Started by hand: the job's first process is the one whose parent is not in it.
+        None => !forked_here() && !super::by_hand::parent_in_job(),
     }
 }
 
