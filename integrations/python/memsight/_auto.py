@@ -2,10 +2,13 @@
 
 ``memsight run`` turns this on when the job imports torch (``--no-auto-steps`` turns it off):
 
-- **steps** are the optimizer's: step ``k`` starts at the first training forward (or backward)
-  after the ``k``-th ``optimizer.step()`` (``torch.optim.Optimizer``'s global step hooks), so
-  gradient accumulation's micro-batches fall in one step and several optimizers stepped together
-  count once;
+- **steps** are the optimizer's: step ``k`` starts after the ``k``-th ``optimizer.step()``
+  (``torch.optim.Optimizer``'s global step hooks) at the fetch of the next batch from the training
+  ``DataLoader`` — one whose batches feed training forwards — or, in a loop without one, at the
+  first training forward (or backward). Gradient accumulation's micro-batches fall in one step,
+  a batch's loading in the step that trains on it, and several optimizers stepped per batch (a
+  GAN's generator and discriminator, stepped between forwards) count once; a loop that steps an
+  optimizer twice on one fetched batch gets its steps from forwards again;
 - **phases**, flat and one at a time: ``forward`` (the outermost module call, per thread: a
   wrapper of ``torch.nn.Module.__call__`` — PyTorch's global module hooks would take every module
   call off its fast path, +7% of a small model's step), ``backward``
@@ -13,7 +16,7 @@
   optimizer's global pre and post hooks; a closure's forward and backward, as Lightning runs them,
   are their own phases), ``data`` (waiting on a ``DataLoader`` iterator) and ``eval`` (from a root
   forward outside training — eval mode or no grad — until the next training forward, backward or
-  optimizer step).
+  optimizer step, or the fetch of a training batch).
 
 A job's own ``memsight.step`` calls, or the framework callbacks, take over steps; its own
 ``memsight.phase`` takes over phases (auto phases then stop opening). Only the thread that ran the
@@ -21,8 +24,28 @@ first root forward drives them (``DataParallel``'s replicas run on threads of th
 """
 
 import threading
+import weakref
 
 _tls = threading.local()
+
+
+def _loader_of(iterator):
+    """What a ``DataLoader`` iterator is told apart by: its loader's sampler (a new iterator per
+    epoch shares it), held weakly; None when it has none."""
+    sampler = getattr(iterator, "_index_sampler", None)
+    try:
+        return None if sampler is None else weakref.ref(sampler)
+    except TypeError:
+        return None
+
+
+def _batches_left(iterator):
+    """True when the iterator will yield another batch, False when it is spent, None when it
+    cannot say (an iterable dataset has no length)."""
+    try:
+        return iterator._num_yielded < len(iterator)
+    except (TypeError, AttributeError):
+        return None
 
 
 class _Auto:
@@ -36,6 +59,12 @@ class _Auto:
         self.open_name = None
         self.open_handle = None
         self.owner = None
+        self.fetched = None  # the loader of the last batch fetched (a weak reference)
+        self.training_loaders = set()  # loaders whose batches fed a training forward
+        self.stepped = {}  # id of each optimizer stepped since the step began: `trained` then
+        self.trained = 0  # training forwards and backwards so far
+        self.paced_by_data = False  # steps start at a training batch's fetch
+        self.paced_by_forwards = False  # for good: the loop updates more than once per batch
         self.undo = []  # what install() did, undone in reverse by remove()
 
     # -- phases: at most one of ours open at a time ------------------------------------------
@@ -61,12 +90,51 @@ class _Auto:
 
     # -- steps -------------------------------------------------------------------------------
     def training_event(self):
-        """A training forward or backward: ends an open eval, starts the next step if due."""
+        """A training forward or backward: ends an open eval, starts the next step if due (here
+        only in a loop whose steps its training batches' fetches do not start), and takes the
+        loader of the last batch fetched as a training one."""
         self.close("eval")
+        self.trained += 1
+        if not self.paced_by_data:
+            self.start_step()
+        if self.fetched is not None and self.fetched() is not None:
+            self.training_loaders.add(self.fetched)
+            self.paced_by_data = not self.paced_by_forwards
+
+    def start_step(self):
         if self.step_pending and not self.explicit["steps"]:
             self.step += 1
             self.step_pending = False
+            self.stepped.clear()
             self.lib.memsight_step(self.step)
+
+    def fetching(self, iterator):
+        """Before a batch's fetch: a training loader's ends an open eval and starts the next step
+        when one is due and a batch will come; returns whether the step is to start once the
+        batch has come (the loader cannot say beforehand)."""
+        loader = _loader_of(iterator)
+        self.fetched = loader
+        if loader is None or loader not in self.training_loaders:
+            return False
+        self.close("eval")
+        if not (self.paced_by_data and self.step_pending):
+            return False
+        left = _batches_left(iterator)
+        if left:
+            self.start_step()
+        return left is None
+
+    def optimizer_stepping(self, optimizer):
+        """Before an optimizer's step: one that already stepped in this step, with training since
+        (several updates per fetched batch, or batches from elsewhere), hands step starts back to
+        the forwards and starts the step it missed. A subclass's step calling its base's runs
+        the hooks twice with no training between: that is one step."""
+        last = self.stepped.get(id(optimizer))
+        if last is not None and last != self.trained and self.paced_by_data:
+            self.paced_by_data = False
+            self.paced_by_forwards = True
+            self.start_step()
+        self.stepped[id(optimizer)] = self.trained
 
     def mine(self):
         """True on the thread that drives the steps (the first to run a root forward)."""
@@ -130,6 +198,7 @@ def install(torch, lib, explicit):
             return None
         auto.close("eval")
         auto.close("forward")
+        auto.optimizer_stepping(optimizer)
         # `args` are the step method's, the optimizer itself first.
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
         if closure is None:
@@ -154,6 +223,7 @@ def install(torch, lib, explicit):
             return
         auto.close("optimizer")
         auto.step_pending = True
+        auto.fetched = None  # a batch fetched before this update fed it, not the next one
 
     undo.append(optim.register_optimizer_step_pre_hook(optimizer_pre).remove)
     undo.append(optim.register_optimizer_step_post_hook(optimizer_post).remove)
@@ -186,12 +256,18 @@ def install(torch, lib, explicit):
         next_batch = base.__next__
 
         def next_with_phase(self):
-            opened = auto.mine() and auto.open("data")
-            try:
+            if not auto.mine():
                 return next_batch(self)
+            start_after = auto.fetching(self)
+            opened = auto.open("data")
+            try:
+                batch = next_batch(self)
             finally:
                 if opened:
                     auto.close("data")
+            if start_after:
+                auto.start_step()
+            return batch
 
         next_with_phase.__wrapped__ = next_batch
         base.__next__ = next_with_phase
