@@ -252,6 +252,10 @@ fn a_merged_post_mortem_names_one_process_as_the_first_to_fail() {
         "rank 1 (pid 11) failed first: exited with code 1 at step 5 (its own heap peak \
          330.00 MiB); then the job: exited with code 1",
     );
+    // What the sidecar says of the job's own end, beside the description that names rank 1.
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&n0).unwrap()).unwrap();
+    v["post_mortem"]["job_end"] = json!("exited with code 1");
+    std::fs::write(&n0, serde_json::to_vec(&v).unwrap()).unwrap();
     let r2 = rank_report(&dir, 2, 7, 430 * MIB, killed(1500));
     let merged = dir.join("merged.json");
     let m = run_memsight(&["merge", "--report", s(&merged), s(&n0), s(&r2)], None);

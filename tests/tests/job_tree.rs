@@ -165,6 +165,12 @@ fn a_sigkilled_rank_is_named_first() {
     let d = pm["description"].as_str().unwrap();
     assert!(d.starts_with("rank 1 (pid "), "{d}");
     assert!(d.contains("failed first"), "{d}");
+    // What it says of the job's own end, for `merge` to keep when another node failed first.
+    let end = pm["job_end"].as_str().unwrap_or_default();
+    assert!(
+        !end.is_empty() && !end.contains("failed first") && d.contains(end),
+        "job_end {end:?} of {d}"
+    );
     assert_eq!(pm["cause"], "killed", "{pm}");
     let killed = read(&dir.join("r-1.json"));
     assert_eq!(

@@ -158,11 +158,7 @@ pub fn merge(inputs: Vec<(PathBuf, Report)>) -> Result<Report, String> {
         if !pm.description.starts_with(&who) {
             // A node's job report says which of its own processes failed first; across the
             // nodes another did, so only what it says of its own job is kept.
-            let own = pm
-                .description
-                .split_once(" failed first: ")
-                .and_then(|(_, rest)| rest.split_once("; then the job: "))
-                .map_or(pm.description.as_str(), |(_, then)| then);
+            let own = pm.job_end.as_deref().unwrap_or(&pm.description);
             pm.description = format!(
                 "{who} failed first (of {} ranks): {} at step {}; this report is rank {}'s: {}",
                 rows.len(),

@@ -137,6 +137,7 @@ pub(crate) fn final_report(e: Ending) -> Report {
     report.post_mortem = Some(PostMortem {
         cause: cause.into(),
         description: format!("{description}{age}"),
+        job_end: None,
         exit_code: status.and_then(|s| s.code()),
         signal,
         last_sample_age_ms: last_age,

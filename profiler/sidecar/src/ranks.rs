@@ -348,6 +348,7 @@ impl Assembly<'_> {
             "{who} failed first: {} at {place}{size}; then the job: {then}",
             row.end.description
         );
+        pm.job_end = Some(then);
         if self.oom_killed(first) {
             pm.cause = "oom_killed".into();
             let member = self.member_report(first);

@@ -12,6 +12,10 @@ pub struct PostMortem {
     pub cause: String,
     /// One line for people.
     pub description: String,
+    /// When a process of the job failed before the job did, the description says so first; this
+    /// is what it then says of the job's own end (the description before that process was named).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_end: Option<String>,
     /// Exit code, when it exited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
