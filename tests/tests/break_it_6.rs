@@ -143,3 +143,17 @@ fn several_updates_per_fetched_batch_are_each_a_step() {
     assert_eq!(steps(&r), (0..12).collect::<Vec<_>>(), "{out}");
     assert_eq!(peak_at(&r), block_at(&truth), "{}", r["peaks"]);
 }
+
+#[test]
+fn a_loop_that_makes_its_dataloader_each_epoch_keeps_its_steps_at_the_fetches() {
+    // 3 epochs of 4 steps, each over a DataLoader made for it; the block is allocated while the
+    // second batch of epoch 1 (step 5) loads. Before: the first forward of epoch 1 (its batch from
+    // a loader not seen training yet) started no step, so the optimizer's next step found itself
+    // stepping twice in one step and handed the steps to the forwards: `step 4, phase data`.
+    let Some((r, truth, out)) = run_loop("epochs", "5:data") else {
+        return;
+    };
+    assert_eq!(truth["optimizer_steps"], 12);
+    assert_eq!(steps(&r), (0..12).collect::<Vec<_>>(), "{out}");
+    assert_eq!(peak_at(&r), block_at(&truth), "{}", r["peaks"]);
+}

@@ -90,15 +90,18 @@ class _Auto:
 
     # -- steps -------------------------------------------------------------------------------
     def training_event(self):
-        """A training forward or backward: ends an open eval, starts the next step if due (here
-        only in a loop whose steps its training batches' fetches do not start), and takes the
-        loader of the last batch fetched as a training one."""
+        """A training forward or backward: ends an open eval, starts the next step if due and no
+        fetch started it (a loop without a training loader, or a batch from a loader not seen
+        training yet: one made for each epoch), and takes the loader of the last batch fetched as
+        a training one. No fetch since the last update is the same batch (a GAN's generator
+        after its discriminator): no new step."""
         self.close("eval")
         self.trained += 1
-        if not self.paced_by_data:
+        fetched = self.fetched if self.fetched is not None and self.fetched() is not None else None
+        if not self.paced_by_data or (fetched is not None and fetched not in self.training_loaders):
             self.start_step()
-        if self.fetched is not None and self.fetched() is not None:
-            self.training_loaders.add(self.fetched)
+        if fetched is not None:
+            self.training_loaders.add(fetched)
             self.paced_by_data = not self.paced_by_forwards
 
     def start_step(self):

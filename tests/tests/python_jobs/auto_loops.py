@@ -7,7 +7,8 @@ eval) of that iteration: the heap's peak, whose step and phase the report is che
 - ``accumulate``: 6 optimizer steps of 4 micro-batches each, batches from a DataLoader;
 - ``validate``: 9 steps, a validation (``model.eval()``, ``torch.no_grad()``) after every third;
 - ``gan``: 6 iterations of a GAN, the discriminator's optimizer then the generator's each;
-- ``updates_per_batch``: 4 fetched batches, 3 optimizer steps on each (PPO-style epochs).
+- ``updates_per_batch``: 4 fetched batches, 3 optimizer steps on each (PPO-style epochs);
+- ``epochs``: 3 epochs of 4 steps, each epoch over a DataLoader of its own (made in the loop).
 """
 
 import json
@@ -143,7 +144,19 @@ def updates_per_batch():
             truth["iterations"] += 1
 
 
-{"accumulate": accumulate, "validate": validate, "gan": gan,
+def epochs():
+    model, data = Net(), Data(n=32)
+    opt = CountingSGD(model.parameters(), lr=0.01)
+    for epoch in range(3):
+        for n, (x, y) in enumerate(torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)):
+            now["iteration"] = 4 * epoch + n + 1  # the next fetch's (it comes before the body)
+            train_on(model, opt, x, y)
+            opt.step()
+            opt.zero_grad()
+            truth["iterations"] += 1
+
+
+{"accumulate": accumulate, "epochs": epochs, "validate": validate, "gan": gan,
  "updates_per_batch": updates_per_batch}[LOOP]()
 with open(TRUTH, "w") as out:
     json.dump(truth, out)
