@@ -117,3 +117,46 @@ fn a_job_started_by_hand_keeps_the_report_of_its_main_process() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A main program holding 8 MiB whose worker, started by `multiprocessing` with `spawn` (a new
+/// program, as DataLoader workers with `multiprocessing_context="spawn"` are), holds 64 MiB.
+const SPAWNS_A_WORKER: &str = "import multiprocessing as mp, time
+def work():
+    b = bytearray(64 << 20)
+    b[::4096] = b'x' * len(b[::4096])
+    time.sleep(0.4)
+if __name__ == '__main__':
+    b = bytearray(8 << 20)
+    b[::4096] = b'x' * len(b[::4096])
+    p = mp.get_context('spawn').Process(target=work)
+    p.start()
+    p.join()
+    time.sleep(0.2)
+";
+
+#[test]
+fn a_spawned_worker_holding_more_than_its_parent_is_not_the_job() {
+    if !preload_built() {
+        return;
+    }
+    let Some(py) = torch_python() else {
+        println!("SKIP: no torch venv python (make build sets it up)");
+        return;
+    };
+    let dir = scratch("by-hand-spawn");
+    let report = dir.join("r.json");
+    let script = dir.join("spawns.py");
+    std::fs::write(&script, SPAWNS_A_WORKER).expect("script written");
+    by_hand(
+        &report,
+        &format!("exec {} {}", py.display(), script.display()),
+    );
+    let r = Report::load(&report).expect("a report at the user's path");
+    assert!(
+        (8.0..14.0).contains(&mib(r.peaks.heap_peak_bytes)) && r.job.command.len() == 2,
+        "the report describes {:?} ({:.1} MiB), not the 8 MiB main program",
+        r.job.command,
+        mib(r.peaks.heap_peak_bytes)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -21,6 +21,16 @@ pub enum RankSource {
     Torch,
 }
 
+/// Whether a command line is a child Python's `multiprocessing` started with the `spawn` method
+/// (a DataLoader worker with `multiprocessing_context="spawn"`, a `Pool` under spawn): a new
+/// program, but its parent's worker. `multiprocessing.spawn.get_command_line` ends it with
+/// `--multiprocessing-fork`, which `spawn.is_forking` reads back.
+pub fn is_spawned_worker(command: &[String]) -> bool {
+    command
+        .last()
+        .is_some_and(|a| a == "--multiprocessing-fork")
+}
+
 /// A rank as the launcher's environment gave it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RankEnv {

@@ -31,10 +31,6 @@ pub(crate) struct Member {
     pub role: Option<Role>,
 }
 
-/// The argument Python's `multiprocessing` ends a `spawn` child's command line with
-/// (`multiprocessing.spawn.get_command_line`; `spawn.is_forking` reads it back).
-const PYTHON_SPAWN_CHILD: &str = "--multiprocessing-fork";
-
 impl Member {
     /// Whether it runs part of its parent's work: forked from it without an exec (a DataLoader
     /// worker, a multiprocessing child), or started by Python's `multiprocessing` with the `spawn`
@@ -42,7 +38,7 @@ impl Member {
     /// `multiprocessing_context="spawn"`, a `Pool` under spawn). A `forkserver`'s children are
     /// forks of the server.
     pub(crate) fn is_worker(&self) -> bool {
-        self.info.forked || self.command.last().is_some_and(|a| a == PYTHON_SPAWN_CHILD)
+        self.info.forked || memsight_format::process::is_spawned_worker(&self.command)
     }
 
     /// Whether its writer is gone (it ended or exec'd another program).

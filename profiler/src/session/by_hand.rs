@@ -11,28 +11,41 @@
 //! for a job's tree: the process that ran training steps, else the one with the largest heap.
 
 use memsight_format::report::Report;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 /// The variables whose values, equal in a parent, make it a process of the same job.
 const JOB_KEYS: [&std::ffi::CStr; 2] = [c"LD_PRELOAD", c"MEMSIGHT_REPORT"];
 
 /// Whether this process's parent is in its job: 0 not asked yet, 1 yes, 2 no.
 static PARENT_IN_JOB: AtomicU8 = AtomicU8::new(0);
+/// When the job's first process started, in clock ticks after boot (with [`PARENT_IN_JOB`]).
+static JOB_STARTED_TICKS: AtomicU64 = AtomicU64::new(0);
 
-/// Whether this process's parent was started in the same job started by hand (asked once per
-/// program image: the answer at load is the one that counts, before any re-parenting).
-/// Allocation-free: it runs as the preloaded library loads.
+/// Whether this process's parent was started in the same job started by hand. Asked once per
+/// program image, with the job's start, as the preloaded library loads: its ancestors are alive
+/// then (one that has ended re-parents its children, and a tool outliving the job's first process
+/// — `multiprocessing`'s resource tracker — would be a job of its own). Allocation-free.
 pub(crate) fn parent_in_job() -> bool {
-    match PARENT_IN_JOB.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            // SAFETY: getppid has no preconditions.
-            let yes = same_job(unsafe { libc::getppid() });
-            PARENT_IN_JOB.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
-            yes
+    if PARENT_IN_JOB.load(Ordering::Relaxed) == 0 {
+        // SAFETY: getpid and getppid have no preconditions.
+        let (me, parent) = unsafe { (libc::getpid(), libc::getppid()) };
+        let in_job = same_job(parent);
+        let mut first = me;
+        let mut next = Some(parent).filter(|_| in_job);
+        // The top-most ancestor in the job (a bound against a cycle of recycled pids).
+        for _ in 0..4096 {
+            let Some(p) = next else { break };
+            first = p;
+            next = stat_fields(p)
+                .map(|(ppid, _)| ppid)
+                .filter(|&pp| same_job(pp));
         }
+        if let Some((_, ticks)) = stat_fields(first) {
+            JOB_STARTED_TICKS.store(ticks, Ordering::Relaxed);
+        }
+        PARENT_IN_JOB.store(if in_job { 1 } else { 2 }, Ordering::Relaxed);
     }
+    PARENT_IN_JOB.load(Ordering::Relaxed) == 1
 }
 
 /// Whether process `pid`, an ancestor of this one, is in this process's job: in its process group,
@@ -120,22 +133,9 @@ impl<'a> Entry<'a> {
 
 /// Whether `/proc/<pid>/environ` (the environment `pid` was exec'd with) holds every entry.
 fn environ_holds(pid: libc::pid_t, wanted: &mut [Entry]) -> bool {
-    let mut path = [0u8; 32];
-    let mut len = 0;
-    for part in [&b"/proc/"[..], itoa(pid, &mut [0u8; 12]), b"/environ"] {
-        path[len..len + part.len()].copy_from_slice(part);
-        len += part.len();
-    }
-    // SAFETY: `path` is NUL-terminated (zeroed past `len`, which is at most 6 + 11 + 8).
-    let fd = unsafe {
-        libc::open(
-            path.as_ptr().cast(),
-            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY,
-        )
-    };
-    if fd < 0 {
+    let Some(fd) = open_proc(pid, b"/environ") else {
         return false;
-    }
+    };
     let mut buf = [0u8; 4096];
     let mut any = false;
     loop {
@@ -170,20 +170,10 @@ fn itoa(n: libc::pid_t, buf: &mut [u8; 12]) -> &[u8] {
     }
 }
 
-/// When the job's first process started, in Unix milliseconds (to within a clock tick): the
-/// top-most ancestor of this process, this one included, that is in its job.
+/// When the job's first process started, in Unix milliseconds (to within a clock tick).
 pub(crate) fn job_started_unix_ms() -> Option<u64> {
-    // SAFETY: getpid has no preconditions.
-    let mut first = unsafe { libc::getpid() };
-    let mut seen = 0;
-    while seen < 4096 {
-        match stat_fields(first).map(|(ppid, _)| ppid) {
-            Some(parent) if same_job(parent) => first = parent,
-            _ => break,
-        }
-        seen += 1;
-    }
-    let (_, start_ticks) = stat_fields(first)?;
+    parent_in_job();
+    let start_ticks = Some(JOB_STARTED_TICKS.load(Ordering::Relaxed)).filter(|&t| t > 0)?;
     // SAFETY: sysconf has no preconditions.
     let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
         .ok()
@@ -207,13 +197,57 @@ fn unix_ms_of(clock: libc::clockid_t) -> Option<u64> {
 }
 
 /// Process `pid`'s parent and start time (clock ticks after boot), from `/proc/<pid>/stat`.
+/// Allocation-free.
 fn stat_fields(pid: libc::pid_t) -> Option<(libc::pid_t, u64)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut buf = [0u8; 1024];
+    let text = read_proc(pid, b"/stat", &mut buf)?;
     // The command name in parentheses may hold anything; the fields after its last `)` do not.
-    let mut fields = text.get(text.rfind(')')? + 1..)?.split_ascii_whitespace();
-    let ppid = fields.nth(1)?.parse().ok()?;
-    let start = fields.nth(17)?.parse().ok()?;
-    Some((ppid, start))
+    let after = text.iter().rposition(|&b| b == b')')? + 1;
+    let mut fields = text[after..]
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty());
+    let ppid = number(fields.nth(1)?)?;
+    let start = number(fields.nth(17)?)?;
+    Some((libc::pid_t::try_from(ppid).ok()?, start))
+}
+
+/// The decimal number `digits` spell, if they do and it fits.
+fn number(digits: &[u8]) -> Option<u64> {
+    digits.iter().try_fold(0u64, |n, &b| {
+        b.is_ascii_digit()
+            .then(|| n.checked_mul(10)?.checked_add(u64::from(b - b'0')))
+            .flatten()
+    })
+}
+
+/// Opens `/proc/<pid><file>` (read-only, no controlling terminal); the descriptor, or `None`.
+fn open_proc(pid: libc::pid_t, file: &[u8]) -> Option<libc::c_int> {
+    let mut path = [0u8; 40];
+    let mut len = 0;
+    for part in [&b"/proc/"[..], itoa(pid, &mut [0u8; 12]), file] {
+        path.get_mut(len..len + part.len())?.copy_from_slice(part);
+        len += part.len();
+    }
+    // A NUL after the name: `path` is zeroed past `len`.
+    path.get(len).filter(|&&b| b == 0)?;
+    // SAFETY: `path` is NUL-terminated.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr().cast(),
+            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY,
+        )
+    };
+    (fd >= 0).then_some(fd)
+}
+
+/// Reads `/proc/<pid><file>` into `buf` (what fits); the bytes read.
+fn read_proc<'b>(pid: libc::pid_t, file: &[u8], buf: &'b mut [u8]) -> Option<&'b [u8]> {
+    let fd = open_proc(pid, file)?;
+    // SAFETY: reads at most `buf.len()` bytes into `buf`.
+    let got = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: `fd` was opened above and is closed once.
+    unsafe { libc::close(fd) };
+    buf.get(..usize::try_from(got).ok()?)
 }
 
 /// Whether `theirs`, the report already at the user's path, is kept instead of `mine`: written
@@ -225,10 +259,16 @@ pub(crate) fn keeps_instead(theirs: &Report, mine: &Report, job_started_unix_ms:
     same_job && main_key(theirs) > main_key(mine)
 }
 
-/// The job's main process is the one that ran training steps (a step past 0), else the one
-/// with the largest heap: the sidecar's rule for a job's tree (`memsight-sidecar`'s `job.rs`).
-fn main_key(r: &Report) -> (bool, u64) {
-    (r.steps.iter().any(|s| s.step > 0), r.peaks.heap_peak_bytes)
+/// The job's main process is one that is not a worker (forks write no report of their own; a
+/// worker Python's `multiprocessing` spawned does) and ran training steps (a step past 0), else
+/// the one with the largest heap: the sidecar's rule for a job's tree (`memsight-sidecar`'s
+/// `job.rs`).
+fn main_key(r: &Report) -> (bool, bool, u64) {
+    (
+        !memsight_format::process::is_spawned_worker(&r.job.command),
+        r.steps.iter().any(|s| s.step > 0),
+        r.peaks.heap_peak_bytes,
+    )
 }
 
 #[cfg(test)]
@@ -272,6 +312,18 @@ mod tests {
         let mut e = [Entry::new(b"PATH", path.as_bytes())];
         // SAFETY: as above.
         assert!(environ_holds(unsafe { libc::getpid() }, &mut e));
+    }
+
+    #[test]
+    fn this_process_parent_and_start_are_read() {
+        // SAFETY: getpid and getppid have no preconditions.
+        let (me, parent) = unsafe { (libc::getpid(), libc::getppid()) };
+        let (ppid, start) = stat_fields(me).unwrap();
+        assert_eq!(ppid, parent);
+        assert!(start > 0);
+        assert_eq!(number(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(number(b"18446744073709551616"), None);
+        assert_eq!(number(b"12a"), None);
     }
 
     #[test]
