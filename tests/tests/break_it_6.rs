@@ -157,3 +157,57 @@ fn a_loop_that_makes_its_dataloader_each_epoch_keeps_its_steps_at_the_fetches() 
     assert_eq!(steps(&r), (0..12).collect::<Vec<_>>(), "{out}");
     assert_eq!(peak_at(&r), block_at(&truth), "{}", r["peaks"]);
 }
+
+/// A loop whose steps are alike — each begins while the last one's 8 MiB block is held, frees it
+/// and makes the next — in a job that imported torch (a memory map of hundreds of KiB, which a
+/// heap profile carries). Step 2's start writes the growth view's first step profile.
+const ALIKE_STEPS: &str = "import torch, memsight
+held = bytearray(8 << 20)
+for i in range(8):
+    memsight.step(i)
+    del held
+    held = bytearray(8 << 20)
+    held[::4096] = b'x' * len(held[::4096])
+";
+
+#[test]
+fn writing_a_step_profile_does_not_raise_the_step_peak_it_measures() {
+    let Some(py) = torch_python() else {
+        println!("SKIP: no torch venv (the set-up script creates it; make build runs it)");
+        return;
+    };
+    if !preload_built() {
+        return;
+    }
+    let dir = scratch("break6-step-profile");
+    let r = run_job(
+        &dir,
+        &[],
+        &[py.as_os_str(), "-c".as_ref(), ALIKE_STEPS.as_ref()],
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.out);
+    let report: Value = serde_json::from_str(&r.report).expect("a JSON report");
+    let peak_of = |n: u64| {
+        report["steps"]
+            .as_array()
+            .and_then(|v| v.iter().find(|s| s["step"] == n))
+            .and_then(|s| s["peak_bytes"].as_u64())
+            .unwrap_or_else(|| panic!("no step {n}: {}", report["steps"]))
+    };
+    let profiles = std::fs::read_dir(dir.join("r.heap"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+        .unwrap_or_default();
+    assert!(
+        profiles.iter().any(|p| p == "step-2.heap"),
+        "no step profile was written at step 2: {profiles:?}"
+    );
+    // The steps after it hold what step 2 does; its own start's profile adds at most its buffers.
+    let others = (3..7).map(peak_of).min().expect("steps 3-6");
+    let extra = peak_of(2).saturating_sub(others);
+    assert!(
+        extra <= 64 << 10,
+        "step 2 peaked {extra} B above the steps like it: writing its profile held that much of \
+         the job's heap"
+    );
+}

@@ -21,7 +21,6 @@
 use super::counters::{self, Local};
 use super::{sample_heap, sample_table, unwind};
 use std::ffi::{c_int, c_void};
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// The default mean bytes between samples (Go's runtime samples at the same rate).
@@ -526,20 +525,24 @@ pub fn counts() -> Counts {
     }
 }
 
-/// The live sampled blocks as a heap profile in jemalloc's `heap_v2` text (per stack: sampled
-/// objects and requested bytes), followed by this process's memory map.
-pub fn profile_text(rate: u64) -> String {
+/// Writes the live sampled blocks — or, with `at_peak`, those live at the process heap's latest
+/// peak of the running session (exact at the peak, whenever it is written) — as a heap profile in
+/// jemalloc's `heap_v2` text (per stack: sampled objects and requested bytes), followed by the
+/// Python frames of its stacks and this process's memory map. Streamed to `out` as it is made: a
+/// step's profile is written on the job's thread, and a profile held whole (a torch job's memory
+/// map alone is hundreds of KiB) would raise the heap peak it measures.
+pub fn write_profile(
+    out: &mut dyn std::io::Write,
+    rate: u64,
+    at_peak: bool,
+) -> std::io::Result<()> {
     let mut blocks = Vec::new();
-    sample_table::live_blocks(&mut blocks);
-    text_of(blocks, rate)
-}
-
-/// The sampled blocks live at the process heap's latest peak (of the running session) as a heap
-/// profile, in the form of [`profile_text`]: exact at the peak, whenever it is written.
-pub fn peak_profile_text(rate: u64) -> String {
-    let mut blocks = Vec::new();
-    sample_table::peak_blocks(&mut blocks);
-    text_of(blocks, rate)
+    if at_peak {
+        sample_table::peak_blocks(&mut blocks);
+    } else {
+        sample_table::live_blocks(&mut blocks);
+    }
+    write_text(out, blocks, rate)
 }
 
 /// Sampled blocks who were live at the latest peak and that the peak's set misses (its list of
@@ -551,28 +554,33 @@ pub fn peak_missed() -> u64 {
 /// The Python frames of a profile's stacks (tagged words, `crate::pyframes`), one per line after
 /// `PYTHON_FRAMES:`: `word<TAB>line<TAB>function<TAB>file` — what a reader shows for them, as the
 /// memory map after it tells what native addresses are.
-fn python_section(out: &mut String, mut words: Vec<u64>) {
+fn python_section(out: &mut dyn std::io::Write, mut words: Vec<u64>) -> std::io::Result<()> {
     if words.is_empty() {
-        return;
+        return Ok(());
     }
     words.sort_unstable();
     words.dedup();
-    out.push_str("\nPYTHON_FRAMES:\n");
+    out.write_all(b"\nPYTHON_FRAMES:\n")?;
     let clean = |s: &str| s.replace(['\t', '\n', '\r'], " ");
     for w in words {
         if let Some(f) = crate::pyframes::describe(w) {
-            let _ = writeln!(
+            writeln!(
                 out,
                 "{w:#x}\t{}\t{}\t{}",
                 f.line,
                 clean(f.function),
                 clean(f.file)
-            );
+            )?;
         }
     }
+    Ok(())
 }
 
-fn text_of(mut blocks: Vec<(u32, usize)>, rate: u64) -> String {
+fn write_text(
+    out: &mut dyn std::io::Write,
+    mut blocks: Vec<(u32, usize)>,
+    rate: u64,
+) -> std::io::Result<()> {
     blocks.sort_unstable_by_key(|&(stack, _)| stack);
     let mut per_stack: Vec<(u32, u64, u64)> = Vec::new();
     for (stack, size) in blocks {
@@ -586,29 +594,30 @@ fn text_of(mut blocks: Vec<(u32, usize)>, rate: u64) -> String {
     }
     let objects: u64 = per_stack.iter().map(|s| s.1).sum();
     let bytes: u64 = per_stack.iter().map(|s| s.2).sum();
-    let mut out = format!("heap_v2/{rate}\n  t*: {objects}: {bytes} [0: 0]\n");
+    writeln!(out, "heap_v2/{rate}\n  t*: {objects}: {bytes} [0: 0]")?;
     let mut python = Vec::new();
     for (stack, n, b) in per_stack {
-        out.push('@');
+        out.write_all(b"@")?;
         let frames = sample_table::frames_of(stack);
         if frames.is_empty() {
             // A sample whose stack did not fit: one unknown frame keeps its bytes in the total.
-            out.push_str(" 0x0");
+            out.write_all(b" 0x0")?;
         }
         for f in frames {
-            let _ = write!(out, " {f:#x}");
+            write!(out, " {f:#x}")?;
             if crate::pyframes::is_python(*f) {
                 python.push(*f);
             }
         }
-        let _ = write!(out, "\n  t*: {n}: {b} [0: 0]\n");
+        write!(out, "\n  t*: {n}: {b} [0: 0]\n")?;
     }
-    python_section(&mut out, python);
-    out.push_str("\nMAPPED_LIBRARIES:\n");
-    if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
-        out.push_str(&maps);
+    python_section(out, python)?;
+    out.write_all(b"\nMAPPED_LIBRARIES:\n")?;
+    // Copied through a buffer on the stack; a map that cannot be read leaves the section empty.
+    if let Ok(mut maps) = std::fs::File::open("/proc/self/maps") {
+        std::io::copy(&mut maps, out)?;
     }
-    out
+    Ok(())
 }
 
 #[cfg(test)]

@@ -40,12 +40,12 @@ mod imp {
     }
 
     pub fn dump(path: &Path, rate: u64, at_peak: bool) -> Result<(), String> {
-        let text = if at_peak {
-            sampling::peak_profile_text(rate)
-        } else {
-            sampling::profile_text(rate)
-        };
-        std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        let failed = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path).map_err(failed)?);
+        sampling::write_profile(&mut out, rate, at_peak).map_err(failed)?;
+        out.into_inner()
+            .map_err(|e| failed(e.into_error()))
+            .map(drop)
     }
 }
 
