@@ -160,3 +160,190 @@ fn a_spawned_worker_holding_more_than_its_parent_is_not_the_job() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `sh_line` by hand like [`by_hand`], without waiting for it.
+fn by_hand_spawn(report: &Path, sh_line: &str) -> std::process::Child {
+    Command::new("bash")
+        .arg("-c")
+        .arg(sh_line)
+        .env("LD_PRELOAD", preload_lib())
+        .env("MEMSIGHT_REPORT", report)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("bash runs")
+}
+
+/// Waits for `child` (generously: a job stuck at its exit is killed) and returns its stderr.
+fn finish(mut child: std::process::Child) -> String {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the job never ended");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut err = String::new();
+    let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
+    err
+}
+
+#[test]
+fn a_report_at_the_path_that_is_not_this_jobs_is_never_kept() {
+    if !preload_built() {
+        return;
+    }
+    let Some(py) = torch_python() else {
+        println!("SKIP: no torch venv python (make build sets it up)");
+        return;
+    };
+    let dir = scratch("by-hand-not-ours");
+    let report = dir.join("r.json");
+    let hold = dir.join("hold.py");
+    std::fs::write(&hold, HOLD).expect("script written");
+    let hold = format!("{} {}", py.display(), hold.display());
+
+    // A report left there that claims more heap than any process of the job, and a session that
+    // started after this job's: planted, not this job's.
+    by_hand(&report, &format!("{hold} 8 0.1"));
+    let mut planted = Report::load(&report).expect("a report");
+    planted.job.command = vec!["planted".into()];
+    planted.job.start_unix_ms += 86_400_000;
+    planted.job.end_unix_ms += 86_400_000;
+    planted.peaks.heap_peak_bytes = 1 << 40;
+    std::fs::write(&report, planted.to_json().expect("json")).expect("planted");
+    let err = by_hand(&report, &format!("{hold} 16 0.1; true"));
+    let r = Report::load(&report).expect("a report at the user's path");
+    assert!(
+        (16.0..22.0).contains(&mib(r.peaks.heap_peak_bytes)) && !err.contains("planted"),
+        "the path kept {:?} ({:.1} MiB), not the job's 16 MiB program: {err}",
+        r.job.command,
+        mib(r.peaks.heap_peak_bytes)
+    );
+
+    // Another user's report (here: this job's own, handed to `nobody`) is never kept either.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        by_hand(
+            &report,
+            &format!("{hold} 64 0.1; chown 65534 \"$MEMSIGHT_REPORT\"; true"),
+        );
+        let r = Report::load(&report).expect("a report at the user's path");
+        assert!(
+            mib(r.peaks.heap_peak_bytes) < 8.0,
+            "the shell kept a report {}'s user no longer owns ({:.1} MiB)",
+            r.job.pid,
+            mib(r.peaks.heap_peak_bytes)
+        );
+    }
+
+    // An unrelated job at the same path, started while this one runs and done before it ends:
+    // this job never takes that job's process for its own main one.
+    let fifo = dir.join("go");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo")
+        .success());
+    let first = by_hand_spawn(
+        &report,
+        &format!("{hold} 8 0; read _ < {}; true", fifo.display()),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !Report::load(&report).is_ok_and(|r| r.job.command.iter().any(|a| a == "8")) {
+        assert!(std::time::Instant::now() < deadline, "no 8 MiB report");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let err_other = by_hand(&report, &format!("{hold} 64 0.1; true"));
+    std::fs::write(&fifo, "\n").expect("the first job goes on");
+    let err = finish(first);
+    assert!(
+        !err.contains("keeps the report"),
+        "a job took another job's process for its own: {err}\n(the other job: {err_other})"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_lock_held_on_the_report_directory_does_not_keep_a_job_from_ending() {
+    if !preload_built() {
+        return;
+    }
+    let Some(py) = torch_python() else {
+        println!("SKIP: no torch venv python (make build sets it up)");
+        return;
+    };
+    let dir = scratch("by-hand-locked");
+    let report = dir.join("r.json");
+    let hold = dir.join("hold.py");
+    std::fs::write(&hold, HOLD).expect("script written");
+    // Anyone who can open the directory (`/tmp`) can lock it, for as long as they like.
+    let d = std::fs::File::open(&dir).expect("the directory opens");
+    // SAFETY: a descriptor `d` keeps open.
+    assert_eq!(
+        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&d), libc::LOCK_EX) },
+        0
+    );
+    let child = by_hand_spawn(
+        &report,
+        &format!("{} {} 8 0.1; true", py.display(), hold.display()),
+    );
+    let err = finish(child);
+    let r = Report::load(&report).expect("a report at the user's path");
+    assert!(
+        (8.0..14.0).contains(&mib(r.peaks.heap_peak_bytes)),
+        "heap peak {:.1} MiB, the program held 8 MiB: {err}",
+        mib(r.peaks.heap_peak_bytes)
+    );
+    drop(d);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A launcher holding 8 MiB that starts its worker in a session of its own, as `torchrun` does
+/// (`start_new_session`), and waits for it.
+const LAUNCHES_IN_A_NEW_SESSION: &str = "import subprocess, sys
+b = bytearray(8 << 20)
+b[::4096] = b'x' * len(b[::4096])
+subprocess.Popen(sys.argv[1:], start_new_session=True).wait()
+";
+
+#[test]
+fn a_worker_a_launcher_starts_in_a_session_of_its_own_is_in_its_job() {
+    if !preload_built() {
+        return;
+    }
+    let Some(py) = torch_python() else {
+        println!("SKIP: no torch venv python (make build sets it up)");
+        return;
+    };
+    let dir = scratch("by-hand-session");
+    let report = dir.join("r.json");
+    let hold = dir.join("hold.py");
+    std::fs::write(&hold, HOLD).expect("script written");
+    let launcher = dir.join("launch.py");
+    std::fs::write(&launcher, LAUNCHES_IN_A_NEW_SESSION).expect("script written");
+    let err = by_hand(
+        &report,
+        &format!(
+            "{py} {} {py} {} 64 0.3; true",
+            launcher.display(),
+            hold.display(),
+            py = py.display()
+        ),
+    );
+    let r = Report::load(&report).expect("a report at the user's path");
+    assert!(
+        (64.0..70.0).contains(&mib(r.peaks.heap_peak_bytes)),
+        "heap peak {:.1} MiB ({:?}), the worker held 64 MiB: {err}",
+        mib(r.peaks.heap_peak_bytes),
+        r.job.command
+    );
+    assert_eq!(
+        err.matches("session start").count(),
+        1,
+        "the worker spoke as a job of its own: {err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -3,15 +3,26 @@
 //! the job runs): which of them is its first, and which one's report the user's path keeps.
 //!
 //! Without a sidecar no process sees the others, so each decides from `/proc`: a process whose
-//! parent was started with the same `LD_PRELOAD` and `MEMSIGHT_REPORT`, in the same process group,
-//! is inside the job; the job's first process is the one whose parent is not. (A shell with job
-//! control — a terminal's, whose own environment may carry the variables — starts each command
-//! line in a group of its own: each is a job. A script's commands share the script's group.) Each process of the job that ends with a
-//! session offers its report, and the path keeps the job's main one, by the rule the sidecar uses
-//! for a job's tree: the process that ran training steps, else the one with the largest heap.
+//! parent was started with the same `LD_PRELOAD` and `MEMSIGHT_REPORT`, in the same process group
+//! or in a session of its own (a launcher's worker: `torchrun`'s, `setsid`), is inside the job;
+//! the job's first process is the one whose parent is not. (A shell with job control — a
+//! terminal's, whose own environment may carry the variables — starts each command line in a group
+//! of its own: each is a job, its group's leader first. A script's commands share the script's
+//! group.) Each process of the job that ends with a session offers its report, and the path keeps
+//! the job's main one, by the rule the sidecar uses for a job's tree: the process that ran training
+//! steps, else the one with the largest heap. A report is another of the job's only if this user
+//! wrote it and it names the job ([`names`]: this boot, the job's first process and its start):
+//! never one planted there, nor an unrelated job's at the same path.
 
-use memsight_format::report::Report;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use super::{write_json, SessionError};
+use memsight_format::report::{Report, ReportError};
+use memsight_format::safe_dir::Dir;
+use std::io::Read;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
 
 /// The variables whose values, equal in a parent, make it a process of the same job.
 const JOB_KEYS: [&std::ffi::CStr; 2] = [c"LD_PRELOAD", c"MEMSIGHT_REPORT"];
@@ -20,6 +31,12 @@ const JOB_KEYS: [&std::ffi::CStr; 2] = [c"LD_PRELOAD", c"MEMSIGHT_REPORT"];
 static PARENT_IN_JOB: AtomicU8 = AtomicU8::new(0);
 /// When the job's first process started, in clock ticks after boot (with [`PARENT_IN_JOB`]).
 static JOB_STARTED_TICKS: AtomicU64 = AtomicU64::new(0);
+/// The job's first process (with [`PARENT_IN_JOB`]).
+static JOB_FIRST_PID: AtomicI32 = AtomicI32::new(0);
+/// The top-most ancestor started with the same variables, whatever its group (a shell with job
+/// control whose command lines are jobs of their own), and its start: the tree the job is in.
+static TREE_FIRST_PID: AtomicI32 = AtomicI32::new(0);
+static TREE_STARTED_TICKS: AtomicU64 = AtomicU64::new(0);
 
 /// Whether this process's parent was started in the same job started by hand. Asked once per
 /// program image, with the job's start, as the preloaded library loads: its ancestors are alive
@@ -27,33 +44,64 @@ static JOB_STARTED_TICKS: AtomicU64 = AtomicU64::new(0);
 /// — `multiprocessing`'s resource tracker — would be a job of its own). Allocation-free.
 pub(crate) fn parent_in_job() -> bool {
     if PARENT_IN_JOB.load(Ordering::Relaxed) == 0 {
-        // SAFETY: getpid and getppid have no preconditions.
-        let (me, parent) = unsafe { (libc::getpid(), libc::getppid()) };
-        let in_job = same_job(parent);
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
         let mut first = me;
-        let mut next = Some(parent).filter(|_| in_job);
-        // The top-most ancestor in the job (a bound against a cycle of recycled pids).
+        let mut outer = me;
+        let mut in_this_job = true;
+        let mut child = stat_fields(me);
+        // The top-most ancestors in the job and in its tree (a bound against a cycle of recycled
+        // pids).
         for _ in 0..4096 {
-            let Some(p) = next else { break };
-            first = p;
-            next = stat_fields(p)
-                .map(|(ppid, _)| ppid)
-                .filter(|&pp| same_job(pp));
+            let Some(c) = child else { break };
+            let parent = Some(c.ppid)
+                .filter(|&p| p > 1)
+                .and_then(stat_fields)
+                .filter(|_| in_job(c.ppid));
+            in_this_job &= parent.as_ref().is_some_and(|p| linked(&c, p));
+            if parent.is_some() {
+                outer = c.ppid;
+                if in_this_job {
+                    first = c.ppid;
+                }
+            }
+            child = parent;
         }
-        if let Some((_, ticks)) = stat_fields(first) {
-            JOB_STARTED_TICKS.store(ticks, Ordering::Relaxed);
+        // A process whose parent is not in the job may still be one of several the job started at
+        // once in a group of their own (a pipeline a shell with job control ran): the job is then
+        // its group's, started by the group's leader, if that carries the same variables.
+        if let Some(f) = stat_fields(first) {
+            let leader = Some(f.group)
+                .filter(|&g| g > 1 && g != first)
+                .and_then(stat_fields)
+                .filter(|l| l.group == f.group && l.session == f.session && in_job(f.group));
+            if leader.is_some() {
+                if outer == first {
+                    outer = f.group;
+                }
+                first = f.group;
+            }
         }
-        PARENT_IN_JOB.store(if in_job { 1 } else { 2 }, Ordering::Relaxed);
+        for (pid, pid_at, ticks_at) in [
+            (first, &JOB_FIRST_PID, &JOB_STARTED_TICKS),
+            (outer, &TREE_FIRST_PID, &TREE_STARTED_TICKS),
+        ] {
+            if let Some(f) = stat_fields(pid) {
+                ticks_at.store(f.start, Ordering::Relaxed);
+                pid_at.store(pid, Ordering::Relaxed);
+            }
+        }
+        PARENT_IN_JOB.store(if first != me { 1 } else { 2 }, Ordering::Relaxed);
     }
     PARENT_IN_JOB.load(Ordering::Relaxed) == 1
 }
 
-/// Whether process `pid`, an ancestor of this one, is in this process's job: in its process group,
-/// started with the same values of [`JOB_KEYS`].
-fn same_job(pid: libc::pid_t) -> bool {
-    // SAFETY: getpgid has no preconditions (an error is -1, never a group).
-    let group = |p| unsafe { libc::getpgid(p) };
-    pid > 1 && group(pid) == group(0) && in_job(pid)
+/// Whether a process and its parent are in one job as far as their groups tell: the same process
+/// group, or a session of the child's own (a launcher detaching its workers from the terminal's
+/// signals — `torchrun`'s, `setsid` — keeps them in its job). A new group in the same session is
+/// a shell's job control: a command line of its own.
+fn linked(child: &Stat, parent: &Stat) -> bool {
+    child.group == parent.group || child.session != parent.session
 }
 
 /// Whether process `pid` was started with the same values of [`JOB_KEYS`] as this process (the
@@ -170,35 +218,17 @@ fn itoa(n: libc::pid_t, buf: &mut [u8; 12]) -> &[u8] {
     }
 }
 
-/// When the job's first process started, in Unix milliseconds (to within a clock tick).
-pub(crate) fn job_started_unix_ms() -> Option<u64> {
-    parent_in_job();
-    let start_ticks = Some(JOB_STARTED_TICKS.load(Ordering::Relaxed)).filter(|&t| t > 0)?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
-        .ok()
-        .filter(|&h| h > 0)?;
-    let booted_unix_ms =
-        unix_ms_of(libc::CLOCK_REALTIME)?.checked_sub(unix_ms_of(libc::CLOCK_BOOTTIME)?)?;
-    Some(booted_unix_ms + start_ticks.saturating_mul(1000) / hz)
+/// What `/proc/<pid>/stat` tells of a process.
+struct Stat {
+    ppid: libc::pid_t,
+    group: libc::pid_t,
+    session: libc::pid_t,
+    /// Start, in clock ticks after boot.
+    start: u64,
 }
 
-/// A clock's time now, in milliseconds.
-fn unix_ms_of(clock: libc::clockid_t) -> Option<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes `ts` only.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-        return None;
-    }
-    Some(ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000)
-}
-
-/// Process `pid`'s parent and start time (clock ticks after boot), from `/proc/<pid>/stat`.
-/// Allocation-free.
-fn stat_fields(pid: libc::pid_t) -> Option<(libc::pid_t, u64)> {
+/// Process `pid`'s parent, groups and start time, from `/proc/<pid>/stat`. Allocation-free.
+fn stat_fields(pid: libc::pid_t) -> Option<Stat> {
     let mut buf = [0u8; 1024];
     let text = read_proc(pid, b"/stat", &mut buf)?;
     // The command name in parentheses may hold anything; the fields after its last `)` do not.
@@ -206,9 +236,17 @@ fn stat_fields(pid: libc::pid_t) -> Option<(libc::pid_t, u64)> {
     let mut fields = text[after..]
         .split(|b| b.is_ascii_whitespace())
         .filter(|f| !f.is_empty());
-    let ppid = number(fields.nth(1)?)?;
-    let start = number(fields.nth(17)?)?;
-    Some((libc::pid_t::try_from(ppid).ok()?, start))
+    let mut pid_field = |skip| libc::pid_t::try_from(number(fields.nth(skip)?)?).ok();
+    let ppid = pid_field(1)?;
+    let group = pid_field(0)?;
+    let session = pid_field(0)?;
+    let start = number(fields.nth(15)?)?;
+    Some(Stat {
+        ppid,
+        group,
+        session,
+        start,
+    })
 }
 
 /// The decimal number `digits` spell, if they do and it fits.
@@ -250,13 +288,174 @@ fn read_proc<'b>(pid: libc::pid_t, file: &[u8], buf: &'b mut [u8]) -> Option<&'b
     buf.get(..usize::try_from(got).ok()?)
 }
 
-/// Whether `theirs`, the report already at the user's path, is kept instead of `mine`: written
-/// by a process of this job (its session started after the job's first process did) that is
-/// more the job's main process than this one.
-pub(crate) fn keeps_instead(theirs: &Report, mine: &Report, job_started_unix_ms: u64) -> bool {
-    // A clock tick of slack: the job's start is known to 10 ms, a session's to 1 ms.
-    let same_job = theirs.job.start_unix_ms + 20 >= job_started_unix_ms;
-    same_job && main_key(theirs) > main_key(mine)
+/// What names this job in its processes' reports, and the tree it is in: this boot, the first
+/// process of each and when it started (a pid is not reused while it runs, nor started twice in a
+/// clock tick).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Names {
+    job: String,
+    tree: String,
+}
+
+fn names() -> Option<Names> {
+    parent_in_job();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let name = |pid: &AtomicI32, ticks: &AtomicU64| {
+        let ticks = Some(ticks.load(Ordering::Relaxed)).filter(|&t| t > 0)?;
+        Some(format!(
+            "{}/{}@{ticks}",
+            boot.trim(),
+            pid.load(Ordering::Relaxed)
+        ))
+    };
+    Some(Names {
+        job: name(&JOB_FIRST_PID, &JOB_STARTED_TICKS)?,
+        tree: name(&TREE_FIRST_PID, &TREE_STARTED_TICKS)?,
+    })
+}
+
+/// The fields that open a by-hand report's JSON: the names of its job and tree (readers ignore
+/// them).
+fn tag(names: &Names) -> Vec<u8> {
+    format!(
+        "{{\n  \"by_hand_job\": {:?},\n  \"by_hand_tree\": {:?},\n",
+        names.job, names.tree
+    )
+    .into_bytes()
+}
+
+/// The names a report's JSON opens with ([`tag`]), if it does.
+fn tag_of(json: &[u8]) -> Option<Names> {
+    let head = &json[..json.len().min(512)];
+    // The tag is ASCII; what follows it may be cut inside a character.
+    let text = match std::str::from_utf8(head) {
+        Ok(text) => text,
+        Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).ok()?,
+    };
+    let mut lines = text.lines();
+    (lines.next()? == "{").then_some(())?;
+    let mut field = |key: &str| {
+        let rest = lines.next()?.strip_prefix(&format!("  \"{key}\": \""))?;
+        Some(rest.strip_suffix("\",")?.to_owned())
+    };
+    let job = field("by_hand_job")?;
+    let tree = field("by_hand_tree")?;
+    Some(Names { job, tree })
+}
+
+/// `report`'s JSON, named as this job's ([`tag`]).
+fn tagged_json(report: &Report, names: Option<&Names>) -> Result<Vec<u8>, ReportError> {
+    let json = report.to_json()?;
+    let (Some(names), Some(rest)) = (names, json.strip_prefix(b"{\n")) else {
+        return Ok(json);
+    };
+    let mut tagged = tag(names);
+    tagged.extend_from_slice(rest);
+    Ok(tagged)
+}
+
+/// The report `name` in `dir` if this user wrote it by hand: a regular file this user owns (no
+/// link followed) that opens with its names ([`tag`]).
+fn tagged_report(dir: &Dir, name: &std::ffi::OsStr) -> Option<(Report, Names)> {
+    let name = std::ffi::CString::new(name.as_bytes()).ok()?;
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
+    // SAFETY: `name` is NUL-terminated; the descriptor returned is owned below.
+    let fd = unsafe { libc::openat(dir.fd(), name.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor just opened, owned by nothing else.
+    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let meta = file.metadata().ok()?;
+    // SAFETY: geteuid has no preconditions.
+    if !meta.file_type().is_file() || meta.uid() != unsafe { libc::geteuid() } {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.take(memsight_format::input::MAX_REPORT_BYTES)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    let names = tag_of(&bytes)?;
+    Some((Report::from_slice(&bytes).ok()?, names))
+}
+
+/// A report another process wrote that the user's path keeps instead of this process's.
+pub(super) struct Kept {
+    /// That report.
+    pub report: Report,
+    /// It is a job's that this process's job started (a command line a shell with job control
+    /// ran), not this job's main process's.
+    pub nested: bool,
+}
+
+/// Whether the report named `theirs` is kept instead of `mine`, this process's (named `names`):
+/// one of this job's processes' that is more its main process, or a job's that this job started
+/// (a shell with job control keeps its last command line's). Never another job's or tree's.
+fn keeps(theirs: (&Report, &Names), mine: &Report, names: &Names) -> Option<bool> {
+    let (report, their_names) = theirs;
+    let same_job = their_names.job == names.job;
+    let nested = !same_job && their_names.tree == names.job;
+    ((same_job || nested) && main_key(report) > main_key(mine)).then_some(nested)
+}
+
+/// Writes `report` at `path` in a job started by hand unless the report there is another of the
+/// job's processes' and that process is more the job's main one: then that report is kept and
+/// returned. Processes of the job ending at once take turns (a lock on the directory).
+pub(super) fn offer_report(
+    report: &Report,
+    dir: &Arc<Dir>,
+    path: &std::path::Path,
+) -> Result<Option<Kept>, SessionError> {
+    let _turn = Turn::take(dir);
+    let names = names();
+    if let (Some(name), Some(names)) = (path.file_name(), &names) {
+        if let Some((theirs, their_names)) = tagged_report(dir, name) {
+            if let Some(nested) = keeps((&theirs, &their_names), report, names) {
+                return Ok(Some(Kept {
+                    report: theirs,
+                    nested,
+                }));
+            }
+        }
+    }
+    let json = tagged_json(report, names.as_ref()).map_err(SessionError::Report)?;
+    write_json(&json, dir, path).map(|()| None)
+}
+
+/// How long a process waits for its turn at the report before it writes unguarded: the job's
+/// processes hold it for as long as writing a report takes; anyone else who can open the
+/// directory (another user's, in `/tmp`) could hold it for ever.
+const TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// An exclusive `flock` on a directory, held until dropped (none once [`TURN_WAIT`] passed).
+struct Turn(Option<std::os::fd::RawFd>);
+
+impl Turn {
+    fn take(dir: &Dir) -> Turn {
+        let deadline = std::time::Instant::now() + TURN_WAIT;
+        loop {
+            // SAFETY: a descriptor the `Dir` keeps open for longer than the `Turn` lives.
+            if unsafe { libc::flock(dir.fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Turn(Some(dir.fd()));
+            }
+            let busy = std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK);
+            if !busy || std::time::Instant::now() >= deadline {
+                // A lock that cannot be taken leaves the turn unguarded, never the report
+                // unwritten nor the process stuck.
+                return Turn(None);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if let Some(fd) = self.0 {
+            // SAFETY: as in `take`.
+            unsafe { libc::flock(fd, libc::LOCK_UN) };
+        }
+    }
 }
 
 /// The job's main process is one that is not a worker (forks write no report of their own; a
@@ -318,12 +517,59 @@ mod tests {
     fn this_process_parent_and_start_are_read() {
         // SAFETY: getpid and getppid have no preconditions.
         let (me, parent) = unsafe { (libc::getpid(), libc::getppid()) };
-        let (ppid, start) = stat_fields(me).unwrap();
-        assert_eq!(ppid, parent);
-        assert!(start > 0);
+        let st = stat_fields(me).unwrap();
+        assert_eq!(st.ppid, parent);
+        // SAFETY: getpgid and getsid have no preconditions.
+        assert_eq!(st.group, unsafe { libc::getpgid(0) });
+        assert_eq!(st.session, unsafe { libc::getsid(0) });
+        assert!(st.start > 0);
         assert_eq!(number(b"18446744073709551615"), Some(u64::MAX));
         assert_eq!(number(b"18446744073709551616"), None);
         assert_eq!(number(b"12a"), None);
+    }
+
+    #[test]
+    fn a_report_is_kept_only_for_this_job_or_a_job_it_started() {
+        let named = |job: &str, tree: &str| Names {
+            job: job.into(),
+            tree: tree.into(),
+        };
+        let mut big = Report::default();
+        big.peaks.heap_peak_bytes = 64 << 20;
+        let mut small = Report::default();
+        small.peaks.heap_peak_bytes = 1 << 20;
+        let json = tagged_json(&big, Some(&named("b/7@9", "b/1@2"))).unwrap();
+        let theirs = tag_of(&json).unwrap();
+        assert_eq!(theirs, named("b/7@9", "b/1@2"));
+        // The rest is the report as written untagged.
+        let mut value: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        let fields = value.as_object_mut().unwrap();
+        assert!(fields.remove("by_hand_job").is_some() && fields.remove("by_hand_tree").is_some());
+        let untagged: serde_json::Value = serde_json::from_slice(&big.to_json().unwrap()).unwrap();
+        assert_eq!(value, untagged);
+        // The same job: the main process's; a job this one started: its own; anyone else's: never.
+        assert_eq!(
+            keeps((&big, &theirs), &small, &named("b/7@9", "b/1@2")),
+            Some(false)
+        );
+        assert_eq!(
+            keeps((&small, &theirs), &big, &named("b/7@9", "b/1@2")),
+            None
+        );
+        assert_eq!(
+            keeps((&big, &theirs), &small, &named("b/1@2", "b/1@2")),
+            Some(true)
+        );
+        assert_eq!(
+            keeps((&big, &theirs), &small, &named("b/8@9", "b/1@2")),
+            None
+        );
+        assert_eq!(
+            keeps((&big, &theirs), &small, &named("c/7@9", "c/1@2")),
+            None
+        );
+        // A report without the fields names no job.
+        assert_eq!(tag_of(&big.to_json().unwrap()), None);
     }
 
     #[test]

@@ -411,6 +411,11 @@ fn write_report(
     dir: &Arc<Dir>,
     path: &std::path::Path,
 ) -> Result<(), SessionError> {
+    write_json(&report.to_json().map_err(SessionError::Report)?, dir, path)
+}
+
+/// Writes the report's JSON `json` as [`write_report`] does.
+fn write_json(json: &[u8], dir: &Arc<Dir>, path: &std::path::Path) -> Result<(), SessionError> {
     use std::io::Write;
     let io = |source| {
         SessionError::Report(ReportError::Io {
@@ -421,56 +426,11 @@ fn write_report(
     let name = path
         .file_name()
         .ok_or_else(|| io(std::io::Error::other("the report path names no file")))?;
-    let json = report.to_json().map_err(SessionError::Report)?;
     let mut pending =
         memsight_format::safe_file::Pending::in_dir(Arc::clone(dir), name).map_err(io)?;
-    pending.file().write_all(&json).map_err(io)?;
+    pending.file().write_all(json).map_err(io)?;
     pending.file().sync_data().map_err(io)?;
     pending.commit().map(drop).map_err(io)
-}
-
-/// Writes `report` at `path` in a job started by hand unless the report there is another of the
-/// job's processes' and that process is more the job's main one (`by_hand`): then that report is
-/// kept and returned. Processes of the job ending at once take turns (a lock on the directory).
-fn offer_report(
-    report: &Report,
-    dir: &Arc<Dir>,
-    path: &std::path::Path,
-) -> Result<Option<Report>, SessionError> {
-    let turn = Turn::take(dir);
-    let theirs = path
-        .file_name()
-        .filter(|name| {
-            matches!(dir.stat(name), Ok(Some(st)) if st.st_mode & libc::S_IFMT == libc::S_IFREG)
-        })
-        .and_then(|name| Report::load(&dir.fd_path(name)).ok());
-    if let (Some(theirs), Some(started)) = (theirs, by_hand::job_started_unix_ms()) {
-        if by_hand::keeps_instead(&theirs, report, started) {
-            return Ok(Some(theirs));
-        }
-    }
-    let written = write_report(report, dir, path);
-    drop(turn);
-    written.map(|()| None)
-}
-
-/// An exclusive `flock` on a directory, held until dropped.
-struct Turn(std::os::fd::RawFd);
-
-impl Turn {
-    fn take(dir: &Dir) -> Turn {
-        // SAFETY: a descriptor the `Dir` keeps open for longer than the `Turn` lives. A lock that
-        // cannot be taken leaves the turn unguarded, never the report unwritten.
-        unsafe { libc::flock(dir.fd(), libc::LOCK_EX) };
-        Turn(dir.fd())
-    }
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        // SAFETY: as in `take`.
-        unsafe { libc::flock(self.0, libc::LOCK_UN) };
-    }
 }
 
 impl Session {
@@ -615,20 +575,34 @@ impl Session {
         ACTIVE.store(false, Ordering::SeqCst);
         if let (Some(p), Some(dir)) = (&self.cfg.report_path, &self.report_dir) {
             let kept = if self.cfg.offered {
-                offer_report(&report, dir, p)?
+                by_hand::offer_report(&report, dir, p)?
             } else {
                 write_report(&report, dir, p).map(|()| None)?
             };
             if !self.cfg.quiet {
                 match kept {
                     None => eprintln!("memsight · report written to {}", p.display()),
-                    Some(main) => eprintln!(
+                    Some(by_hand::Kept {
+                        report: main,
+                        nested: false,
+                    }) => eprintln!(
                         "memsight · {} keeps the report of the job's main process, pid {} ({}): \
                          it ran training steps or held more heap than this one (pid {}); \
                          `memsight run` reports every process of the job",
                         p.display(),
                         main.job.pid,
                         main.job.command.join(" "),
+                        std::process::id()
+                    ),
+                    Some(by_hand::Kept {
+                        report: last,
+                        nested: true,
+                    }) => eprintln!(
+                        "memsight · {} keeps the report of pid {} ({}), a command line this \
+                         process (pid {}) ran as a job of its own",
+                        p.display(),
+                        last.job.pid,
+                        last.job.command.join(" "),
                         std::process::id()
                     ),
                 }
