@@ -347,3 +347,33 @@ fn a_worker_a_launcher_starts_in_a_session_of_its_own_is_in_its_job() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_report_path_that_cannot_be_written_is_said_once_per_job() {
+    if !preload_built() {
+        return;
+    }
+    let Some(py) = torch_python() else {
+        println!("SKIP: no torch venv python (make build sets it up)");
+        return;
+    };
+    let dir = scratch("by-hand-link");
+    let report = dir.join("r.json");
+    let hold = dir.join("hold.py");
+    std::fs::write(&hold, HOLD).expect("script written");
+    // A link where the report goes (one planted in `/tmp`) is never followed.
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "kept").expect("written");
+    std::os::unix::fs::symlink(&victim, &report).expect("link made");
+    let err = by_hand(
+        &report,
+        &format!("{} {} 8 0.1; true", py.display(), hold.display()),
+    );
+    assert_eq!(std::fs::read_to_string(&victim).expect("read"), "kept");
+    assert_eq!(
+        err.matches("cannot write a report there").count(),
+        1,
+        "not the job's first process alone said so: {err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

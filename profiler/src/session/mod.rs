@@ -250,11 +250,14 @@ impl SessionBuilder {
         let report_dir = match open_report_dir(cfg.report_path.as_deref()) {
             Ok(dir) => dir,
             Err((path, source)) if cfg.report_from_env => {
-                eprintln!(
-                    "memsight: MEMSIGHT_REPORT={}: cannot write a report there ({source}); the job \
-                     runs without a report file",
-                    path.display()
-                );
+                // By hand, every process of the job finds the same path: the first one says so.
+                if !(cfg.offered && cfg.quiet) {
+                    eprintln!(
+                        "memsight: MEMSIGHT_REPORT={}: cannot write a report there ({source}); \
+                         the job runs without a report file",
+                        path.display()
+                    );
+                }
                 cfg.report_path = None;
                 None
             }
