@@ -377,3 +377,53 @@ fn a_report_path_that_cannot_be_written_is_said_once_per_job() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every file under `dir`.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_heap_profiles_left_are_the_kept_reports() {
+    if !preload_built() {
+        return;
+    }
+    let Some(py) = torch_python() else {
+        println!("SKIP: no torch venv python (make build sets it up)");
+        return;
+    };
+    let dir = scratch("by-hand-profiles");
+    let report = dir.join("r.json");
+    let hold = dir.join("hold.py");
+    std::fs::write(&hold, HOLD).expect("script written");
+    let hold = format!("{} {}", py.display(), hold.display());
+    // Run after run, each process of the job profiles its heap; what the report does not name
+    // (the shell's, the last run's) is not left to pile up.
+    for mib in [16, 8] {
+        by_hand(&report, &format!("{hold} {mib} 0.2; {hold} 2 0.2; true"));
+    }
+    let r = Report::load(&report).expect("a report at the user's path");
+    let named: Vec<PathBuf> = r
+        .heap_profile
+        .iter()
+        .flat_map(|h| h.dumps.iter().map(|d| PathBuf::from(&d.path)))
+        .collect();
+    assert!(!named.is_empty(), "the report names no heap profile");
+    let left = files_under(&dir.join("r.heap"));
+    let stray: Vec<_> = left.iter().filter(|f| !named.contains(f)).collect();
+    assert!(
+        stray.is_empty(),
+        "heap profiles no report names were left: {stray:?} (the report names {named:?})"
+    );
+    assert!(named.iter().all(|f| f.exists()), "the report's profiles are gone: {named:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

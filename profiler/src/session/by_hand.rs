@@ -408,18 +408,68 @@ pub(super) fn offer_report(
 ) -> Result<Option<Kept>, SessionError> {
     let _turn = Turn::take(dir);
     let names = names();
+    let mut replaced = None;
     if let (Some(name), Some(names)) = (path.file_name(), &names) {
         if let Some((theirs, their_names)) = tagged_report(dir, name) {
             if let Some(nested) = keeps((&theirs, &their_names), report, names) {
+                remove_profiles(report, &theirs, path);
                 return Ok(Some(Kept {
                     report: theirs,
                     nested,
                 }));
             }
+            replaced = Some(theirs);
         }
     }
     let json = tagged_json(report, names.as_ref()).map_err(SessionError::Report)?;
-    write_json(&json, dir, path).map(|()| None)
+    write_json(&json, dir, path)?;
+    // This user's report of this job, or of an earlier one, that this one replaced.
+    if let Some(theirs) = replaced {
+        remove_profiles(&theirs, report, path);
+    }
+    Ok(None)
+}
+
+/// Removes the heap profiles `gone` names in the user's report's heap directory (`path`'s, no
+/// link followed; nothing elsewhere) that `kept` does not: a report the path no longer keeps
+/// leaves none behind.
+fn remove_profiles(gone: &Report, kept: &Report, path: &std::path::Path) {
+    let Some(profile) = &gone.heap_profile else {
+        return;
+    };
+    let keeps = |p: &str| {
+        kept.heap_profile
+            .as_ref()
+            .is_some_and(|k| k.dumps.iter().any(|d| d.path == p))
+    };
+    let heap_dir = crate::heapprof::dir_for_report(path);
+    let heap_dir = std::path::absolute(&heap_dir).unwrap_or(heap_dir);
+    let own_dir = |d: &std::path::Path| {
+        d.parent() == Some(heap_dir.as_path())
+            && d.file_name()
+                .and_then(|n| n.to_str()?.strip_prefix('p'))
+                .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+    };
+    for dump in profile.dumps.iter().filter(|d| !keeps(&d.path)) {
+        let dump = std::path::Path::new(&dump.path);
+        let (Some(parent), Some(name)) = (dump.parent(), dump.file_name()) else {
+            continue;
+        };
+        if parent != heap_dir && !own_dir(parent) {
+            continue;
+        }
+        if let Ok(d) = Dir::open(parent) {
+            let _ = d.remove_file(name);
+        }
+        if let (true, Ok(top), Some(sub)) =
+            (own_dir(parent), Dir::open(&heap_dir), parent.file_name())
+        {
+            if let Ok(sub) = std::ffi::CString::new(sub.as_bytes()) {
+                // SAFETY: `sub` is NUL-terminated; only an empty directory is removed.
+                unsafe { libc::unlinkat(top.fd(), sub.as_ptr(), libc::AT_REMOVEDIR) };
+            }
+        }
+    }
 }
 
 /// How long a process waits for its turn at the report before it writes unguarded: the job's
