@@ -424,6 +424,26 @@ fn the_heap_profiles_left_are_the_kept_reports() {
         stray.is_empty(),
         "heap profiles no report names were left: {stray:?} (the report names {named:?})"
     );
-    assert!(named.iter().all(|f| f.exists()), "the report's profiles are gone: {named:?}");
+    assert!(
+        named.iter().all(|f| f.exists()),
+        "the report's profiles are gone: {named:?}"
+    );
+
+    // The job's first process is its main one and profiles into the heap directory itself, where
+    // the last run's main process did: a tool ending first leaves its profiles alone.
+    for _ in 0..2 {
+        by_hand(&report, &format!("exec {hold} 32 0.2 {hold} 2 0.4"));
+    }
+    let r = Report::load(&report).expect("a report at the user's path");
+    assert!((32.0..38.0).contains(&mib(r.peaks.heap_peak_bytes)));
+    let named: Vec<PathBuf> = r
+        .heap_profile
+        .iter()
+        .flat_map(|h| h.dumps.iter().map(|d| PathBuf::from(&d.path)))
+        .collect();
+    assert!(
+        !named.is_empty() && named.iter().all(|f| f.exists()),
+        "the report's profiles are gone: {named:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -412,7 +412,7 @@ pub(super) fn offer_report(
     if let (Some(name), Some(names)) = (path.file_name(), &names) {
         if let Some((theirs, their_names)) = tagged_report(dir, name) {
             if let Some(nested) = keeps((&theirs, &their_names), report, names) {
-                remove_profiles(report, &theirs, path);
+                remove_profiles(report, &theirs, path, true);
                 return Ok(Some(Kept {
                     report: theirs,
                     nested,
@@ -425,15 +425,17 @@ pub(super) fn offer_report(
     write_json(&json, dir, path)?;
     // This user's report of this job, or of an earlier one, that this one replaced.
     if let Some(theirs) = replaced {
-        remove_profiles(&theirs, report, path);
+        remove_profiles(&theirs, report, path, false);
     }
     Ok(None)
 }
 
 /// Removes the heap profiles `gone` names in the user's report's heap directory (`path`'s, no
 /// link followed; nothing elsewhere) that `kept` does not: a report the path no longer keeps
-/// leaves none behind.
-fn remove_profiles(gone: &Report, kept: &Report, path: &std::path::Path) {
+/// leaves none behind. Another process's (not `own`) only in a directory of its own whose process
+/// has ended: the heap directory's own files are the running first process's, and a pid reused
+/// is another process's.
+fn remove_profiles(gone: &Report, kept: &Report, path: &std::path::Path, own: bool) {
     let Some(profile) = &gone.heap_profile else {
         return;
     };
@@ -455,7 +457,15 @@ fn remove_profiles(gone: &Report, kept: &Report, path: &std::path::Path) {
         let (Some(parent), Some(name)) = (dump.parent(), dump.file_name()) else {
             continue;
         };
-        if parent != heap_dir && !own_dir(parent) {
+        let in_own_dir = own_dir(parent);
+        // SAFETY: kill with signal 0 only asks whether the process exists.
+        let ended = || unsafe { libc::kill(gone.job.pid as libc::pid_t, 0) } != 0;
+        let removable = if own {
+            parent == heap_dir || in_own_dir
+        } else {
+            in_own_dir && ended()
+        };
+        if !removable {
             continue;
         }
         if let Ok(d) = Dir::open(parent) {
