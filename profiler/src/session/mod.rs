@@ -414,11 +414,6 @@ fn write_report(
     dir: &Arc<Dir>,
     path: &std::path::Path,
 ) -> Result<(), SessionError> {
-    write_json(&report.to_json().map_err(SessionError::Report)?, dir, path)
-}
-
-/// Writes the report's JSON `json` as [`write_report`] does.
-fn write_json(json: &[u8], dir: &Arc<Dir>, path: &std::path::Path) -> Result<(), SessionError> {
     use std::io::Write;
     let io = |source| {
         SessionError::Report(ReportError::Io {
@@ -429,9 +424,10 @@ fn write_json(json: &[u8], dir: &Arc<Dir>, path: &std::path::Path) -> Result<(),
     let name = path
         .file_name()
         .ok_or_else(|| io(std::io::Error::other("the report path names no file")))?;
+    let json = report.to_json().map_err(SessionError::Report)?;
     let mut pending =
         memsight_format::safe_file::Pending::in_dir(Arc::clone(dir), name).map_err(io)?;
-    pending.file().write_all(json).map_err(io)?;
+    pending.file().write_all(&json).map_err(io)?;
     pending.file().sync_data().map_err(io)?;
     pending.commit().map(drop).map_err(io)
 }

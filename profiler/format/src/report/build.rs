@@ -99,6 +99,7 @@ pub fn build(p: Parts) -> Report {
         device_ooms: p.device_ooms,
         device_lines: Vec::new(),
         python_arenas: None,
+        by_hand: None,
         tips: Vec::new(),
         post_mortem: None,
         heap_profile: None,

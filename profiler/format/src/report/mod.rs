@@ -28,6 +28,17 @@ use std::path::Path;
 /// The report schema this build writes and reads.
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// A job started by hand and the tree of jobs it is in (a shell with job control runs each command
+/// line as a job of its own), each named `<boot id>/<first pid>@<its start in clock ticks>`: a pid
+/// is not reused while its process runs, nor started twice in one tick.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ByHand {
+    /// The job: its first process, the one whose parent is not in it.
+    pub job: String,
+    /// The tree: the top-most ancestor started with the same variables, whatever its job.
+    pub tree: String,
+}
+
 /// A finished (or dead) job's memory report.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -73,6 +84,11 @@ pub struct Report {
     /// Device out-of-memory events caught by an OOM observer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub device_ooms: Vec<crate::device::DeviceOom>,
+    /// Written by a process of a job started by hand (the preloaded library and `MEMSIGHT_REPORT`
+    /// set, no `memsight run`): which job and tree of jobs it is of. The user's path keeps another
+    /// process's report for this job only when it names this job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by_hand: Option<ByHand>,
     /// Python's small-object arenas (pymalloc), which the heap figures leave out: their exact
     /// peak and size (a Python job under `memsight run`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
