@@ -251,7 +251,7 @@ impl SessionBuilder {
             Ok(dir) => dir,
             Err((path, source)) if cfg.report_from_env => {
                 // By hand, every process of the job finds the same path: the first one says so.
-                if !(cfg.offered && cfg.quiet) {
+                if !cfg.offered || place::writes_user_report() {
                     eprintln!(
                         "memsight: MEMSIGHT_REPORT={}: cannot write a report there ({source}); \
                          the job runs without a report file",
