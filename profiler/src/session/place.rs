@@ -102,12 +102,19 @@ pub fn writes_user_report() -> bool {
 #[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 fn pid_of(text: &[u8]) -> Option<i32> {
     let digits = text.trim_ascii();
-    if digits.is_empty() || digits.len() > 10 {
+    if digits.is_empty() {
         return None;
     }
-    digits.iter().try_fold(0i32, |n, &b| {
+    number(digits).and_then(|n| i32::try_from(n).ok())
+}
+
+/// The decimal number `digits` spell, if they do and it fits (none: 0), without the standard
+/// library's string parsing (for [`pid_of`], and `/proc` read without allocating).
+#[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
+pub(crate) fn number(digits: &[u8]) -> Option<u64> {
+    digits.iter().try_fold(0u64, |n, &b| {
         b.is_ascii_digit()
-            .then(|| n.checked_mul(10)?.checked_add(i32::from(b - b'0')))
+            .then(|| n.checked_mul(10)?.checked_add(u64::from(b - b'0')))
             .flatten()
     })
 }

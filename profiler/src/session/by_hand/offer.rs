@@ -6,7 +6,6 @@ use super::{names, ByHand};
 use crate::session::{write_report, SessionError};
 use memsight_format::report::Report;
 use memsight_format::safe_dir::Dir;
-use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -29,10 +28,8 @@ fn by_hand_report(dir: &Dir, name: &std::ffi::OsStr) -> Option<(Report, ByHand)>
     if !meta.file_type().is_file() || meta.uid() != unsafe { libc::geteuid() } {
         return None;
     }
-    let mut bytes = Vec::new();
-    file.take(memsight_format::input::MAX_REPORT_BYTES)
-        .read_to_end(&mut bytes)
-        .ok()?;
+    let max = memsight_format::input::MAX_REPORT_BYTES;
+    let bytes = memsight_format::input::read_limited(file, max, meta.len()).ok()?;
     let report = Report::from_slice(&bytes).ok()?;
     let names = report.by_hand.clone()?;
     Some((report, names))

@@ -1,6 +1,8 @@
 //! Reading `/proc/<pid>/environ` and `/proc/<pid>/stat` without allocating (a job started by hand
 //! places each process as the preloaded library loads).
 
+use crate::session::place::number;
+
 /// One `KEY=VALUE` entry looked for in an environment block, matched byte by byte as it is read.
 #[derive(Clone, Copy)]
 pub(super) struct Entry<'a> {
@@ -124,15 +126,6 @@ pub(super) fn stat_fields(pid: libc::pid_t) -> Option<Stat> {
         group,
         session,
         start,
-    })
-}
-
-/// The decimal number `digits` spell, if they do and it fits.
-fn number(digits: &[u8]) -> Option<u64> {
-    digits.iter().try_fold(0u64, |n, &b| {
-        b.is_ascii_digit()
-            .then(|| n.checked_mul(10)?.checked_add(u64::from(b - b'0')))
-            .flatten()
     })
 }
 
