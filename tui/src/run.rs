@@ -152,8 +152,10 @@ fn finish(outcome: &memsight_sidecar::RunOutcome, report: &std::path::Path) -> E
         Some(e) => say!("memsight: the report was not written: {}", line(e)),
         None if memsight_sidecar::to_stdout(report) => {}
         None => {
-            let job = memsight_sidecar::report_for(report, None);
-            say!("memsight · report written to {}", line(&job.display()));
+            say!(
+                "memsight · report written to {}",
+                line(&outcome.report_path.display())
+            );
             for r in &outcome.report.ranks {
                 if let Some(p) = &r.report {
                     say!("memsight · {} report written to {}", r.role_text(), line(p));

@@ -177,6 +177,7 @@ pub fn attach(opts: &AttachOptions) -> Result<RunOutcome, SidecarError> {
     Ok(RunOutcome {
         exit_code: 0,
         report,
+        report_path: opts.report.clone(),
         report_error,
         rank_errors: Vec::new(),
     })

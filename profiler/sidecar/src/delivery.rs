@@ -14,6 +14,8 @@ pub struct RunOutcome {
     pub exit_code: i32,
     /// The report.
     pub report: Report,
+    /// Where the report goes (`-`: standard output): the job's path, `{rank}` replaced.
+    pub report_path: std::path::PathBuf,
     /// Why the report did not reach its path, when it did not (the job's code still stands).
     pub report_error: Option<SidecarError>,
     /// Each rank whose report did not reach its path, and why (the job's report has its row).

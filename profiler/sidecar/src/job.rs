@@ -331,19 +331,35 @@ impl JobRings {
         out
     }
 
-    /// The lowest rank, else the main process; the one viewers follow.
+    /// Whether member `i` is an image its process replaced by exec'ing another program that
+    /// carries memsight too (a wrapper, a pyenv shim, `srun` → `bash` → `python`): the later image
+    /// is the process from then on.
+    pub(crate) fn superseded(&self, i: usize) -> bool {
+        let m = &self.members[i];
+        let key = |j: usize, o: &Member| (o.watch.ring_start_unix_ms, j);
+        self.members
+            .iter()
+            .enumerate()
+            .any(|(j, o)| o.pid == m.pid && key(j, o) > key(i, m))
+    }
+
+    /// The lowest rank, else the main process; the one viewers follow. Of a process that exec'd,
+    /// its latest image (a rank started through a wrapper or a shim is the program it runs).
     fn choose_principal(&mut self, out: &Outputs) {
         let pick = self
             .members
             .iter()
             .enumerate()
-            .filter_map(|(i, m)| match m.role {
-                Some(Role::Rank { rank }) => Some((0, rank, i)),
-                Some(Role::Main) => Some((1, 0, i)),
-                _ => None,
+            .filter_map(|(i, m)| {
+                let later = self.superseded(i);
+                match m.role {
+                    Some(Role::Rank { rank }) => Some((0, rank, later, i)),
+                    Some(Role::Main) => Some((1, 0, later, i)),
+                    _ => None,
+                }
             })
             .min()
-            .map(|(_, _, i)| i);
+            .map(|(_, _, _, i)| i);
         if pick == self.principal || pick.is_none() {
             return;
         }

@@ -28,7 +28,7 @@ mod watch;
 
 pub use attach::{attach, attachable, AttachOptions};
 pub use delivery::{check_report_path, shell_code, to_stdout, RunOutcome, SidecarError};
-pub use ranks::report_for;
+pub use ranks::{job_report_for, launched_as, report_for};
 pub use run::{run, RunOptions};
 
 use std::sync::{Mutex, MutexGuard};

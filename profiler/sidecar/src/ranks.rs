@@ -25,15 +25,53 @@ const RANK: &str = "{rank}";
 /// Where the report of `rank` goes (`None`: the job's): `{rank}` in the path replaced by the rank
 /// (`job` for the job's report), else `<stem>.rank<N>.json` beside the job's report.
 pub fn report_for(report: &Path, rank: Option<u32>) -> PathBuf {
+    match rank {
+        Some(r) => named(report, &r.to_string(), &format!(".rank{r}.json")),
+        None => job_report_for(report, None),
+    }
+}
+
+/// Where the job's report goes when this `memsight run` was itself started as rank `launched_as`
+/// of a launcher that starts one per rank or per node (`srun`, `mpirun`, `torchrun --no-python`:
+/// [`launched_as`]): `{rank}` in the path replaced by `job-<N>` (else `<stem>.job-<N>.json`), so
+/// that the runs of one job, on one machine or on shared storage, each keep their report (they
+/// all wrote, and locked, the one `job` path: every run but the first was refused). `None`: the
+/// path itself, `{rank}` replaced by `job`.
+pub fn job_report_for(report: &Path, launched_as: Option<u32>) -> PathBuf {
+    match launched_as {
+        Some(n) => named(report, &format!("job-{n}"), &format!(".job-{n}.json")),
+        None if has_placeholder(report) => named(report, "job", ""),
+        None => report.to_path_buf(),
+    }
+}
+
+/// The rank this process was started as by a distributed launcher, from its environment (the
+/// variables [`RankEnv`](memsight_format::process::RankEnv) reads); `None` outside one.
+pub fn launched_as() -> Option<u32> {
+    memsight_format::process::RankEnv::from_env().map(|r| r.rank)
+}
+
+/// Whether `report` holds the `{rank}` placeholder.
+fn has_placeholder(report: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let placeholder = RANK.as_bytes();
+    report
+        .as_os_str()
+        .as_bytes()
+        .windows(placeholder.len())
+        .any(|w| w == placeholder)
+}
+
+/// `report` with every `{rank}` replaced by `who`, or, without one, its file name's stem followed
+/// by `suffix` (the path itself for an empty `suffix`).
+fn named(report: &Path, who: &str, suffix: &str) -> PathBuf {
     use std::ffi::OsString;
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
     // As bytes: a path need not be UTF-8, and a lossy copy would name another file.
-    let bytes = report.as_os_str().as_bytes();
-    let placeholder = RANK.as_bytes();
-    if bytes.windows(placeholder.len()).any(|w| w == placeholder) {
-        let who = rank.map_or_else(|| "job".to_string(), |r| r.to_string());
-        let mut out = Vec::with_capacity(bytes.len());
-        let mut rest = bytes;
+    if has_placeholder(report) {
+        let placeholder = RANK.as_bytes();
+        let mut out = Vec::new();
+        let mut rest = report.as_os_str().as_bytes();
         while !rest.is_empty() {
             if let Some(after) = rest.strip_prefix(placeholder) {
                 out.extend_from_slice(who.as_bytes());
@@ -45,16 +83,14 @@ pub fn report_for(report: &Path, rank: Option<u32>) -> PathBuf {
         }
         return PathBuf::from(OsString::from_vec(out));
     }
-    match rank {
-        None => report.to_path_buf(),
-        Some(r) => {
-            let mut name = report
-                .file_stem()
-                .map_or_else(|| OsString::from("memsight-report"), |s| s.to_owned());
-            name.push(format!(".rank{r}.json"));
-            report.with_file_name(name)
-        }
+    if suffix.is_empty() {
+        return report.to_path_buf();
     }
+    let mut name = report
+        .file_stem()
+        .map_or_else(|| OsString::from("memsight-report"), |s| s.to_owned());
+    name.push(suffix);
+    report.with_file_name(name)
 }
 
 /// The report path of a rank's `n`-th restarted process: `r-1.restart2.json` for `r-1.json`
@@ -226,7 +262,7 @@ impl Assembly<'_> {
     pub(crate) fn write_rank_reports(&self, job: &mut Report) -> Vec<(u32, SidecarError)> {
         let mut errors = Vec::new();
         let mut rows = Vec::new();
-        for m in &self.job.members {
+        for (i, m) in self.job.members.iter().enumerate() {
             let Some(Role::Rank { rank }) = m.role else {
                 continue;
             };
@@ -264,7 +300,11 @@ impl Assembly<'_> {
                 },
                 None => None,
             };
-            rows.push((rank, self.row(m, written)));
+            // The rank is its process's latest image: one row per process, not per program
+            // (a rank started through a wrapper or shim that exec'd is its program).
+            if !self.job.superseded(i) {
+                rows.push((rank, self.row(m, written)));
+            }
         }
         rows.sort_by_key(|(r, _)| *r);
         job.ranks = rows.into_iter().map(|(_, row)| row).collect();

@@ -14,7 +14,7 @@ use memsight_format::clock::unix_ms;
 use memsight_format::wire::runtime_dir;
 use std::ffi::OsString;
 use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -50,8 +50,9 @@ pub struct RunOptions {
 }
 
 /// The environment that sets the job's heap sampling (memsight's heap sampler reads it) and says
-/// where its profiles go (`memsight-report.heap/` here for `--report -`).
-fn heap_profile_env(opts: &RunOptions) -> Vec<(&'static str, OsString)> {
+/// where its profiles go (beside the job's report `job_report`; `memsight-report.heap/` here for
+/// `--report -`).
+fn heap_profile_env(opts: &RunOptions, job_report: &Path) -> Vec<(&'static str, OsString)> {
     let sample = match opts.heap_sample_bytes {
         Some(b) => OsString::from(b.to_string()),
         None => OsString::from("off"),
@@ -64,7 +65,7 @@ fn heap_profile_env(opts: &RunOptions) -> Vec<(&'static str, OsString)> {
             memsight::heapprof::dir_for_report(&if to_stdout(&opts.report) {
                 PathBuf::from("memsight-report.json")
             } else {
-                crate::ranks::report_for(&opts.report, None)
+                job_report.to_path_buf()
             })
             .into_os_string(),
         ),
@@ -74,7 +75,8 @@ fn heap_profile_env(opts: &RunOptions) -> Vec<(&'static str, OsString)> {
 /// Runs `opts.command` under the sidecar and writes the report.
 pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     let (program, args) = opts.command.split_first().ok_or(SidecarError::NoCommand)?;
-    let report_path = crate::ranks::report_for(&opts.report, None);
+    // A run started as one rank or node of a larger job by its launcher has a report of its own.
+    let report_path = crate::ranks::job_report_for(&opts.report, crate::ranks::launched_as());
     check_report_path(&report_path)?;
     let dir = runtime_dir().map_err(|(p, e)| SidecarError::RuntimeDir(p, e))?;
     let _report_lock = lock_report(&dir, &report_path)?;
@@ -95,7 +97,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
             "MEMSIGHT_INTERVAL_MS",
             opts.interval.as_millis().max(1).to_string(),
         )
-        .envs(heap_profile_env(opts))
+        .envs(heap_profile_env(opts, &report_path))
         .env(
             "MEMSIGHT_AUTO_STEPS",
             if opts.auto_steps { "1" } else { "0" },
@@ -191,6 +193,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     Ok(RunOutcome {
         exit_code: status.map_or(1, shell_code),
         report,
+        report_path,
         report_error,
         rank_errors,
     })

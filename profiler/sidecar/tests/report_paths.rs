@@ -2,7 +2,7 @@
 //! a path that is not UTF-8 kept (a lossy copy named another file: `r\xff.json`'s rank report
 //! went to `r\u{fffd}.rank0.json`).
 
-use memsight_sidecar::report_for;
+use memsight_sidecar::{job_report_for, report_for};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -44,5 +44,30 @@ fn every_placeholder_is_the_rank() {
     assert_eq!(
         report_for(Path::new("{rank"), Some(2)),
         PathBuf::from("{rank.rank2.json")
+    );
+}
+
+#[test]
+fn a_run_launched_as_a_rank_names_its_job_report_after_it() {
+    assert_eq!(
+        job_report_for(Path::new("out/r-{rank}.json"), Some(3)),
+        PathBuf::from("out/r-job-3.json")
+    );
+    assert_eq!(
+        job_report_for(Path::new("out/r.json"), Some(3)),
+        PathBuf::from("out/r.job-3.json")
+    );
+    assert_eq!(
+        job_report_for(&p(b"out/q\xff-{rank}.json"), Some(0)),
+        p(b"out/q\xff-job-0.json")
+    );
+    // Not launched as a rank: the job's path as before.
+    assert_eq!(
+        job_report_for(Path::new("out/r-{rank}.json"), None),
+        report_for(Path::new("out/r-{rank}.json"), None)
+    );
+    assert_eq!(
+        job_report_for(Path::new("out/r.json"), None),
+        PathBuf::from("out/r.json")
     );
 }
