@@ -1,7 +1,7 @@
 //! A job whose launcher starts one `memsight run` per rank (`srun memsight run …`, `mpirun`,
 //! `torchrun --no-python memsight run …`): every run's environment names its rank, so each keeps
-//! a job report of its own (`{rank}` → `job-<N>`, else `<stem>.job-<N>.json`) beside its rank's
-//! report. They all wrote and locked the one `r-job.json` before: on one machine every run but
+//! a job report of its own (`{rank}` → `job-<N>`, else `<stem>.job-<N>.json`, for ranks above 0;
+//! rank 0's is the job's path) beside its rank's report. They all wrote and locked the one `r-job.json` before: on one machine every run but
 //! the first was refused (its rank never started), across machines they replaced each other's.
 //! A rank started through a wrapper that execs its program (`#!/usr/bin/env bash` … `exec
 //! python`) is that program: one row per rank, the program's heap as the job's headline.
@@ -119,7 +119,10 @@ fn runs_a_launcher_starts_one_per_rank_each_keep_their_reports() {
         .collect();
     let said: Vec<String> = tasks.into_iter().map(succeeded).collect();
     for (rank, &mib) in holds.iter().enumerate() {
-        let job_path = dir.join(format!("r-job-{rank}.json"));
+        let job_path = match rank {
+            0 => dir.join("r-job.json"),
+            n => dir.join(format!("r-job-{n}.json")),
+        };
         assert!(
             said[rank].contains(&format!("report written to {}", job_path.display())),
             "{}",
@@ -129,7 +132,6 @@ fn runs_a_launcher_starts_one_per_rank_each_keep_their_reports() {
         let own = read(&dir.join(format!("r-{rank}.json")));
         assert_eq!(own["ranks"][0]["rank"], rank);
     }
-    assert!(!dir.join("r-job.json").exists());
 
     // The two job reports merge into the job, ranks side by side.
     let merged = dir.join("merged.json");
@@ -137,7 +139,7 @@ fn runs_a_launcher_starts_one_per_rank_each_keep_their_reports() {
         .arg("merge")
         .arg("--report")
         .arg(&merged)
-        .arg(dir.join("r-job-0.json"))
+        .arg(dir.join("r-job.json"))
         .arg(dir.join("r-job-1.json"))
         .output()
         .unwrap();

@@ -33,15 +33,16 @@ pub fn report_for(report: &Path, rank: Option<u32>) -> PathBuf {
 
 /// Where the job's report goes when this `memsight run` was itself started as rank `launched_as`
 /// of a launcher that starts one per rank or per node (`srun`, `mpirun`, `torchrun --no-python`:
-/// [`launched_as`]): `{rank}` in the path replaced by `job-<N>` (else `<stem>.job-<N>.json`), so
-/// that the runs of one job, on one machine or on shared storage, each keep their report (they
-/// all wrote, and locked, the one `job` path: every run but the first was refused). `None`: the
-/// path itself, `{rank}` replaced by `job`.
+/// [`launched_as`]): for a rank `N` above 0, `{rank}` in the path replaced by `job-<N>` (else
+/// `<stem>.job-<N>.json`), so that the runs of one job, on one machine or on shared storage, each
+/// keep their report (they all wrote, and locked, the one `job` path: every run but the first was
+/// refused). Rank 0's run, a run outside a launcher (`None`), and one in a batch script (which
+/// Slurm gives `SLURM_PROCID` 0) keep the path itself, `{rank}` replaced by `job`.
 pub fn job_report_for(report: &Path, launched_as: Option<u32>) -> PathBuf {
     match launched_as {
-        Some(n) => named(report, &format!("job-{n}"), &format!(".job-{n}.json")),
-        None if has_placeholder(report) => named(report, "job", ""),
-        None => report.to_path_buf(),
+        Some(n) if n > 0 => named(report, &format!("job-{n}"), &format!(".job-{n}.json")),
+        _ if has_placeholder(report) => named(report, "job", ""),
+        _ => report.to_path_buf(),
     }
 }
 

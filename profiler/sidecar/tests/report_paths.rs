@@ -58,10 +58,15 @@ fn a_run_launched_as_a_rank_names_its_job_report_after_it() {
         PathBuf::from("out/r.job-3.json")
     );
     assert_eq!(
-        job_report_for(&p(b"out/q\xff-{rank}.json"), Some(0)),
-        p(b"out/q\xff-job-0.json")
+        job_report_for(&p(b"out/q\xff-{rank}.json"), Some(1)),
+        p(b"out/q\xff-job-1.json")
     );
-    // Not launched as a rank: the job's path as before.
+    // Rank 0's run (or a batch script's, which Slurm gives `SLURM_PROCID` 0), or one not
+    // launched as a rank: the job's path as before.
+    assert_eq!(
+        job_report_for(Path::new("out/r-{rank}.json"), Some(0)),
+        PathBuf::from("out/r-job.json")
+    );
     assert_eq!(
         job_report_for(Path::new("out/r-{rank}.json"), None),
         report_for(Path::new("out/r-{rank}.json"), None)
