@@ -314,9 +314,11 @@ fn the_process_that_runs_training_steps_is_the_main_one() {
     assert_eq!(run.code, 0, "{}", run.err);
     let v = report(&r, &run.err);
     let procs = v["processes"].as_array().unwrap();
+    // A program's process, not an image that exec'd it (`python3` may be a pyenv shim).
     let role_of = |needle: &str| {
         procs
             .iter()
+            .filter(|p| p["end"]["kind"] != "exec")
             .find(|p| {
                 p["command"].as_array().is_some_and(|c| {
                     c.iter()

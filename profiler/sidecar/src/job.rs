@@ -73,6 +73,19 @@ impl Member {
         self.watch.timeline.samples().iter().any(|s| s.step > 0)
     }
 
+    /// Whether it trains: it ran training steps, and for a forked or spawned child its own steps
+    /// moved (a fork's samples keep the step it was forked at: a DataLoader worker forked at step
+    /// 40 never steps; a multiprocessing child that trains — Hogwild, a `Pool` of trainers —
+    /// does).
+    fn trains(&self) -> bool {
+        if !self.is_worker() {
+            return self.trained();
+        }
+        let mut steps = self.watch.timeline.samples().iter().map(|s| s.step);
+        let first = steps.next();
+        steps.any(|s| Some(s) != first)
+    }
+
     fn rank(&self) -> Option<(RankSource, u32)> {
         self.info.rank.map(|r| (r.source, r.rank))
     }
@@ -179,7 +192,11 @@ impl JobRings {
             let Some(r) = m.reader.as_mut() else { continue };
             let wrote = m.watch.poll(r, out);
             take_hello(&m.watch, &mut m.command, &mut m.info);
-            if !wrote && r.writer_gone(&m.ring) {
+            // The process is gone, or its ring's lock is free (an exec closed it). A forked
+            // child (a DataLoader worker) shares its parent's lock until it exits: a parent
+            // SIGKILLed under its live workers was seen to end only when the job did, and
+            // another process was said to have failed first.
+            if !wrote && (!still_runs(m.pid) || r.writer_gone(&m.ring)) {
                 m.watch.drain(r, true, out);
                 m.exit_code = r.exit_code();
                 m.exec_d = m.exit_code.is_none() && still_runs(m.pid);
@@ -253,9 +270,11 @@ impl JobRings {
 
     /// Gives each member its role. Rank N is the top-most process carrying rank N; below it, a
     /// fork is its worker and anything else its helper. Without ranks, the main process is the
-    /// member that is not a fork and ran training steps (its step moved past 0), else the one
-    /// with the largest heap: a training loop's DataLoader workers started with `spawn`, or a
-    /// tool it runs, can hold more than the loop itself.
+    /// member that trains ([`Member::trains`]: a process that is not a fork whose step moved past
+    /// 0, or a forked or spawned child whose own steps moved), else the largest heap of those that
+    /// are not forks: a training loop's DataLoader workers started with `spawn`, or a tool it
+    /// runs, can hold more than the loop itself, while the children that train in a Hogwild job
+    /// are the job (the parent that started them is its launcher).
     fn assign_roles(&mut self) {
         let source = self.rank_source();
         let by_pid: HashMap<u32, usize> = self
@@ -274,8 +293,8 @@ impl JobRings {
             .members
             .iter()
             .enumerate()
-            .filter(|(_, m)| !m.is_worker())
-            .max_by_key(|(_, m)| (m.trained(), m.heap_peak(), std::cmp::Reverse(m.pid)))
+            .filter(|&(i, m)| (!m.is_worker() || m.trains()) && !self.superseded(i))
+            .max_by_key(|(_, m)| (m.trains(), m.heap_peak(), std::cmp::Reverse(m.pid)))
             .map(|(i, _)| i);
         let roles: Vec<Role> = self
             .members
@@ -285,6 +304,8 @@ impl JobRings {
                 (Some(r), p) if p != Some(r) => Role::Rank { rank: r },
                 (Some(r), _) if m.is_worker() => Role::Worker { rank: Some(r) },
                 (Some(r), _) => Role::Helper { rank: Some(r) },
+                // A child that trains is the job when nothing else does.
+                (None, _) if source.is_none() && Some(i) == main => Role::Main,
                 (None, _) if m.is_worker() => Role::Worker {
                     rank: parent_rank(m),
                 },
@@ -331,16 +352,21 @@ impl JobRings {
         out
     }
 
+    /// The latest image of member `i`'s process, when `i` is not it ([`JobRings::superseded`]).
+    fn latest_image(&self, i: usize) -> Option<usize> {
+        let pid = self.members[i].pid;
+        let key = |j: usize| (self.members[j].watch.ring_start_unix_ms, j);
+        (0..self.members.len())
+            .filter(|&j| self.members[j].pid == pid)
+            .max_by_key(|&j| key(j))
+            .filter(|&j| j != i)
+    }
+
     /// Whether member `i` is an image its process replaced by exec'ing another program that
     /// carries memsight too (a wrapper, a pyenv shim, `srun` → `bash` → `python`): the later image
     /// is the process from then on.
     pub(crate) fn superseded(&self, i: usize) -> bool {
-        let m = &self.members[i];
-        let key = |j: usize, o: &Member| (o.watch.ring_start_unix_ms, j);
-        self.members
-            .iter()
-            .enumerate()
-            .any(|(j, o)| o.pid == m.pid && key(j, o) > key(i, m))
+        self.latest_image(i).is_some()
     }
 
     /// The lowest rank, else the main process; the one viewers follow. Of a process that exec'd,
