@@ -345,3 +345,18 @@ fn a_report_with_an_oom_killed_worker_gets_its_verdict_and_worker_remedies() {
         ]
     );
 }
+
+/// A log diagnosed with the report of the run that wrote it: the job ran under memsight, so "run
+/// the job under memsight" is not among the remedies (it is without a report).
+#[test]
+fn a_log_diagnosed_with_its_run_s_report_is_not_told_to_run_under_memsight() {
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/report.example.json");
+    let (code, out, err) = diagnose(&[], Some(KILLED));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("run the job under memsight"), "{out}");
+    let (code, out, err) = diagnose(&["--report", example.to_str().unwrap()], Some(KILLED));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("verdict:"), "{out}");
+    assert!(!out.contains("run the job under memsight"), "{out}");
+}

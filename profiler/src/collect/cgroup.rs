@@ -21,6 +21,10 @@ pub struct CgroupReader {
     usage: KeptFile,
     limit: KeptFile,
     peak: Option<KeptFile>,
+    /// The cgroup's high-water mark when this reader opened: v1's `memory.max_usage_in_bytes`
+    /// and v2's `memory.peak` keep the cgroup's whole life (a container running jobs one after
+    /// another), so only a peak above it is this job's.
+    peak_at_open: Option<u64>,
     events: Option<KeptFile>,
     ancestor_limit: Option<u64>,
 }
@@ -202,12 +206,16 @@ impl CgroupReader {
             )
         };
         let ancestor_limit = ancestors_limit(&dir, top, limit_name, version == 1);
+        let peak_at_open = peak
+            .as_ref()
+            .and_then(|f| f.read_u64_or_max().ok().flatten());
         Ok(CgroupReader {
             version,
             dir,
             usage,
             limit,
             peak,
+            peak_at_open,
             events,
             ancestor_limit,
         })
@@ -234,8 +242,12 @@ impl CgroupReader {
             (a, b) => a.or(b),
         };
         let usage = self.usage.read_u64_or_max()?.unwrap_or(0);
+        // The cgroup's peak only once it rose while this reader watched: the high-water mark
+        // it had before is an earlier job's (a 638 MiB peak was said under a 450 MiB limit).
         let peak = match &self.peak {
-            Some(f) => f.read_u64_or_max()?,
+            Some(f) => f
+                .read_u64_or_max()?
+                .filter(|&p| self.peak_at_open.is_none_or(|before| p > before)),
             None => None,
         };
         let oom_kills = match &self.events {
@@ -249,5 +261,30 @@ impl CgroupReader {
             peak,
             oom_kills,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CgroupReader;
+
+    /// A v1 cgroup that ran an earlier job keeps that job's high-water mark: it is not this job's
+    /// peak (it was said as "usage reached 638 MiB" under a 450 MiB limit); a peak that rises
+    /// while the reader watches is.
+    #[test]
+    fn a_cgroup_s_peak_from_before_the_reader_opened_is_not_the_job_s() {
+        let dir = std::env::temp_dir().join(format!("memsight-cgroup-peak-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let set = |name: &str, v: u64| std::fs::write(dir.join(name), format!("{v}\n")).unwrap();
+        set("memory.usage_in_bytes", 10 << 20);
+        set("memory.limit_in_bytes", 450 << 20);
+        set("memory.max_usage_in_bytes", 638 << 20);
+        let reader = CgroupReader::open(1, dir.clone(), &dir).unwrap();
+        let m = reader.read().unwrap();
+        assert_eq!(m.peak, None, "{m:?}");
+        assert_eq!(m.usage, 10 << 20);
+        set("memory.max_usage_in_bytes", 700 << 20);
+        assert_eq!(reader.read().unwrap().peak, Some(700 << 20));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

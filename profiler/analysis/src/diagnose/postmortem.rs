@@ -99,9 +99,17 @@ fn killed_facts(report: &Report) -> Facts {
     // The sidecar calls a SIGKILL an OOM kill only when the job's memory cgroup counted one.
     f.text("scope", "memcg");
     let cgroup = report.timeline.iter().rev().find_map(|s| s.cgroup);
-    if let Some((limit, c)) = cgroup.and_then(|c| Some((c.limit?, c))) {
+    if let Some(limit) = cgroup.and_then(|c| c.limit) {
         f.int("memory_limit_bytes", limit);
-        f.int("memory_usage_bytes", c.peak.unwrap_or(c.usage));
+        // The highest the job's samples saw (its peak when the cgroup's rose during the job):
+        // the last sample is after the kill freed the killed process's memory.
+        let reached = report
+            .timeline
+            .iter()
+            .filter_map(|s| s.cgroup)
+            .map(|c| c.peak.unwrap_or(0).max(c.usage))
+            .max();
+        f.opt_int("memory_usage_bytes", reached.map(i128::from));
     }
     f
 }

@@ -187,7 +187,7 @@ pub fn memory_limit(limit: Option<u128>, usage: Option<u128>) -> Remedy {
 pub fn profile_host() -> Remedy {
     Remedy {
         id: "profile",
-        action: "run the job under memsight (`make demo` shows how) to see which phase and step peak and whether live memory grows per step".into(),
+        action: "run the job under memsight (`memsight run -- python train.py`, your command after `--`) to see which phase and step peak and whether live memory grows per step".into(),
         why: "the message alone does not say which allocations filled memory".into(),
         saving_bytes: None,
     }
