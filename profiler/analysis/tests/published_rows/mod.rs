@@ -61,7 +61,12 @@ pub fn recipe(a: &Value) -> Recipe {
     }
     r.adapter_bytes = u("adapter_bytes").unwrap_or(4);
     r.lora_dropout = b("lora_dropout");
+    r.fused_qkv = b("fused_qkv");
     r.kbit_fp32_rest = b("prepare_kbit");
+    r.quant_head = b("quant_head");
+    if let Some(n) = u("dequant_bytes") {
+        r.dequant_bytes = n;
+    }
     r.frozen_inputs_saved = b("frozen_inputs_saved");
     if let Some(c) = u("cuda_context_mib") {
         r.device.context = c << 20;
