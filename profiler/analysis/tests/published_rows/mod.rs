@@ -74,6 +74,7 @@ pub fn recipe(a: &Value) -> Recipe {
     r
 }
 
+/// The architecture a fixture config in `dir` describes.
 pub fn arch(dir: &Path, name: &str) -> memsight_analysis::estimate::arch::Arch {
     let text = std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap();
     hf::parse(&text).unwrap()
