@@ -3,12 +3,10 @@
 //! hash of each row's id before anything was tuned), checks the tuned half, and checks that no
 //! suggested micro-batch is one the sources saw run out of memory.
 
-use memsight_analysis::estimate::hf;
-use memsight_analysis::estimate::lora::{Lora, Targets};
-use memsight_analysis::estimate::recipe::{
-    AttnImpl, Checkpointing, Loss, Optim, Precision, Quant, Recipe,
-};
+mod published_rows;
+
 use memsight_analysis::estimate::train;
+use published_rows::{held_out, recipe};
 use serde_json::Value;
 use std::path::Path;
 
@@ -18,70 +16,6 @@ fn dir() -> std::path::PathBuf {
 
 fn fixture() -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir().join("peaks.json")).unwrap()).unwrap()
-}
-
-/// FNV-1a 64: the split's hash.
-fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
-fn held_out(seed: &str, id: &str) -> bool {
-    fnv(&format!("{seed}{id}")) % 2 == 1
-}
-
-/// The recipe a row's `args` describe (the CLI's flags, by name).
-fn recipe(a: &Value) -> Recipe {
-    let s = |k: &str| a.get(k).and_then(Value::as_str);
-    let u = |k: &str| a.get(k).and_then(Value::as_u64);
-    let b = |k: &str| a.get(k).and_then(Value::as_bool).unwrap_or(false);
-    let mut r = Recipe::new(u("seq").unwrap());
-    r.batch = u("batch").unwrap_or(1);
-    if let Some(p) = s("precision") {
-        r.precision = Precision::parse(p).unwrap();
-    }
-    if let Some(q) = s("quant") {
-        r.quant = Quant::parse(q).unwrap();
-    }
-    if let Some(o) = s("optimizer") {
-        r.optimizer = Optim::parse(o).unwrap();
-    }
-    r.foreach = a.get("foreach").and_then(Value::as_bool).unwrap_or(true);
-    r.paged = b("paged");
-    if let Some(l) = s("loss") {
-        r.loss = Loss::parse(l).unwrap();
-    }
-    if let Some(c) = s("checkpointing") {
-        r.checkpointing = Checkpointing::parse(c).unwrap();
-    }
-    r.attention = match s("attention") {
-        Some("eager") => AttnImpl::Eager,
-        _ => AttnImpl::Sdpa,
-    };
-    r.dropout = b("dropout");
-    r.grad_accumulation = u("grad_accumulation").unwrap_or(1);
-    r.grads_persist = b("grads_persist");
-    if let Some(rank) = u("lora_rank") {
-        r.lora = Some(Lora {
-            rank,
-            targets: Targets::parse(s("lora_targets").unwrap_or("qv")).unwrap(),
-            dora: b("dora"),
-        });
-    }
-    r.adapter_bytes = u("adapter_bytes").unwrap_or(4);
-    r.lora_dropout = b("lora_dropout");
-    r.kbit_fp32_rest = b("prepare_kbit");
-    r.frozen_inputs_saved = b("frozen_inputs_saved");
-    if let Some(c) = u("cuda_context_mib") {
-        r.device.context = c << 20;
-    }
-    r
-}
-
-fn arch(name: &str) -> memsight_analysis::estimate::arch::Arch {
-    let text = std::fs::read_to_string(dir().join(format!("{name}.json"))).unwrap();
-    hf::parse(&text).unwrap()
 }
 
 struct Row {
@@ -101,7 +35,10 @@ fn rows() -> Vec<Row> {
         .iter()
         .map(|row| {
             let a = &row["args"];
-            let e = train::estimate(&arch(a["config"].as_str().unwrap()), &recipe(a));
+            let e = train::estimate(
+                &published_rows::arch(&dir(), a["config"].as_str().unwrap()),
+                &recipe(a),
+            );
             let figure = row["figure"].as_str().unwrap().to_string();
             let measured = match (row["measured_gb"].as_f64(), row["measured_mib"].as_f64()) {
                 (Some(gb), _) => gb * 1e9,
@@ -186,7 +123,7 @@ fn suggested_micro_batches_never_one_that_ran_out_of_memory() {
         let a = &c["args"];
         let device = c["device_gib"].as_u64().unwrap() << 30;
         let f = train::fit(
-            &arch(a["config"].as_str().unwrap()),
+            &published_rows::arch(&dir(), a["config"].as_str().unwrap()),
             &recipe(a),
             device,
             0.0,
@@ -222,7 +159,10 @@ fn longest_contexts_that_fit_a_card() {
     );
     for c in fx["context_checks"].as_array().unwrap() {
         let a = &c["args"];
-        let e = train::estimate(&arch(a["config"].as_str().unwrap()), &recipe(a));
+        let e = train::estimate(
+            &published_rows::arch(&dir(), a["config"].as_str().unwrap()),
+            &recipe(a),
+        );
         let card = c["device_gib"].as_u64().unwrap() << 30;
         let share = e.figures.nvidia_smi as f64 / card as f64;
         println!(

@@ -1,7 +1,8 @@
 //! Each recipe flag is a term that moves the estimate the way its mechanism says: pure bf16 has
 //! no master weights and mixed precision has 4 bytes more per parameter; NF4 stores 0.5 byte and
 //! its constants; ZeRO stages shard states; a paged optimizer leaves the allocator's figures;
-//! chunked cross-entropy and checkpointing cut activations; the three figures are ordered.
+//! chunked cross-entropy and checkpointing cut activations; a quantised head is stored in 4 bits
+//! and dequantised whole; a fused qkv makes one LoRA dropout copy; the three figures are ordered.
 
 use memsight_analysis::estimate::hf;
 use memsight_analysis::estimate::lora::{Lora, Targets};
@@ -83,6 +84,60 @@ fn qlora_stores_half_a_byte_per_linear_weight_and_its_constants() {
     );
     assert_eq!(e.trainable_params, lora);
     assert!(term(&e, "dequantised") > 0);
+}
+
+#[test]
+fn a_quantised_head_is_stored_in_four_bits_and_dequantised_whole() {
+    // Fabric's bitsandbytes plugin quantises the untied LM head too, from fp16: the head's V·d
+    // weights move from 2 bytes to NF4's 0.5625, and its dequantisation (fp16, then the cast to
+    // bf16) is the largest transient, 4 bytes per weight.
+    let a = llama();
+    let mut r = Recipe::new(512);
+    r.lora = Some(Lora {
+        rank: 8,
+        targets: Targets::QueryValue,
+        dora: false,
+    });
+    r.quant = Quant::Nf4 {
+        double_quant: false,
+    };
+    let plain = train::estimate(&a, &r);
+    r.quant_head = true;
+    r.dequant_bytes = 4;
+    let fabric = train::estimate(&a, &r);
+    let head = 32000 * 4096u64;
+    let saved = term(&plain, "weights") - term(&fabric, "weights");
+    let want = (head as f64 * (2.0 - 0.5625)) as u64;
+    assert!(saved.abs_diff(want) <= 1, "{saved} vs {want}");
+    assert_eq!(term(&fabric, "dequantised"), head * 4);
+    assert_eq!(term(&plain, "dequantised"), 11008 * 4096 * 2);
+}
+
+#[test]
+fn fused_qkv_makes_one_lora_dropout_copy_for_q_k_and_v() {
+    // peft wraps q_proj, k_proj and v_proj separately, each with its own dropout: three dropped
+    // copies and masks of the block's input; LitGPT's one qkv linear makes one.
+    let a = llama();
+    let mut r = Recipe::new(512);
+    r.lora = Some(Lora {
+        rank: 8,
+        targets: Targets::AllLinear,
+        dora: false,
+    });
+    r.lora_dropout = true;
+    let separate = term(&train::estimate(&a, &r), "activations");
+    r.fused_qkv = true;
+    let fused = term(&train::estimate(&a, &r), "activations");
+    // Two copies fewer per block and token: 2 · d · (2 bytes + a 1-byte mask).
+    assert_eq!(separate - fused, 2 * 4096 * 3 * 32 * 512);
+    r.lora_dropout = false;
+    let no_dropout = term(&train::estimate(&a, &r), "activations");
+    r.fused_qkv = false;
+    assert_eq!(
+        term(&train::estimate(&a, &r), "activations"),
+        no_dropout,
+        "without dropout the layout changes nothing"
+    );
 }
 
 #[test]

@@ -55,6 +55,8 @@ pub struct Wrapped {
     pub count: u64,
     /// Experts stored in one tensor (1 for a plain linear).
     pub experts: u64,
+    /// Its role in the block (`q`, `v`, `qkv`, `o`, `gate`, …; `head` for a head's linear).
+    pub role: &'static str,
 }
 
 impl Lora {
@@ -73,6 +75,7 @@ impl Lora {
                 fan_out: l.fan_out,
                 count: l.layers,
                 experts: l.count,
+                role: l.role,
             })
             .collect();
         if self.targets == Targets::AllLinear {
@@ -88,6 +91,7 @@ impl Lora {
                 fan_out,
                 count: 1,
                 experts: 1,
+                role: "head",
             }));
         }
         out

@@ -270,12 +270,28 @@ pub struct Recipe {
     /// peft's `prepare_model_for_kbit_training`: the weights left unquantised (embeddings, norms,
     /// the head) cast to fp32.
     pub kbit_fp32_rest: bool,
+    /// The untied LM head is quantised like the blocks' linears. Lightning Fabric's
+    /// `BitsandbytesPrecision` (LitGPT's `--quantize bnb.*`) replaces every `torch.nn.Linear` the
+    /// model builds, the head included; transformers' bitsandbytes integration keeps the output
+    /// layer unquantised (`get_keys_to_not_convert`), the default here.
+    pub quant_head: bool,
+    /// Bytes per weight a quantised linear's dequantisation allocates: bitsandbytes'
+    /// `dequantize_4bit` returns the dtype the weight was quantised from, and `MatMul4Bit` casts
+    /// it to the input's dtype when that differs (`.to(A.dtype)`). 2 when quantised from the
+    /// compute dtype (the default); Fabric's plugin quantises from fp16 (`.to(torch.half)` before
+    /// `quantize_4bit`), so under bf16 it is 2 + 2; quantised from fp32 under bf16, 4 + 2.
+    pub dequant_bytes: u64,
     /// LoRA/DoRA adapters (base frozen).
     pub lora: Option<Lora>,
     /// Adapter dtype bytes (peft casts adapters to fp32 by default: 4).
     pub adapter_bytes: u64,
     /// LoRA dropout on the adapters' inputs.
     pub lora_dropout: bool,
+    /// The training code computes a block's q, k and v with one linear layer whatever the
+    /// config's layout (LitGPT's `attn`, wrapped by one `LoRAQKVLinear`), so the adapters on
+    /// q, k and v share one LoRA dropout: one dropped copy and mask of the block's input, where
+    /// peft's separate `q_proj`/`k_proj`/`v_proj` modules each make their own.
+    pub fused_qkv: bool,
     /// Autograd keeps the input of a linear layer whose weight is frozen (torch 2.11 does not:
     /// measured; the LitGPT rows, on torch 2.1, are consistent with older releases keeping it).
     pub frozen_inputs_saved: bool,
@@ -322,9 +338,12 @@ impl Recipe {
             precision: Precision::Bf16,
             quant: Quant::None,
             kbit_fp32_rest: false,
+            quant_head: false,
+            dequant_bytes: 2,
             lora: None,
             adapter_bytes: 4,
             lora_dropout: false,
+            fused_qkv: false,
             frozen_inputs_saved: false,
             optimizer: Optim::Adamw,
             paged: false,

@@ -249,9 +249,12 @@ fn states(arch: &Arch, r: &Recipe) -> States {
     let wb = f(p.weight_bytes());
     let training = r.optimizer != Optim::None;
     // Weights: linear weights and embeddings split by TP; norms replicated (small, ignored).
+    // The head quantised with the blocks (Fabric's plugin): its V·d weight among the quantised.
+    let head = quantised_head(arch, r);
     let base = match r.quant {
         Quant::None => params * wb,
         q => {
+            let linear = linear + head;
             let quantised = (linear as f64 * q.bytes_per_weight()) as u128;
             // The rest in the compute dtype, or fp32 after peft's
             // `prepare_model_for_kbit_training`.
@@ -358,7 +361,7 @@ fn states(arch: &Arch, r: &Recipe) -> States {
     };
     let dequant = match r.quant {
         Quant::None => 0,
-        _ => largest_linear(arch) * 2 / tp,
+        _ => largest_linear(arch).max(head) * f(r.dequant_bytes) / tp,
     };
     States {
         weights: weights_on_device + shard(adapters, 3),
@@ -416,6 +419,15 @@ fn largest_tensor(arch: &Arch, r: &Recipe) -> u128 {
     }
 }
 
+/// The untied LM head's weight elements when the recipe quantises it with the blocks, else 0.
+fn quantised_head(arch: &Arch, r: &Recipe) -> u128 {
+    match (r.quant, arch.head) {
+        (Quant::None, _) => 0,
+        (_, Head::Lm { tied: false, .. }) if r.quant_head => f(arch.vocab * arch.hidden),
+        _ => 0,
+    }
+}
+
 fn largest_linear(arch: &Arch) -> u128 {
     arch.linears()
         .iter()
@@ -450,14 +462,25 @@ pub fn estimate(arch: &Arch, r: &Recipe) -> ArchEstimate {
                 _ => block,
             };
     }
-    // LoRA dropout: each wrapped module's input is dropped out (a copy and a mask per module).
-    // The modules sit inside the blocks, so under full checkpointing their copies are made again
-    // with the block in backward, one block at a time, like the rest of the block's activations.
+    // LoRA dropout: each wrapped module's input is dropped out (a copy and a mask per module;
+    // one for a block's q, k and v where the code fuses them). The modules sit inside the
+    // blocks, so under full checkpointing their copies are made again with the block in
+    // backward, one block at a time, like the rest of the block's activations.
     if let (Some(l), true) = (&r.lora, r.lora_dropout) {
+        let mut in_qkv = false;
         let per_token: u128 = l
             .wrapped(arch)
             .iter()
-            .map(|w| f(w.count) * f(w.fan_in) * (s.a + 1))
+            .map(|w| {
+                let qkv = r.fused_qkv && matches!(w.role, "q" | "k" | "v");
+                let shared = qkv && in_qkv;
+                in_qkv = qkv;
+                if shared {
+                    0
+                } else {
+                    f(w.count) * f(w.fan_in) * (s.a + 1)
+                }
+            })
             .sum();
         let dropped = per_token * tokens / tp;
         match r.checkpointing {

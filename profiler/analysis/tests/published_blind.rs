@@ -1,0 +1,117 @@
+//! The estimator against a blind set of published measured peaks
+//! (`tests/fixtures/published-blind/peaks.json`, task est2): rows committed before the estimator
+//! ever ran on them, split by FNV-1a 64 of `memsight-blind-est2/` + id (odd = held out). Prints
+//! both halves with their errors (docs/estimate.md, "A blind set of published peaks") and checks
+//! the recorded level of each half.
+
+mod published_rows;
+
+use memsight_analysis::estimate::train;
+use published_rows::{arch, held_out, recipe};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/published-blind")
+}
+
+/// One row: its id, half, measured and estimated bytes.
+struct Row {
+    id: String,
+    held_out: bool,
+    measured: f64,
+    estimated: f64,
+}
+
+impl Row {
+    fn error(&self) -> f64 {
+        (self.estimated - self.measured) / self.measured * 100.0
+    }
+}
+
+fn rows() -> Vec<Row> {
+    let fx: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir().join("peaks.json")).unwrap()).unwrap();
+    let seed = fx["split_seed"].as_str().unwrap();
+    assert_eq!(
+        seed, "memsight-blind-est2/",
+        "the blind set's split is fixed"
+    );
+    fx["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            let a = &row["args"];
+            let id = row["id"].as_str().unwrap().to_string();
+            let half = held_out(seed, &id);
+            assert_eq!(
+                row["held_out"].as_bool(),
+                Some(half),
+                "{id}: the recorded half is the hash's"
+            );
+            assert_eq!(
+                row["figure"], "allocated",
+                "{id}: every row is max_memory_allocated"
+            );
+            let e = train::estimate(&arch(&dir(), a["config"].as_str().unwrap()), &recipe(a));
+            if std::env::var_os("MEMSIGHT_MOMENTS").is_some() {
+                println!("{id}:");
+                for m in &e.moments {
+                    println!("    {:<40}{:>10.3} GB", m.name, m.bytes as f64 / 1e9);
+                }
+                for t in &e.terms {
+                    println!("    = {:<40}{:>10.3} GB", t.name, t.bytes as f64 / 1e9);
+                }
+            }
+            Row {
+                id,
+                held_out: half,
+                measured: row["measured_gb"].as_f64().unwrap() * 1e9,
+                estimated: e.figures.allocated as f64,
+            }
+        })
+        .collect()
+}
+
+/// Prints one half and returns how many of its rows are within ±10%, and its rows.
+fn report(rows: &[Row], held: bool) -> (usize, usize) {
+    let half: Vec<&Row> = rows.iter().filter(|r| r.held_out == held).collect();
+    println!(
+        "\n{} half:\n{:<36}{:>10}{:>10}{:>8}",
+        if held { "HELD-OUT" } else { "TUNING" },
+        "row",
+        "measured",
+        "estimate",
+        "error"
+    );
+    for r in &half {
+        println!(
+            "{:<36}{:>8.2}GB{:>8.2}GB{:>+7.1}%",
+            r.id,
+            r.measured / 1e9,
+            r.estimated / 1e9,
+            r.error()
+        );
+    }
+    let within = half.iter().filter(|r| r.error().abs() <= 10.0).count();
+    println!("within ±10%: {within} of {}", half.len());
+    (within, half.len())
+}
+
+#[test]
+fn blind_published_peaks_both_halves() {
+    let rows = rows();
+    let (tw, tn) = report(&rows, false);
+    let (hw, hn) = report(&rows, true);
+    println!("\ntuning {tw}/{tn}, held-out {hw}/{hn} within ±10%");
+    assert!(tn >= 8 && hn >= 8, "both halves need rows: {tn}, {hn}");
+    // The recorded level (docs/estimate.md): the blind run had 4 of 11 and 4 of 10 within ±10%;
+    // after the quantised head, its dequantisation's dtype and the fused qkv, 6 of 11 and 6 of
+    // 10 (every LoRA row; the QLoRA rows stay 11–20% low). A change that loses a row fails here.
+    assert!(tw >= 6, "tuning half: {tw} of {tn} within ±10%, recorded 6");
+    assert!(
+        hw >= 6,
+        "held-out half: {hw} of {hn} within ±10%, recorded 6"
+    );
+}
