@@ -31,6 +31,11 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|(?i:\bmemory (?:usage )?(?:limit|budget) of [^\n]{0,40}?\b(?:exceeded|reached))",
         r"|(?i:\bsystemd-oomd killed\b|\bkilled\b[^\n]{0,300}?\bdue to memory pressure\b)",
         r"|(?i:\bbeyond (?:the )?(?:physical|virtual) memory limit)",
+        // A batch system's kill for memory (HTCondor's `Job killed by HTCondor due to excessive
+        // memory use`) and a job past its maximum memory figure (WMAgent's `Job has exceeded
+        // maxPSS: 16000 MB`, a `max RSS` or `maximum VSS`).
+        r"|(?i:\b(?:excessive|too much) (?:\w+ )?memory (?:use|usage|consumption)\b)",
+        r"|(?i:\bexceed(?:s|ed|ing)? (?:the |its )?max(?:imum)?[ -]?(?:pss|rss|vss|vsize|memory)\b)",
         r"|(?i:\bmem(?:ory)? (?:limit |quota |budget )?(?:exceeded|exhausted)|\bmem(?:ory)? \S+ exceeded (?:the )?limit|\bTERM_MEMLIMIT\b|\bGC overhead limit exceeded|\bpaging file is too small)",
         // A limit's size between the words (PHP's `Allowed memory size of 134217728 bytes
         // exhausted`).
@@ -228,9 +233,10 @@ static NEGATIVE_SIZE: Pattern = LazyLock::new(|| {
 });
 /// The limit a process passed (`memory limit of 134217728 bytes`, `Worker memory limit: 4.29 GB`,
 /// PHP's `Allowed memory size of 134217728 bytes exhausted`, a `max: 8 GiB` or `limit=2GB`
-/// field, Cloud Run's `Memory limit of 953M`).
+/// field, a maximum of a memory measure such as `maxPSS: 16000 MB`, Cloud Run's `Memory limit of
+/// 953M`).
 static LIMIT: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:(?:memory (?:usage )?limit|allowed memory size)(?: of|:|=| is)?|(?:max(?:imum)?|limit)(?: memory)?\s?[:=])\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT])\b").ok()
+    Regex::new(r"(?i)\b(?:(?:memory (?:usage )?limit|allowed memory size)(?: of|:|=| is)?|(?:max(?:imum)?|limit)(?: ?memory| ?pss| ?rss| ?vss)?\s?[:=])\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT])\b").ok()
 });
 /// A limit in bytes without a unit, where the number is long enough to be bytes (4 digits or more):
 /// a heap's `growth limit 268435456`, a counter's `(used: N, max: M)`, a breaker's `limit of
@@ -249,7 +255,7 @@ static SETTING_LIMIT: Pattern = LazyLock::new(|| {
     .ok()
 });
 static SHAPE: Pattern = LazyLock::new(|| {
-    Regex::new(r"with shape \(([0-9,\s]+)\)(?: and data type ([A-Za-z0-9_]+))?").ok()
+    Regex::new(r"with shape \(([0-9,\s]+)\)(?: and data type ([<>|=]?[A-Za-z0-9_]+))?").ok()
 });
 /// An error code the message states: `[Errno 12]`, `errno=12`, `Error code 12`, Windows' codes,
 /// `error: (-5)`, and a field named `code` (`Vulkan Error, code=-2`, an error object's `ERROR',
