@@ -62,7 +62,7 @@ static XLA_STAT: Pattern = LazyLock::new(|| {
 // TensorFlow.
 static TF_TENSOR: Pattern = LazyLock::new(|| {
     compile(
-        r"OOM when allocating tensor (?:with|of) shape\s?\[([0-9,\s]*)\](?: and type ([A-Za-z0-9_]+))?(?: on ([^\s\]]+))?(?: by allocator ([A-Za-z0-9_]+(?: allocator)?))?",
+        r"OOM when allocating tensor (?:with|of) shape(?:\s?\[([0-9,\s]*)\])?(?: and type ([A-Za-z0-9_]+))?(?: on ([^\s\]]+))?(?: by allocator ([A-Za-z0-9_]+(?: allocator)?))?",
     )
 });
 /// The BFC allocator's warning, with its allocator's name (`Allocator (GPU_0_bfc) ran out …`,

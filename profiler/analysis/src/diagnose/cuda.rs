@@ -15,7 +15,7 @@ const EXC: &str = r"(?:([A-Za-z_][A-Za-z0-9_.]*(?:Error|Exception)): )?";
 
 static CUDA_ERROR_OOM: Pattern = LazyLock::new(|| {
     compile(&format!(
-        r"{EXC}(?i:CUDA (?:driver |runtime )?error: out of memory)(?: at ([^\s:]+:[0-9]+))?(?:[\s\S]{{0,8}}?Search for `(cudaErrorMemoryAllocation)')?"
+        r"{EXC}(?i:CUDA (?:driver |runtime )?error:\s?out of memory)(?: at ([^\s:]+:[0-9]+))?(?:[\s\S]{{0,8}}?Search for `(cudaErrorMemoryAllocation)')?"
     ))
 });
 static CUDA_ERROR_CODE: Pattern = LazyLock::new(|| {

@@ -213,6 +213,14 @@ fn killed(f: &Facts) -> (Verdict, Vec<Remedy>) {
                 "Ray kills the most recently scheduled task when the node passes its memory threshold",
             ),
         ),
+        Some(launcher @ ("torchrun" | "deepspeed")) => (
+            format!(
+                "{} reports that a rank{} ended by signal 9 (SIGKILL): on Linux that is almost always the kernel's or the container's OOM killer, because host memory ran out (loading or offloading weights, data-loader workers, pinned buffers); confirm with `dmesg -T | grep -i -E 'out of memory|killed process'`",
+                if launcher == "torchrun" { "torchrun's elastic agent" } else { "DeepSpeed's launcher" },
+                f.bytes("pid").map_or(String::new(), |p| format!(" (pid {p})")),
+            ),
+            remedy::memory_limit(limit, used),
+        ),
         Some("yarn") => (
             format!(
                 "YARN killed the container: {} of {} {} memory used",

@@ -1,7 +1,9 @@
 //! Reports of a process killed for memory by whatever runs it (`oom_kill_report`): Slurm's
 //! `oom-kill event(s)` lines (old and new wording), Kubernetes' `OOMKilled` (`kubectl get pods`
 //! rows, `kubectl describe pod` blocks and pod-status YAML), PyTorch's `DataLoader worker (pid N)
-//! is killed by signal: Killed`, Ray's memory monitor and YARN's container kills.
+//! is killed by signal: Killed`, Ray's memory monitor, YARN's container kills, and a distributed
+//! launcher's report of a rank it started that died of SIGKILL (torchrun's elastic agent,
+//! DeepSpeed's launcher).
 
 use super::facts::{Fact, Facts};
 use super::scan::{
@@ -50,6 +52,14 @@ static K8S_ROW: Pattern = LazyLock::new(|| {
 });
 static K8S_REASON: Pattern =
     LazyLock::new(|| compile(r"(?m)^[\t\x20]*[Rr]eason:[\t\x20]*OOMKilled\b"));
+/// A `kubectl describe pod` state whose reason is not `OOMKilled` but whose exit code is 137
+/// (SIGKILL): Kubernetes says `Error` when the kernel killed a process other than the container's
+/// first one for memory, so the block is the report, with the reason it gives.
+static K8S_STATE_137: Pattern = LazyLock::new(|| {
+    compile(
+        r"(?m)^[\t\x20]*Reason:[\t\x20]*([A-Za-z]+)[\t\x20]*\r?\n[\t\x20]*Exit Code:[\t\x20]*137\b",
+    )
+});
 static K8S_EXIT: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"(?m)^[\t ]*(?:Exit Code|exitCode):[\t ]*(-?[0-9]+)").ok());
 static K8S_RESTARTS: LazyLock<Option<Regex>> =
@@ -100,6 +110,19 @@ static RAY_NODE: Pattern = LazyLock::new(|| {
 static RAY_RAYLET: Pattern = LazyLock::new(|| {
     compile(r"([0-9]+) Workers \(tasks / actors\) killed due to memory pressure \(OOM\)")
 });
+/// Ray's advice printed after its memory monitor killed workers (the raylet's
+/// `Refer to the documentation on how to address the out of memory issue: …ray-oom-prevention…`):
+/// part of that kill's report, and a report of its own when the kill's line was not pasted.
+static RAY_ADVICE: Pattern =
+    LazyLock::new(|| compile(r"address the out of memory issue: \S*ray-oom-prevention"));
+/// torchrun's elastic agent on a rank that ended by signal 9 (`failed (exitcode: -9) local_rank: 0
+/// (pid: 14447) of binary`): the rank was SIGKILLed, on Linux almost always by the OOM killer.
+static TORCHRUN_SIGKILL: Pattern =
+    LazyLock::new(|| compile(r"failed \(exitcode: -9\) local_rank: [0-9]+ \(pid: ([0-9]+)\)"));
+/// DeepSpeed's launcher on a rank that ended by signal 9 (`[launch.py:434:sigkill_handler] […]
+/// exits with return code = -9`), also retyped (`exits with run code= -9`).
+static DEEPSPEED_SIGKILL: Pattern =
+    LazyLock::new(|| compile(r"(?i)exits? with (?:return|run|exit) code\s?=\s?-9\b"));
 static YARN_LIMITS: Pattern = LazyLock::new(|| {
     compile(
         r"Container killed by YARN for exceeding memory limits\.? ([0-9.]+) ?([KMGTP]?B) of ([0-9.]+) ?([KMGTP]?B) (virtual|physical) memory used",
@@ -121,6 +144,9 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     if has("OOMKilled") {
         kubernetes(text, out);
     }
+    if has("Exit Code:") {
+        killed_container(text, out);
+    }
     if has("low on resource") {
         evicted(text, out);
     }
@@ -130,12 +156,35 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     {
         dataloader(text, out);
     }
-    if has("Memory on the node") || has("running low on memory") || has("memory pressure") {
+    if has("Memory on the node")
+        || has("running low on memory")
+        || has("memory pressure")
+        || has("ray-oom-prevention")
+    {
         ray(text, out);
     }
     if has("memory limits") {
         yarn(text, out);
     }
+    if has("-9") {
+        launchers(text, out);
+    }
+}
+
+/// A launcher's report of a rank it started that died of SIGKILL: the process was killed, and on
+/// Linux nearly always by the kernel's or a cgroup's OOM killer.
+fn launchers(text: &str, out: &mut Vec<Piece>) {
+    each(&TORCHRUN_SIGKILL, text, |c, s, e| {
+        let mut f = reporter("torchrun");
+        f.int("exit_code", -9);
+        f.opt_int("pid", int_at(c, 1));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+    each(&DEEPSPEED_SIGKILL, text, |_, s, e| {
+        let mut f = reporter("deepspeed");
+        f.int("exit_code", -9);
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
 }
 
 fn dataloader(text: &str, out: &mut Vec<Piece>) {
@@ -360,6 +409,20 @@ fn kubernetes(text: &str, out: &mut Vec<Piece>) {
     });
 }
 
+/// A container's last state killed by SIGKILL (exit code 137) under a reason other than
+/// `OOMKilled`, which [`kubernetes`] reads with its block.
+fn killed_container(text: &str, out: &mut Vec<Piece>) {
+    each(&K8S_STATE_137, text, |c, s, e| {
+        let Some(reason) = str_at(c, 1).filter(|r| *r != "OOMKilled") else {
+            return;
+        };
+        let mut f = reporter("kubernetes");
+        f.text("reason", reason);
+        f.int("exit_code", 137);
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+}
+
 fn evicted(text: &str, out: &mut Vec<Piece>) {
     each(&K8S_EVICTED, text, |c, s, e| {
         let mut f = reporter("kubernetes");
@@ -387,6 +450,15 @@ fn ray(text: &str, out: &mut Vec<Piece>) {
         let mut f = reporter("ray");
         f.opt_int("oom_kill_events", int_at(c, 1));
         out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+    each(&RAY_ADVICE, text, |_, s, e| {
+        out.push(Piece::part(
+            s,
+            e,
+            Kind::OomKillReport,
+            reporter("ray"),
+            true,
+        ));
     });
 }
 

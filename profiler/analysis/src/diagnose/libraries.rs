@@ -19,10 +19,11 @@ static STATUS: Pattern = LazyLock::new(|| {
 static STATUS_HEAD: Pattern = LazyLock::new(|| {
     compile(r"\b([A-Za-z_][A-Za-z0-9_]*)(?:\([^()\n]*\))?\x60?:[\t\x20]*(?:([0-9]+):[\t\x20]*)?\z")
 });
-/// What follows a status: the call that failed and the device.
+/// What follows a status: the call that failed and the device. A call cut inside its arguments
+/// (an issue title: `` when calling `cublasCreate(handle ``) keeps what was printed of them.
 static STATUS_TAIL: Pattern = LazyLock::new(|| {
     compile(
-        r"\A(?:\x60? when calling \x60?([A-Za-z_][A-Za-z0-9_]*(?:\([^()\n]*\))?)\x60?|\s\(([A-Za-z_][A-Za-z0-9_]*)\))?(?:[\t\x20]*;[\t\x20]*GPU=([0-9]+))?",
+        r"\A(?:\x60? when calling \x60?([A-Za-z_][A-Za-z0-9_]*(?:\([^()\n]*\)|\([A-Za-z0-9_]+(?m:$))?)\x60?|\s\(([A-Za-z_][A-Za-z0-9_]*)\))?(?:[\t\x20]*;[\t\x20]*GPU=([0-9]+))?",
     )
 });
 static ASYNC: Pattern = LazyLock::new(|| {

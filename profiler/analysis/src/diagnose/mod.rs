@@ -114,11 +114,13 @@ impl Kind {
     }
 
     /// Whether a finding of this kind stands on its evidence alone: its message may state no fact
-    /// (`No available memory for the cache blocks`, a bare `CUBLAS_STATUS_ALLOC_FAILED`).
+    /// (`No available memory for the cache blocks`, a bare `CUBLAS_STATUS_ALLOC_FAILED`,
+    /// TensorFlow 0.x's `OOM when allocating tensor with shape` with nothing after it).
     pub(crate) fn evidence_suffices(self) -> bool {
         matches!(
             self,
             Kind::OomKillReport
+                | Kind::TensorflowOom
                 | Kind::TorchCpuOom
                 | Kind::JaxXlaOom
                 | Kind::LibraryAllocFailed

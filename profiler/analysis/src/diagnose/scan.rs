@@ -24,6 +24,19 @@ fn told_again(first: &Facts, later: &Facts) -> bool {
     later.len() < first.len() && later.iter().all(|(n, v)| first.get(n) == Some(v))
 }
 
+/// Whether `later` is an allocator's retry of `first` with a smaller request (TensorFlow's stream
+/// executor asks again for 90% of the size, line after line): the same facts but a smaller
+/// `requested_bytes`. The failure is the first, largest, request.
+fn retried_smaller(first: &Facts, later: &Facts) -> bool {
+    matches!(
+        (first.bytes("requested_bytes"), later.bytes("requested_bytes")),
+        (Some(a), Some(b)) if b < a
+    ) && first.len() == later.len()
+        && later
+            .iter()
+            .all(|(n, v)| n == "requested_bytes" || first.get(n) == Some(v))
+}
+
 /// A matched part of a message.
 pub(crate) struct Piece {
     pub start: usize,
@@ -418,16 +431,24 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
         // unless nothing but the reporter's markup (blank lines, headings, fences) or the same
         // source's other lines (NCCL's thread repeating its warning pair) lie between. The report
         // compared is the last one of the last few that is evidence (a part that states nothing may
-        // lie between).
+        // lie between). A report naming the same process (its pid) again a few lines on is that
+        // process's one death, whatever lies between; an allocator retrying a smaller request on
+        // the next line is the first request's failure.
         if p.evidence {
             if let Some(prev) = open.iter_mut().rev().take(4).find(|o| o.evidence) {
                 let f = &prev.found.finding;
                 let gap = lines_between(text, prev.end, p.start);
+                let retry = f.kind == p.kind && gap <= 1 && retried_smaller(&f.facts, &p.facts);
+                if retry {
+                    prev.end = p.end;
+                    continue;
+                }
                 if f.kind == p.kind
                     && ((f.facts == p.facts
                         && (gap <= 2
                             || (gap <= REPEAT_LINES
-                                && nothing_new_between(text, prev.start, prev.end, p.start))))
+                                && (f.facts.get("pid").is_some()
+                                    || nothing_new_between(text, prev.start, prev.end, p.start)))))
                         || ((told_again(&f.facts, &p.facts) || told_again(&p.facts, &f.facts))
                             && gap <= REPEAT_LINES))
                 {

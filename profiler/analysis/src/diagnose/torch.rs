@@ -27,9 +27,16 @@ static OLD: LazyLock<Option<Regex>> = LazyLock::new(|| {
 /// A message cut right after its request: the wording (≥ 2.1 or older) is told by the exception
 /// type before it — PyTorch ≤ 2.0 raised a `RuntimeError`, ≥ 2.1 its own `OutOfMemoryError` —
 /// and without one it is taken as the current one, with the two facts it states.
+/// Also retyped with an article (`CUDA out of the memory. Tried to allocate 360.00 MiB`), which the
+/// vocabulary reads as the same words.
 static CUT: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    compile(r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. Tried to allocate {SIZE}")
+    compile(r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of (?:the )?memory\. Tried to allocate {SIZE}")
 });
+/// PyTorch's own exception with only its first sentence (`torch.cuda.OutOfMemoryError: CUDA out of
+/// memory.`, quoted in prose or a title): the ≥ 2.1 wording, since only ≥ 2.1 raises that type,
+/// with its backend. The message starts at the backend, where [`CUT`] and the full wordings start.
+static HEADLINE: LazyLock<Option<Regex>> =
+    LazyLock::new(|| compile(r"\bOutOfMemoryError: ((CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory)\."));
 /// PyTorch's wording for a request too large to print.
 static EXABYTE: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. Tried to allocate more than 1EB memory")
@@ -77,6 +84,14 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
             Kind::TorchCudaOomNew
         };
         out.push(Piece::message(s, e, kind, f));
+    });
+    each(&HEADLINE, text, |c, _, e| {
+        let Some(s) = c.get(1).map(|m| m.start()) else {
+            return;
+        };
+        let mut f = Facts::default();
+        f.opt_text("backend", str_at(c, 2));
+        out.push(Piece::message(s, e, Kind::TorchCudaOomNew, f));
     });
     each(&EXABYTE, text, |c, s, e| {
         let mut f = Facts::default();

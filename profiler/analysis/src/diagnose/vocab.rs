@@ -25,12 +25,20 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|\b[A-Z0-9_]*_(?:STATUS_)?ALLOC(?:ATION)?_FAIL(?:ED|URE)\b|\bE_OUTOFMEMORY\b|(?i:OutOf[A-Za-z]{0,12}Memory(?:Error|Exception)?)\b",
         r"|(?i:\bresource ?exhausted)",
         r"|\bENOMEM\b|(?i:\[errno 12\]|errno[= ]12\b|error code 12\b)",
-        r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to|fails? to) (?:[a-z]+ )?(?:allocate|alloc|map|commit|reserve)\b[^\n]{0,80}?(?:memory|bytes?\b|\d\s?[KMGTP](?:i?B)?\b|array|buffer|tensor|block|pages\b|address space))",
+        r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to|fails? to) (?:[a-z]+ )?(?:(?:re)?allocate|(?:re)?alloc|map|commit|reserve)\b[^\n]{0,80}?(?:memory|bytes?\b|\d\s?[KMGTP](?:i?B)?\b|array|buffer|tensor|block|pages\b|address space))",
         r"|(?i:\bwould exceed (?:the )?allowed memory)",
         r"|(?i:\b(?:exceed(?:s|ed|ing)?|reach(?:ed|ing)?|over) (?:the |its |their )?(?:[\w%.]+ ){0,2}memory (?:usage )?(?:limit|budget|threshold|quota))",
         r"|(?i:\bmemory (?:usage )?(?:limit|budget) of [^\n]{0,40}?\b(?:exceeded|reached))",
+        // A limit qualified in parentheses (ClickHouse's `Memory limit (total) exceeded`, `(for
+        // query)`), and an operation's own memory (MySQL's `Out of sort memory`).
+        r"|(?i:\bmemory limit \([^)\n]{1,30}\) exceeded|\bout of (?:sort|query|join) memory\b|\bmemory allocation error\b)",
         r"|(?i:\bsystemd-oomd killed\b|\bkilled\b[^\n]{0,300}?\bdue to memory pressure\b)",
         r"|(?i:\bbeyond (?:the )?(?:physical|virtual) memory limit)",
+        // A batch system's kill for memory (HTCondor's `Job killed by HTCondor due to excessive
+        // memory use`) and a job past its maximum memory figure (WMAgent's `Job has exceeded
+        // maxPSS: 16000 MB`, a `max RSS` or `maximum VSS`).
+        r"|(?i:\b(?:excessive|too much) (?:\w+ )?memory (?:use|usage|consumption)\b)",
+        r"|(?i:\bexceed(?:s|ed|ing)? (?:the |its )?-{0,2}max(?:imum)?[ -]?(?:pss|rss|vss|vsize|memory)\b)",
         r"|(?i:\bmem(?:ory)? (?:limit |quota |budget )?(?:exceeded|exhausted)|\bmem(?:ory)? \S+ exceeded (?:the )?limit|\bTERM_MEMLIMIT\b|\bGC overhead limit exceeded|\bpaging file is too small)",
         // A limit's size between the words (PHP's `Allowed memory size of 134217728 bytes
         // exhausted`).
@@ -133,6 +141,9 @@ const DEVICE_WORDS: &[&str] = &[
     "mps",
     "vulkan",
     "opencl",
+    // OpenCL's device-memory statuses (`CL_MEM_OBJECT_ALLOCATION_FAILURE`, `CL_OUT_OF_RESOURCES`).
+    "cl_mem_",
+    "cl_out_of_resources",
     "directml",
     "dml",
     "hpu",
@@ -212,7 +223,7 @@ const NEAR: usize = 6;
 /// size (currently 2495567072 bytes)`), `amount of memory (`, …; also as an adjective (Go's `cannot
 /// allocate 4194304-byte block`).
 static SIZE_AFTER: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)(?:(?:allocat(?:e|ing)|commit|reserve)(?:\s+[a-z]+){0,3}?|alloc(?:ation)? of|failed to map|mmap\(|\bneed(?:ed|s)?|requested(?:[a-z_ ]{0,16}?(?:[:=]| was\b| is\b))?|request(?:ing)? (?:of|for)|request(?:ed)? size\s*(?:\(\s*(?:currently|of)?|[:=]|of|is|was)|分配|tried to allocate|amount of (?:gpu |device |host )?memory \(|requires? more (?:\w+ ){0,2}memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?(?:\s|-)?(bytes|byte|[KMGTP]i?B|B)(?-u:\b)").ok()
+    Regex::new(r"(?i)(?:(?:allocat(?:e|ing)|commit|reserve):?(?:\s+[a-z]+){0,3}?|alloc(?:ation)? of|failed to map|mmap\(|\bneed(?:ed|s)?|requested(?:[a-z_ ]{0,16}?(?:[:=]| was\b| is\b))?|request(?:ing)? (?:of|for)|request(?:ed)? size\s*(?:\(\s*(?:currently|of)?|[:=]|of|is|was)|分配|tried to allocate|amount of (?:gpu |device |host )?memory \(|requires? more (?:\w+ ){0,2}memory \()\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]*)?(?:\s|-)?(bytes|byte|[KMGTP]i?B|B)(?-u:\b)").ok()
 });
 /// A size after `buffer of size` (llama.cpp's `failed to allocate CPU buffer of size 84940800`,
 /// R's `cannot allocate vector of size 4.5 Gb`, PostgreSQL's `Failed on request of size 16`,
@@ -228,15 +239,21 @@ static NEGATIVE_SIZE: Pattern = LazyLock::new(|| {
 });
 /// The limit a process passed (`memory limit of 134217728 bytes`, `Worker memory limit: 4.29 GB`,
 /// PHP's `Allowed memory size of 134217728 bytes exhausted`, a `max: 8 GiB` or `limit=2GB`
-/// field, Cloud Run's `Memory limit of 953M`).
+/// field, a maximum of a memory measure such as `maxPSS: 16000 MB`, Cloud Run's `Memory limit of
+/// 953M`).
 static LIMIT: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:(?:memory (?:usage )?limit|allowed memory size)(?: of|:|=| is)?|(?:max(?:imum)?|limit)(?: memory)?\s?[:=])\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT])\b").ok()
+    Regex::new(r"(?i)\b(?:(?:memory (?:usage )?limit|allowed memory size)(?: of|:|=| is)?|(?:max(?:imum)?|limit)(?: ?memory| ?pss| ?rss| ?vss)?\s?[:=])\s*([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT])\b").ok()
 });
 /// A limit in bytes without a unit, where the number is long enough to be bytes (4 digits or more):
-/// a heap's `growth limit 268435456`, a counter's `(used: N, max: M)`, a breaker's `limit of
-/// [1960417689/1.8gb]`.
+/// a heap's `growth limit 268435456`, a field's `max_memory_limit=33554432`, a counter's `(used:
+/// N, max: M)`, a breaker's `limit of [1960417689/1.8gb]`.
 static BYTE_LIMIT: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:(?:memory|heap|growth) limit\s?[:=]?|max(?:imum)?\s?[:=]|limit of \[)\s*([0-9]{4,})()()(?:[\s,)\]/;.]|$)").ok()
+    Regex::new(r"(?i)(?:(?:\b|_)(?:memory|heap|growth)[\s_]limit\s?[:=]?|\bmax(?:imum)?\s?[:=]|\blimit of \[)\s*([0-9]{4,})()()(?:[\s,)\]/;.]|$)").ok()
+});
+/// The memory a process used when it was killed, as a field (PM2's `current_memory=46522368`, a
+/// `memory_used: 2 GiB`): bytes when no unit follows.
+static USED: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:current[_ ](?:memory|mem|rss)|mem(?:ory)?[_ ]used|used[_ ]mem(?:ory)?)\s?[:=]\s*([0-9]+)(\.[0-9]+)?\s?(bytes|[KMGTP]i?B)?\b").ok()
 });
 /// The current value of a memory-size setting the message names as the one to raise (Emscripten's
 /// `compile with -s TOTAL_MEMORY=X with X higher than the current value 67108864`; any setting
@@ -249,15 +266,16 @@ static SETTING_LIMIT: Pattern = LazyLock::new(|| {
     .ok()
 });
 static SHAPE: Pattern = LazyLock::new(|| {
-    Regex::new(r"with shape \(([0-9,\s]+)\)(?: and data type ([A-Za-z0-9_]+))?").ok()
+    Regex::new(r"with shape \(([0-9,\s]+)\)(?: and data type ([<>|=]?[A-Za-z0-9_]+))?").ok()
 });
 /// An error code the message states: `[Errno 12]`, `errno=12`, `Error code 12`, Windows' codes,
 /// `error: (-5)`, and a field named `code` (`Vulkan Error, code=-2`, an error object's `ERROR',
 /// code: '53200'`, `{code: 12`): after the error's name or a separator, so `exit code: 1` is not
-/// one; and a status token's code in parentheses after it (`CL_MEM_OBJECT_ALLOCATION_FAILURE
+/// one; a database's numbered error (MySQL's `Memory allocation error: 1038 Out of sort memory`,
+/// `ERROR 1038 (HY001): Out of …`); and a status token's code in parentheses after it (`CL_MEM_OBJECT_ALLOCATION_FAILURE
 /// (-4)`).
 static ERRNO: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|(?:\berror\W{1,3}|[,;{(]\s*|^\s*)code\s?[=:]\s?'?(-?[0-9]+)\b|(?-i:\b[A-Z][A-Z0-9]*_[A-Z0-9_]{3,}) \((-?[0-9]+)\)").ok()
+    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|(?:\berror\W{1,3}|[,;{(:]\s*|^\s*)code\s?[=:]\s?'?(-?[0-9]+)\b|\berror:?\s([0-9]{3,5})(?:\s\([0-9A-Z]{5}\))?:?\s(?-i:[A-Z][a-z])|(?-i:\b[A-Z][A-Z0-9]*_[A-Z0-9_]{3,}) \((-?[0-9]+)\)").ok()
 });
 /// A device's index: after `device` (`on device 0`, `device ordinal 1`, `device_id=2`), after an
 /// accelerator's name with or without a colon (`GPU 0`, `XPU:0`, `HPU 1`), and after any device
@@ -316,11 +334,13 @@ static OPERATION_CAP: Pattern = LazyLock::new(|| {
 const CONTINUED: usize = 8;
 /// A process killed for memory (`OOMKilled`, `OOM killer`, `oom-kill`), whoever reports it.
 /// Also a memory monitor's kill: systemd-oomd's, or a worker restarted because it passed its
-/// memory limit or budget (Dask's nanny: `exceeded 95% memory budget. Restarting`).
+/// memory limit or budget (Dask's nanny: `exceeded 95% memory budget. Restarting`; PM2's `Process 2
+/// restarted because it exceeds --max-memory-restart value`).
 static KILLED: Pattern = LazyLock::new(|| {
     Regex::new(concat!(
         r"(?i)\boom[-_ ]?kill|\bkilled by (?:the )?oom|\bsystemd-oomd killed|\bdue to memory pressure\b",
         r"|\bmemory (?:usage )?(?:limit|budget|threshold)\W[^\n]{0,40}?\b(?:restarting|killing|terminating)\b",
+        r"|\b(?:restarted|killed|terminated) because it exceed(?:s|ed)\b",
     ))
     .ok()
 });
@@ -578,6 +598,17 @@ fn continued(text: &str, start: usize, end: usize, facts: &mut Facts) -> usize {
                 .find_map(|re| re.as_ref()?.captures(line).and_then(|c| size_of(&c)));
             facts.opt_int("memory_limit_bytes", limit);
         }
+        if facts.get("error_code").is_none() {
+            let code = ERRNO
+                .as_ref()
+                .and_then(|re| re.captures(line))
+                .and_then(|c| {
+                    (1..=9)
+                        .find_map(|i| c.get(i))
+                        .and_then(|m| m.as_str().parse::<i128>().ok())
+                });
+            facts.opt_int("error_code", code);
+        }
         if facts.len() > before {
             last = to;
         }
@@ -614,16 +645,19 @@ impl Open {
     }
 }
 
-/// Whether `line` opens with a label, a word in any script and a colon (PostgreSQL's `DETAIL:`,
-/// `HINT:`, and the same in a locale's language, `Подробности:`): a line that goes on with the
-/// message before it.
+/// Whether `line` opens with a label, up to three words in any script and a colon (PostgreSQL's
+/// `DETAIL:`, `HINT:`, the same in a locale's language, `Подробности:`, Unity's `Trying to
+/// allocate: 67108864B`): a line that goes on with the message before it.
 fn labelled(line: &str) -> bool {
     let Some(colon) = line.find(':') else {
         return false;
     };
     let label = &line[..colon];
     (1..=24).contains(&label.chars().count())
-        && label.chars().all(char::is_alphabetic)
+        && label.split(' ').count() <= 3
+        && label
+            .split(' ')
+            .all(|w| !w.is_empty() && w.chars().all(char::is_alphabetic))
         && line[colon + 1..].starts_with([' ', '\t'])
 }
 
@@ -696,6 +730,14 @@ fn attribute(line: &str) -> (Kind, Facts) {
             f.text("reason", "OOMKilled");
         }
         f.opt_int("pid", stated_pid(line));
+        // A monitor's kill may state the use and the limit it compared (PM2's `current_memory=N
+        // max_memory_limit=M`).
+        let size = |re: &Pattern| re.as_ref()?.captures(line).and_then(|c| size_of(&c));
+        f.opt_int("memory_used_bytes", size(&USED));
+        f.opt_int(
+            "memory_limit_bytes",
+            size(&LIMIT).or_else(|| size(&BYTE_LIMIT)),
+        );
         return (Kind::OomKillReport, f);
     }
     if let Some(b) = cap(&SIZE_AFTER)
@@ -723,7 +765,7 @@ fn attribute(line: &str) -> (Kind, Facts) {
         f.opt_text("dtype", c.get(2).map(|m| m.as_str()));
     }
     if let Some(c) = cap(&ERRNO) {
-        let code = (1..=8)
+        let code = (1..=9)
             .find_map(|i| c.get(i))
             .and_then(|m| m.as_str().parse::<i128>().ok());
         f.opt_int("error_code", code);
@@ -782,6 +824,7 @@ mod tests {
             &NEGATIVE_SIZE,
             &LIMIT,
             &BYTE_LIMIT,
+            &USED,
             &SETTING_LIMIT,
             &SHAPE,
             &ERRNO,

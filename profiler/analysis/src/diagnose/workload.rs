@@ -43,7 +43,7 @@ static SIGNS: LazyLock<Option<Regex>> = LazyLock::new(|| {
         r"|(?P<llama>llama\.cpp|ggml_|GGML_|llama_model|llm_load|(?i:ollama)|n_gpu_layers|n-gpu-layers)",
         r"|(?P<comfy>(?i:comfy)|KSampler|This error means you ran out of memory on your GPU)",
         r"|(?P<ort>(?i:onnxruntime))",
-        r"|(?P<train>\.backward\(|backward\(\)|\bTrainer\b|train\.py|training_step|optimizer\.step|train_step|\bfinetune|fine-tun|(?i:\bdeepspeed\b|\bepochs?\b|\btraining\b))",
+        r"|(?P<train>\.backward\(|backward\(\)|\bTrainer\b|train\.py|training_step|optimizer\.step|train_step|[Tt]rainer\.(?:train|fit)\(|\bfinetune|fine-tun|(?i:\bdeepspeed\b|\bepochs?\b|\btraining\b))",
         r"|(?P<rust>panicked at|RUST_BACKTRACE|\.rs:[0-9]+|memory allocation of [0-9]+ bytes failed)",
         r"|(?P<infer>\.generate\(|\bgenerate\(|pipeline\(|(?i:\binference\b)|inference_mode|no_grad|diffusers|TRT-LLM|tensorrt_llm|sglang)",
     ))
