@@ -202,7 +202,7 @@ impl Budgets {
                 )),
                 Some(_) => {}
                 None => out.push(
-                    "fragmentation cannot be checked: the report has no jemalloc statistics".into(),
+                    "fragmentation cannot be checked: the report has no jemalloc statistics (only a job that links memsight's jemalloc, a Rust job, has them: leave max_fragmentation out of a Python job's budget)".into(),
                 ),
             }
         }
@@ -240,7 +240,7 @@ impl Budgets {
                     ));
                 }
                 Some(_) => {}
-                None => out.push("tensor peak cannot be checked: the report has no tensor bytes (no libtorch hook was installed)".into()),
+                None => out.push("tensor peak cannot be checked: the report has no tensor bytes (no libtorch hook was installed: a tch job's; leave max_tensor_peak out of a Python job's budget)".into()),
             }
         }
         let device_budgets = self.max_device_peak.is_some()
@@ -338,7 +338,7 @@ mod tests {
         assert_eq!(
             b.check(&r),
             vec![
-                "tensor peak cannot be checked: the report has no tensor bytes (no libtorch hook was installed)",
+                "tensor peak cannot be checked: the report has no tensor bytes (no libtorch hook was installed: a tch job's; leave max_tensor_peak out of a Python job's budget)",
                 "device budgets cannot be checked: the report has no device memory (no GPU backend delivered data; see its sources)",
             ]
         );
