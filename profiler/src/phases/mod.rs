@@ -24,8 +24,8 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-pub(crate) use steps::end_step;
 pub use steps::{current_step, step, step_stats, StepStats};
+pub(crate) use steps::{end_step, training_began};
 
 /// Most distinct phase paths kept; later new paths are counted under `(other)`.
 const MAX_PHASES: usize = 256;

@@ -32,9 +32,18 @@ pub fn step(n: u64) {
         counters::swap_peak(Tracker::Step, live);
         tensors::swap_step_window();
     }
+    let first = st.steps.capacity() == 0;
+    if first {
+        // The step records' whole storage now, in place of growing with the steps in the job's
+        // heap (see [`push_step`]).
+        st.steps.reserve_exact(MAX_STEPS + 1);
+    }
     st.step_open = true;
     STEP.store(n, Relaxed);
     drop(st);
+    if first {
+        crate::session::training_began();
+    }
     crate::heapprof::on_step(n);
 }
 
@@ -66,23 +75,33 @@ pub(crate) fn end_step() -> Option<u64> {
     Some(STEP.load(Relaxed))
 }
 
+/// Appends a step's record. Past [`MAX_STEPS`] the older half merges pairwise (the record with
+/// the higher peak stays, the later one on a tie), in place: memsight's own records neither grow
+/// nor move in the job's heap once their storage is taken at the first step (records that grew by
+/// doubling read as a leak of the job over thousands of steps).
 fn push_step(steps: &mut Vec<StepStats>, s: StepStats) {
     if steps.len() >= MAX_STEPS {
-        // Merge the older half pairwise; keep the record with the higher peak.
         let half = steps.len() / 2;
-        let mut merged: Vec<StepStats> = steps[..half]
-            .chunks(2)
-            .map(|c| {
-                c.iter()
-                    .max_by_key(|s| s.peak_bytes)
-                    .cloned()
-                    .unwrap_or_default()
-            })
-            .collect();
-        merged.extend_from_slice(&steps[half..]);
-        *steps = merged;
+        let pairs = half.div_ceil(2);
+        for i in 0..pairs {
+            // Pair i is records 2i and 2i+1 (the last pair may have one); writing record i never
+            // touches a pair still to be read.
+            let (a, b) = (2 * i, 2 * i + 1);
+            let keep = if b < half && steps[b].peak_bytes >= steps[a].peak_bytes {
+                b
+            } else {
+                a
+            };
+            steps[i] = steps[keep].clone();
+        }
+        steps.drain(pairs..half);
     }
     steps.push(s);
+}
+
+/// Whether a training step was marked in this process (the step records took their storage).
+pub(crate) fn training_began() -> bool {
+    state().steps.capacity() > 0
 }
 
 /// The current training step.
