@@ -8,7 +8,9 @@
   first training forward (or backward). Gradient accumulation's micro-batches fall in one step,
   a batch's loading in the step that trains on it, and several optimizers stepped per batch (a
   GAN's generator and discriminator, stepped between forwards) count once; a loop that steps an
-  optimizer twice on one fetched batch gets its steps from forwards again;
+  optimizer twice on one fetched batch gets its steps from forwards again. A job that makes no
+  ``torch.optim.Optimizer`` (it updates its parameters by hand: ``p.data.add_(p.grad, ...)``)
+  ends a step at each ``backward`` instead, its next starting as an update would;
 - **phases**, flat and one at a time: ``forward`` (the outermost module call, per thread: a
   wrapper of ``torch.nn.Module.__call__`` — PyTorch's global module hooks would take every module
   call off its fast path, +7% of a small model's step), ``backward``
@@ -65,6 +67,7 @@ class _Auto:
         self.trained = 0  # training forwards and backwards so far
         self.paced_by_data = False  # steps start at a training batch's fetch
         self.paced_by_forwards = False  # for good: the loop updates more than once per batch
+        self.optimizers_made = False  # a torch.optim.Optimizer was made: steps are its updates
         self.undo = []  # what install() did, undone in reverse by remove()
 
     # -- phases: at most one of ours open at a time ------------------------------------------
@@ -138,6 +141,12 @@ class _Auto:
             self.paced_by_forwards = True
             self.start_step()
         self.stepped[id(optimizer)] = self.trained
+
+    def updated(self):
+        """The parameters were updated (an optimizer's step, or a backward in a job that updates
+        by hand): the next step starts at the next training batch's fetch or forward."""
+        self.step_pending = True
+        self.fetched = None  # a batch fetched before this update fed it, not the next one
 
     def mine(self):
         """True on the thread that drives the steps (the first to run a root forward)."""
@@ -225,8 +234,20 @@ def install(torch, lib, explicit):
         if not auto.mine():
             return
         auto.close("optimizer")
-        auto.step_pending = True
-        auto.fetched = None  # a batch fetched before this update fed it, not the next one
+        auto.updated()
+
+    # Whether the job makes an optimizer at all: one that makes none updates by hand, and its
+    # steps end at each backward (pytorch/examples' word_language_model had 1 step for 60).
+    optimizer_class = optim.Optimizer
+    optimizer_init = optimizer_class.__init__
+
+    def init_noting(self, *args, **kwargs):
+        auto.optimizers_made = True
+        return optimizer_init(self, *args, **kwargs)
+
+    init_noting.__wrapped__ = optimizer_init
+    optimizer_class.__init__ = init_noting
+    undo.append(lambda: setattr(optimizer_class, "__init__", optimizer_init))
 
     undo.append(optim.register_optimizer_step_pre_hook(optimizer_pre).remove)
     undo.append(optim.register_optimizer_step_post_hook(optimizer_post).remove)
@@ -236,7 +257,8 @@ def install(torch, lib, explicit):
 
     def backward_phase(*args, **kwargs):
         opened = False
-        if auto.mine():
+        mine = auto.mine()
+        if mine:
             auto.training_event()
             opened = auto.open("backward")
         try:
@@ -244,6 +266,8 @@ def install(torch, lib, explicit):
         finally:
             if opened:
                 auto.close("backward")
+            if mine and not auto.optimizers_made:
+                auto.updated()
 
     backward_phase.__wrapped__ = backward
     backward_phase.__doc__ = backward.__doc__

@@ -200,15 +200,10 @@ impl Timeline {
         self.samples.push(latest);
     }
 
-    /// Takes the storage of a full timeline now (its capacity, and the one snapshot a push adds
-    /// before the oldest merge): from here on the timeline holds the same memory however long
-    /// the job runs. A session asks at the first training step, so that its own timeline does
-    /// not grow in the job's heap during the steps (it read as a leak of 136 bytes per step over
-    /// 4,500 steps); a short job that marks no step never pays for it.
-    pub fn reserve_full(&mut self) {
-        let want = self.capacity + 1;
-        self.samples
-            .reserve_exact(want.saturating_sub(self.samples.len()));
+    /// The bytes the timeline's snapshot storage takes (its capacity, not its length): what a
+    /// session's own records hold in the job's heap (the snapshots' phase names aside).
+    pub fn storage_bytes(&self) -> usize {
+        self.samples.capacity() * std::mem::size_of::<Snapshot>()
     }
 
     /// The width of a bucket now: the time between kept snapshots.

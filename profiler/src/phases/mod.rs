@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 pub use steps::{current_step, step, step_stats, StepStats};
-pub(crate) use steps::{end_step, training_began};
+pub(crate) use steps::{end_step, own_timeline_bytes};
 
 /// Most distinct phase paths kept; later new paths are counted under `(other)`.
 const MAX_PHASES: usize = 256;

@@ -14,10 +14,28 @@ const MAX_STEPS: usize = 4096;
 
 pub(super) static STEP: AtomicU64 = AtomicU64::new(0);
 
+/// The bytes of the session's timeline storage, as its sampler last said ([`own_timeline_bytes`]).
+static TIMELINE_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Says how many bytes the running session's timeline storage takes in the process heap.
+pub(crate) fn own_timeline_bytes(bytes: usize) {
+    TIMELINE_BYTES.store(bytes as u64, Relaxed);
+}
+
+/// The live heap for the step records: the process's, less memsight's own records held in it
+/// (the session's timeline and these step records, which grow by doubling as a run goes on:
+/// counted, they read as a leak of the job — 136–492 bytes per step over 4,500 steps whose heap
+/// glibc counted flat).
+fn live_for_steps(st: &State) -> u64 {
+    let own = TIMELINE_BYTES.load(Relaxed)
+        + (st.steps.capacity() * std::mem::size_of::<StepStats>()) as u64;
+    live_now().saturating_sub(own)
+}
+
 /// Marks the start of training step `n`; the previous step's peak and end live bytes are recorded.
 pub fn step(n: u64) {
-    let live = live_now();
     let mut st = state();
+    let live = live_for_steps(&st);
     if st.step_open {
         let prev = STEP.load(Relaxed);
         close_running(&mut st, live);
@@ -32,18 +50,9 @@ pub fn step(n: u64) {
         counters::swap_peak(Tracker::Step, live);
         tensors::swap_step_window();
     }
-    let first = st.steps.capacity() == 0;
-    if first {
-        // The step records' whole storage now, in place of growing with the steps in the job's
-        // heap (see [`push_step`]).
-        st.steps.reserve_exact(MAX_STEPS + 1);
-    }
     st.step_open = true;
     STEP.store(n, Relaxed);
     drop(st);
-    if first {
-        crate::session::training_began();
-    }
     crate::heapprof::on_step(n);
 }
 
@@ -65,8 +74,8 @@ fn close_running(st: &mut State, live: u64) {
 /// Ends the running step (its peak and end live bytes are recorded) without starting another;
 /// returns its number, or `None` when no step was running.
 pub(crate) fn end_step() -> Option<u64> {
-    let live = live_now();
     let mut st = state();
+    let live = live_for_steps(&st);
     if !st.step_open {
         return None;
     }
@@ -76,9 +85,8 @@ pub(crate) fn end_step() -> Option<u64> {
 }
 
 /// Appends a step's record. Past [`MAX_STEPS`] the older half merges pairwise (the record with
-/// the higher peak stays, the later one on a tie), in place: memsight's own records neither grow
-/// nor move in the job's heap once their storage is taken at the first step (records that grew by
-/// doubling read as a leak of the job over thousands of steps).
+/// the higher peak stays, the later one on a tie), in place: the records' storage is not allocated
+/// again.
 fn push_step(steps: &mut Vec<StepStats>, s: StepStats) {
     if steps.len() >= MAX_STEPS {
         let half = steps.len() / 2;
@@ -99,11 +107,6 @@ fn push_step(steps: &mut Vec<StepStats>, s: StepStats) {
     steps.push(s);
 }
 
-/// Whether a training step was marked in this process (the step records took their storage).
-pub(crate) fn training_began() -> bool {
-    state().steps.capacity() > 0
-}
-
 /// The current training step.
 pub fn current_step() -> u64 {
     STEP.load(Relaxed)
@@ -111,8 +114,8 @@ pub fn current_step() -> u64 {
 
 /// Per-step statistics so far, plus the step still running (its peak so far).
 pub fn step_stats() -> Vec<StepStats> {
-    let live = live_now();
     let st = state();
+    let live = live_for_steps(&st);
     let mut v = st.steps.clone();
     if st.step_open {
         v.push(StepStats {

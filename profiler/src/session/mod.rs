@@ -349,15 +349,7 @@ impl SessionBuilder {
             heap_profile,
             started_unix_ms,
             ring,
-            timeline: Mutex::new({
-                let mut t = Timeline::with_capacity(cfg.timeline_capacity);
-                // A session that starts after the job's first step (a preloaded one starts
-                // 100 ms in) takes its whole storage at once, as [`training_began`] does.
-                if phases::training_began() {
-                    t.reserve_full();
-                }
-                t
-            }),
+            timeline: Mutex::new(Timeline::with_capacity(cfg.timeline_capacity)),
             collector: Mutex::new(HostCollector::for_self()),
             stop: Mutex::new(false),
             wake: Condvar::new(),
@@ -667,15 +659,6 @@ pub(crate) fn note_rank() {
 pub(crate) fn step_began() {
     if let Some(shared) = lock(&CURRENT).as_ref().filter(|s| s.ring.is_some()) {
         shared.nudge();
-    }
-}
-
-/// The job's first training step began: the running session takes its timeline's whole storage
-/// now ([`memsight_format::timeline::Timeline::reserve_full`]), so that memsight's own records do
-/// not grow in the job's heap while it trains.
-pub(crate) fn training_began() {
-    if let Some(shared) = lock(&CURRENT).clone() {
-        lock(&shared.timeline).reserve_full();
     }
 }
 

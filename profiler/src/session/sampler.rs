@@ -70,7 +70,10 @@ impl Shared {
         if let Some(r) = &self.ring {
             append_snapshot(r, &s);
         }
-        lock(&self.timeline).push(s);
+        let mut timeline = lock(&self.timeline);
+        timeline.push(s);
+        // The steps' live bytes leave memsight's own records out (see `phases::steps`).
+        crate::phases::own_timeline_bytes(timeline.storage_bytes());
     }
 
     /// Writes the phase statistics and the size histogram so far to the flight recorder (when a
