@@ -90,6 +90,14 @@ fn assert_ranks_exact(dir: &Path, how: &str, low: f64, launcher: Option<&str>) {
         // The truth counts glibc's block headers, memsight does not (see TORCHRUN_LOW).
         assert!((low..=1.02).contains(&ratio), "{how}: rank {r}: {ratio}");
         assert_eq!(own["job"]["pid"], truth["pid"], "{how}");
+        // Each rank's own sites at its peak (only the headline rank's reached any report).
+        assert!(
+            own["heap_profile"]["at_peak"]["top_sites"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty()),
+            "{how}: rank {r}'s report has no sites at its peak: {}",
+            own["heap_profile"]
+        );
         let row = &ranks[r as usize];
         assert_eq!(row["role"], "rank", "{how}: {row}");
         assert_eq!(row["rank"], r, "{how}: {row}");
