@@ -25,7 +25,9 @@ fn v1_container_mount_rooted_at_the_job_cgroup() {
             version: 1,
             limit: Some(4 << 30),
             usage: 1 << 30,
-            peak: Some(2 << 30),
+            // The fixture's high-water mark was there before the reader opened: an
+            // earlier job's, not this one's (collect::cgroup's unit test reads a rising one).
+            peak: None,
             oom_kills: Some(2)
         }
     );
@@ -41,7 +43,9 @@ fn v2_nested_cgroup_takes_the_ancestor_limit() {
             version: 2,
             limit: Some(3 << 30),
             usage: 512 << 20,
-            peak: Some(768 << 20),
+            // The fixture's high-water mark was there before the reader opened: an
+            // earlier job's, not this one's (collect::cgroup's unit test reads a rising one).
+            peak: None,
             oom_kills: Some(1)
         }
     );
@@ -56,7 +60,9 @@ fn hybrid_host_uses_v1_memory_controller_and_reads_unlimited() {
             version: 1,
             limit: None,
             usage: 100 << 20,
-            peak: Some(200 << 20),
+            // The fixture's high-water mark was there before the reader opened: an
+            // earlier job's, not this one's (collect::cgroup's unit test reads a rising one).
+            peak: None,
             oom_kills: Some(0)
         }
     );
