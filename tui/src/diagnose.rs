@@ -89,21 +89,6 @@ pub fn run(a: Args) -> ExitCode {
             Err(e) => return fail(e),
         },
     };
-    // The report is of a job memsight watched: "run it under memsight" is no advice for it.
-    let found = match &report {
-        Some(_) => (
-            found.0,
-            found
-                .1
-                .into_iter()
-                .map(|mut d| {
-                    d.remedies.retain(|r| r.id != "profile");
-                    d
-                })
-                .collect(),
-        ),
-        None => found,
-    };
     print(found, a.json)
 }
 

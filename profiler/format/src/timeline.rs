@@ -115,10 +115,11 @@ fn footprint(s: &Snapshot) -> u64 {
         .max(devices)
 }
 
-/// Keeps in `kept` the larger of two snapshots of one bucket (the earlier on a tie).
-fn merge_into(kept: &mut Snapshot, other: Snapshot) {
-    if footprint(&other) > footprint(kept) {
-        *kept = other;
+/// Keeps in `kept` the larger of two snapshots of one bucket (the earlier on a tie); `other`, left
+/// with the smaller, is then dropped by the caller.
+fn merge_into(kept: &mut Snapshot, other: &mut Snapshot) {
+    if footprint(other) > footprint(kept) {
+        std::mem::swap(kept, other);
     }
 }
 
@@ -165,8 +166,8 @@ impl Timeline {
         // The snapshot before the latest joins its predecessor when they share a bucket.
         let n = self.samples.len();
         if n >= 3 && self.same_bucket(&self.samples[n - 3], &self.samples[n - 2]) {
-            let later = self.samples.remove(n - 2);
-            merge_into(&mut self.samples[n - 3], later);
+            let mut later = self.samples.remove(n - 2);
+            merge_into(&mut self.samples[n - 3], &mut later);
             self.merged += 1;
         }
         while self.samples.len() > self.capacity {
@@ -188,11 +189,11 @@ impl Timeline {
         };
         let bucket = self.bucket_ms;
         let before = self.samples.len();
-        // `later` is dropped when it shares `kept`'s bucket; the larger footprint stays in `kept`.
+        // `later` is dropped when it shares `kept`'s bucket, merged into it first.
         self.samples.dedup_by(|later, kept| {
             let same = kept.t_ms / bucket == later.t_ms / bucket;
-            if same && footprint(later) > footprint(kept) {
-                std::mem::swap(later, kept);
+            if same {
+                merge_into(kept, later);
             }
             same
         });

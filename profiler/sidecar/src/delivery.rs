@@ -102,6 +102,21 @@ impl Drop for ReportLock {
     }
 }
 
+/// Gives `report` the sites at its process's peak from the heap profiles it wrote (`dumps`), unless
+/// it has them: summarized beside `written_to`, the report's path (`None`: standard output).
+pub(crate) fn add_heap_profile(
+    report: &mut Report,
+    dumps: &[memsight_format::heap_profile::DumpRecord],
+    written_to: Option<&std::path::Path>,
+) {
+    if report.heap_profile.is_none() {
+        let dir = written_to
+            .and_then(std::path::Path::parent)
+            .unwrap_or(std::path::Path::new(""));
+        report.set_heap_profile(memsight_analysis::heapprof::summarize(dumps, dir));
+    }
+}
+
 /// Writes the final report to its path, or to standard output for `-`.
 pub(crate) fn deliver(report: &Report, to: &std::path::Path) -> Result<(), SidecarError> {
     if to_stdout(to) {

@@ -192,14 +192,19 @@ impl JobRings {
             let Some(r) = m.reader.as_mut() else { continue };
             let wrote = m.watch.poll(r, out);
             take_hello(&m.watch, &mut m.command, &mut m.info);
+            if wrote {
+                continue;
+            }
             // The process is gone, or its ring's lock is free (an exec closed it). A forked
             // child (a DataLoader worker) shares its parent's lock until it exits: a parent
             // SIGKILLed under its live workers was seen to end only when the job did, and
             // another process was said to have failed first.
-            if !wrote && (!still_runs(m.pid) || r.writer_gone(&m.ring)) {
+            let alive = still_runs(m.pid);
+            if !alive || r.writer_gone(&m.ring) {
                 m.watch.drain(r, true, out);
                 m.exit_code = r.exit_code();
-                m.exec_d = m.exit_code.is_none() && still_runs(m.pid);
+                // Asked again: a process that died after `alive` was read did not exec.
+                m.exec_d = m.exit_code.is_none() && alive && still_runs(m.pid);
                 m.ended_unix_ms = Some(unix_ms());
                 m.reader = None;
                 let _ = std::fs::remove_file(&m.ring);

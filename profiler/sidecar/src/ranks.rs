@@ -291,17 +291,14 @@ impl Assembly<'_> {
             let path = (!to_stdout(self.report) && !succeeded)
                 .then(|| restart_path(&report_for(self.report, Some(rank)), earlier));
             let mut report = self.member_report(m);
-            // Its own sites at its peak, from the heap profiles its process wrote (the job's
-            // report has the headline rank's: a rank that ran out of memory was in none).
-            if report.heap_profile.is_none() {
-                let dir = path
-                    .as_deref()
-                    .and_then(Path::parent)
-                    .unwrap_or(Path::new(""));
-                report.set_heap_profile(memsight_analysis::heapprof::summarize(
+            // Its own sites at its peak (the job's report has the headline rank's). Only for a
+            // report that is written: an image that exec'd the rank's program has none.
+            if path.is_some() {
+                crate::delivery::add_heap_profile(
+                    &mut report,
                     &m.watch.heap_dumps,
-                    dir,
-                ));
+                    path.as_deref(),
+                );
             }
             // A rank's report says which rank it is (`memsight merge` puts them side by side).
             report.ranks = vec![self.row(m, path.clone())];

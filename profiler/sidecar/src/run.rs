@@ -163,17 +163,11 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
             .map_or(Some(job_report.as_path()), |_| None),
         workers: None,
     });
-    if report.heap_profile.is_none() {
-        let dir = if to_stdout(&opts.report) {
-            std::path::Path::new("")
-        } else {
-            report_path.parent().unwrap_or(std::path::Path::new(""))
-        };
-        report.set_heap_profile(memsight_analysis::heapprof::summarize(
-            &watch.heap_dumps,
-            dir,
-        ));
-    }
+    crate::delivery::add_heap_profile(
+        &mut report,
+        &watch.heap_dumps,
+        (!to_stdout(&opts.report)).then_some(report_path.as_path()),
+    );
     let ranks = crate::ranks::Assembly {
         job: &job,
         kernel: &kernel,

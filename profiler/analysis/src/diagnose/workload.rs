@@ -123,6 +123,10 @@ pub(crate) fn of_job(job: &JobContext) -> Option<Workload> {
 /// Whether the remedy `id` fits the job: data-loader advice only for a job that has (or may have)
 /// workers, Rust advice only for a Rust program, PyTorch advice only for a job that uses PyTorch.
 fn fits(id: &str, job: &JobContext) -> bool {
+    // A job known from its report ran under memsight: "run it under memsight" is no advice.
+    if id == "profile" {
+        return false;
+    }
     if id == "data_loader" {
         return job.workers != Some(0);
     }
