@@ -14,12 +14,17 @@ const MAX_STEPS: usize = 4096;
 
 pub(super) static STEP: AtomicU64 = AtomicU64::new(0);
 
-/// The bytes of the session's timeline storage, as its sampler last said ([`own_timeline_bytes`]).
-static TIMELINE_BYTES: AtomicU64 = AtomicU64::new(0);
+/// The bytes of the session's timeline storage, held by its sampler while it adds a snapshot
+/// (which may move the storage) and says the new size: a step's live bytes are read under it, so
+/// that they never see the moved storage with the old size (a sampler preempted between the two,
+/// on a busy machine, put a 1 MB jump into the steps).
+static TIMELINE_BYTES: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
 
-/// Says how many bytes the running session's timeline storage takes in the process heap.
-pub(crate) fn own_timeline_bytes(bytes: usize) {
-    TIMELINE_BYTES.store(bytes as u64, Relaxed);
+/// Runs `grow` (adding to the running session's timeline), then takes the storage size it returns
+/// as the bytes memsight's timeline holds in the process heap, with no step reading between.
+pub(crate) fn own_timeline_bytes(grow: impl FnOnce() -> usize) {
+    let mut bytes = TIMELINE_BYTES.lock().unwrap_or_else(|p| p.into_inner());
+    *bytes = grow() as u64;
 }
 
 /// The live heap for the step records: the process's, less memsight's own records held in it
@@ -27,8 +32,8 @@ pub(crate) fn own_timeline_bytes(bytes: usize) {
 /// counted, they read as a leak of the job — 136–492 bytes per step over 4,500 steps whose heap
 /// glibc counted flat).
 fn live_for_steps(st: &State) -> u64 {
-    let own = TIMELINE_BYTES.load(Relaxed)
-        + (st.steps.capacity() * std::mem::size_of::<StepStats>()) as u64;
+    let timeline = TIMELINE_BYTES.lock().unwrap_or_else(|p| p.into_inner());
+    let own = *timeline + (st.steps.capacity() * std::mem::size_of::<StepStats>()) as u64;
     live_now().saturating_sub(own)
 }
 

@@ -71,9 +71,11 @@ impl Shared {
             append_snapshot(r, &s);
         }
         let mut timeline = lock(&self.timeline);
-        timeline.push(s);
         // The steps' live bytes leave memsight's own records out (see `phases::steps`).
-        crate::phases::own_timeline_bytes(timeline.storage_bytes());
+        crate::phases::own_timeline_bytes(|| {
+            timeline.push(s);
+            timeline.storage_bytes()
+        });
     }
 
     /// Writes the phase statistics and the size histogram so far to the flight recorder (when a
