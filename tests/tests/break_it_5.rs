@@ -318,7 +318,15 @@ fn an_oom_killed_worker_is_placed_at_the_training_loop_s_step() {
         &[("JOB_CGROUP", s(&cg))],
     );
     let _ = std::fs::remove_dir(&cg);
-    assert_eq!(run.code, 1, "{}", run.err);
+    // The loop raises once it sees its worker gone (exit 1). On a busy machine the kernel may
+    // also kill the loop itself before the worker's memory is reaped (a second OOM kill in the
+    // cgroup, exit 137); the report must then say so, and still name the worker first.
+    assert!(
+        run.code == 1
+            || (run.code == 137 && run.err.contains("then the job: killed by the OOM killer")),
+        "{}",
+        run.err
+    );
     let line = run
         .err
         .lines()

@@ -319,7 +319,15 @@ fn oom_killed_worker_is_named(context: &str) {
         .unwrap();
     let _ = std::fs::remove_dir(&cg);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    // The loop raises once it sees its worker gone (exit 1). On a busy machine the kernel may
+    // also kill the loop before the worker's memory is reaped (a second OOM kill, exit 137);
+    // the report must say so, and still name the worker first.
+    let code = out.status.code();
+    assert!(
+        code == Some(1)
+            || (code == Some(137) && err.contains("then the job: killed by the OOM killer")),
+        "{err}"
+    );
     let v = read(&report);
     let pm = &v["post_mortem"];
     assert_eq!(pm["cause"], "oom_killed", "{pm}");
@@ -345,8 +353,10 @@ fn oom_killed_worker_is_named(context: &str) {
             .contains(&format!("pid {pid}")),
         "{pm}"
     );
-    // PyTorch's own error names the same worker.
-    assert!(err.contains(&pid.to_string()), "{err}");
+    // PyTorch's own error names the same worker (when the loop lived to raise it).
+    if code == Some(1) {
+        assert!(err.contains(&pid.to_string()), "{err}");
+    }
     match kernel_figure(pid) {
         Some(kernel) => {
             // The size memsight gives: the kernel's own where its log is readable, else the
