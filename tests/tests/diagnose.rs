@@ -262,13 +262,11 @@ fn a_memory_cgroup_kill_of_a_child_is_one_event_and_not_the_machine() {
     assert!(out.contains("killed its child 18177"), "{out}");
 }
 
-/// A report whose DataLoader worker the OOM killer ended (as `memsight run` wrote it for
-/// tests/tests/tree_jobs/dataloader_oom.py in a 900 MiB memory cgroup): `diagnose --report`
-/// with no log judges its post-mortem — the verdict naming the worker, and a worker's remedies —
-/// instead of finding nothing.
-#[test]
-fn a_report_with_an_oom_killed_worker_gets_its_verdict_and_worker_remedies() {
-    let dir = scratch("diagnose-worker-oom");
+/// The report `memsight run` wrote for tests/tests/tree_jobs/dataloader_oom.py in a 900 MiB
+/// memory cgroup, whose DataLoader worker (pid 17887) the OOM killer ended; (its path, the
+/// post-mortem finding's evidence).
+fn worker_oom_report(name: &str) -> (String, &'static str) {
+    let dir = scratch(name);
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/report.example.json");
     let mut report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(example).unwrap()).unwrap();
@@ -300,10 +298,27 @@ fn a_report_with_an_oom_killed_worker_gets_its_verdict_and_worker_remedies() {
          "end": {"kind": "oom_killed", "unix_ms": 1795785351670u64, "description": "killed by the OOM killer at 1.14 GiB resident (the kernel's figure)"}}
     ]);
     report["device_ooms"] = serde_json::json!([]);
+    // The job's memory cgroup, as its samples saw it: 900 MiB, reached at the kill.
+    for (i, sample) in report["timeline"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .enumerate()
+    {
+        sample["cgroup"] = serde_json::json!({"version": 2, "usage": (800u64 << 20) + i as u64, "limit": 900u64 << 20});
+    }
     let path = dir.join("r.json");
     std::fs::write(&path, report.to_string()).unwrap();
-    let path = path.to_str().unwrap();
+    (path.to_str().unwrap().to_string(), evidence)
+}
 
+/// A report whose DataLoader worker the OOM killer ended ([`worker_oom_report`]): `diagnose --report`
+/// with no log judges its post-mortem — the verdict naming the worker, and a worker's remedies —
+/// instead of finding nothing.
+#[test]
+fn a_report_with_an_oom_killed_worker_gets_its_verdict_and_worker_remedies() {
+    let (path, evidence) = worker_oom_report("diagnose-worker-oom");
+    let path = path.as_str();
     let (code, out, err) = diagnose(&["--report", path], Some(""));
     assert_eq!(code, 0, "{out}{err}");
     assert!(!out.contains("no out-of-memory"), "{out}");
@@ -359,4 +374,49 @@ fn a_log_diagnosed_with_its_run_s_report_is_not_told_to_run_under_memsight() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("verdict:"), "{out}");
     assert!(!out.contains("run the job under memsight"), "{out}");
+}
+
+/// A log whose kernel line kills a process the report's post-mortem judged (`diagnose LOG
+/// --report R`): one finding, the log's line and facts joined with what only the sidecar saw — the
+/// process's role, the cgroup's limit, the kernel's figure — and a worker's remedies; a kill of
+/// another pid in the same log stays the log's alone.
+#[test]
+fn a_log_s_oom_kill_of_a_process_the_report_judged_is_joined_with_its_post_mortem() {
+    let (path, evidence) = worker_oom_report("diagnose-join-log");
+    let log = "step 3 loss 1.2\n[ 512.100] Memory cgroup out of memory: Killed process 17887 (python) total-vm:2811136kB, anon-rss:1164128kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:2600kB oom_score_adj:0\n[ 600.200] Out of memory: Killed process 4242 (java) total-vm:9811136kB, anon-rss:8164128kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:2600kB oom_score_adj:0\n";
+    let (code, out, err) = diagnose(&["--report", &path, "--json"], Some(log));
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let found = v["findings"].as_array().unwrap();
+    assert_eq!(found.len(), 2, "{out}");
+    let joined = &found[0];
+    assert_eq!(joined["line"], 2, "{joined}");
+    assert_eq!(joined["kind"], "linux_oom_killer", "{joined}");
+    assert_eq!(joined["evidence"], evidence, "{joined}");
+    assert_eq!(joined["facts"]["pid"], 17887, "{joined}");
+    assert_eq!(
+        joined["facts"]["anon_rss_bytes"],
+        1164128u64 * 1024,
+        "{joined}"
+    );
+    assert_eq!(joined["facts"]["role"], "worker", "{joined}");
+    assert_eq!(
+        joined["facts"]["memory_limit_bytes"],
+        900u64 << 20,
+        "{joined}"
+    );
+    assert_eq!(joined["remedies"][0]["id"], "data_loader", "{joined}");
+    let other = &found[1];
+    assert_eq!(other["facts"]["pid"], 4242, "{other}");
+    assert!(other["facts"].get("role").is_none(), "{other}");
+    assert_ne!(other["evidence"], evidence, "{other}");
+
+    let (code, out, _) = diagnose(&["--report", &path], Some(log));
+    assert_eq!(code, 0);
+    assert!(out.contains("2 out-of-memory messages"), "{out}");
+    assert!(out.contains("HOST_OOM — worker (pid 17887)"), "{out}");
+    assert!(
+        out.contains("use fewer data-loader workers and a smaller prefetch factor"),
+        "{out}"
+    );
 }

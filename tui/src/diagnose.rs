@@ -18,8 +18,10 @@ pub struct Args {
     /// Print `{"findings": [...]}` as JSON instead of text.
     #[arg(long)]
     json: bool,
-    /// The job's memsight report: its per-step leak slope can turn the verdict into `leak`; with
-    /// no log, its post-mortem and device OOMs are what is diagnosed.
+    /// The job's memsight report: its per-step leak slope can turn the verdict into `leak`; a kill
+    /// the log states of a process its post-mortem judged takes that judgement (role, rank, step,
+    /// the cgroup's limit, the kernel's figure); with no log, its post-mortem and device OOMs are
+    /// what is diagnosed.
     #[arg(long, value_name = "REPORT.json")]
     report: Option<PathBuf>,
     /// The PyTorch allocator configuration the job ran with (default: $PYTORCH_CUDA_ALLOC_CONF).
@@ -85,7 +87,11 @@ pub fn run(a: Args) -> ExitCode {
                 },
                 None => (name, found),
             },
-            Ok(found) => found,
+            // A kill the log states of a process the report's post-mortem judged is one finding.
+            Ok((name, found)) => match &report {
+                Some(r) => (name, postmortem::join_log(found, r, &ctx)),
+                None => (name, found),
+            },
             Err(e) => return fail(e),
         },
     };

@@ -27,6 +27,42 @@ pub fn host_findings(report: &Report, ctx: &Context) -> Vec<Diagnosis> {
         .collect()
 }
 
+/// A log's findings joined with the report of the run that wrote it. A log's host finding naming
+/// a process (`pid`) that the report's post-mortem judged is that judgement — its verdict, its
+/// evidence and its remedies, which rest on what only the sidecar saw (the process's role, rank,
+/// step and phase, the cgroup's limit, the kernel's figure) — keeping the log's line and the log's
+/// own facts, with the report's facts the log does not state added. Every other finding is kept as
+/// the log's alone.
+pub fn join_log(log: Vec<Diagnosis>, report: &Report, ctx: &Context) -> Vec<Diagnosis> {
+    let judged = host_findings(report, ctx);
+    log.into_iter()
+        .map(|d| {
+            let pid = d.facts.get("pid").filter(|_| is_host(d.kind));
+            match pid.and_then(|pid| judged.iter().find(|j| j.facts.get("pid") == Some(pid))) {
+                Some(j) => joined(d, j),
+                None => d,
+            }
+        })
+        .collect()
+}
+
+fn joined(log: Diagnosis, judged: &Diagnosis) -> Diagnosis {
+    let mut facts = log.facts;
+    for (name, value) in judged.facts.iter() {
+        if facts.get(name).is_none() {
+            facts.set(name, value.clone());
+        }
+    }
+    Diagnosis {
+        kind: log.kind,
+        facts,
+        line: log.line,
+        verdict: judged.verdict.clone(),
+        remedies: judged.remedies.clone(),
+        workload: judged.workload.or(log.workload),
+    }
+}
+
 fn is_host(kind: Kind) -> bool {
     matches!(
         kind,
