@@ -294,11 +294,12 @@ impl JobRings {
                 .get(&m.info.ppid)
                 .and_then(|&i| rank_of(&self.members[i]))
         };
+        let superseded = self.superseded();
         let main = self
             .members
             .iter()
             .enumerate()
-            .filter(|&(i, m)| (!m.is_worker() || m.trains()) && !self.superseded(i))
+            .filter(|&(i, m)| (!m.is_worker() || m.trains()) && !superseded[i])
             .max_by_key(|(_, m)| (m.trains(), m.heap_peak(), std::cmp::Reverse(m.pid)))
             .map(|(i, _)| i);
         let roles: Vec<Role> = self
@@ -357,32 +358,40 @@ impl JobRings {
         out
     }
 
-    /// The latest image of member `i`'s process, when `i` is not it ([`JobRings::superseded`]).
-    fn latest_image(&self, i: usize) -> Option<usize> {
-        let pid = self.members[i].pid;
+    /// For each member, whether it is an image its process replaced by exec'ing another program
+    /// that carries memsight too (a wrapper, a pyenv shim, `srun` → `bash` → `python`): the later
+    /// image (the latest ring of the same pid) is the process from then on. One pass over the
+    /// members: a long job that ran thousands of short programs is polled at the same cost.
+    pub(crate) fn superseded(&self) -> Vec<bool> {
         let key = |j: usize| (self.members[j].watch.ring_start_unix_ms, j);
-        (0..self.members.len())
-            .filter(|&j| self.members[j].pid == pid)
-            .max_by_key(|&j| key(j))
-            .filter(|&j| j != i)
-    }
-
-    /// Whether member `i` is an image its process replaced by exec'ing another program that
-    /// carries memsight too (a wrapper, a pyenv shim, `srun` → `bash` → `python`): the later image
-    /// is the process from then on.
-    pub(crate) fn superseded(&self, i: usize) -> bool {
-        self.latest_image(i).is_some()
+        let mut latest: HashMap<u32, usize> = HashMap::with_capacity(self.members.len());
+        for (j, m) in self.members.iter().enumerate() {
+            latest
+                .entry(m.pid)
+                .and_modify(|k| {
+                    if key(j) > key(*k) {
+                        *k = j
+                    }
+                })
+                .or_insert(j);
+        }
+        self.members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| latest.get(&m.pid) != Some(&i))
+            .collect()
     }
 
     /// The lowest rank, else the main process; the one viewers follow. Of a process that exec'd,
     /// its latest image (a rank started through a wrapper or a shim is the program it runs).
     fn choose_principal(&mut self, out: &Outputs) {
+        let superseded = self.superseded();
         let pick = self
             .members
             .iter()
             .enumerate()
             .filter_map(|(i, m)| {
-                let later = self.superseded(i);
+                let later = superseded[i];
                 match m.role {
                     Some(Role::Rank { rank }) => Some((0, rank, later, i)),
                     Some(Role::Main) => Some((1, 0, later, i)),

@@ -265,6 +265,7 @@ impl Assembly<'_> {
     pub(crate) fn write_rank_reports(&self, job: &mut Report) -> Vec<(u32, SidecarError)> {
         let mut errors = Vec::new();
         let mut rows = Vec::new();
+        let superseded = self.job.superseded();
         for (i, m) in self.job.members.iter().enumerate() {
             let Some(Role::Rank { rank }) = m.role else {
                 continue;
@@ -314,7 +315,7 @@ impl Assembly<'_> {
             };
             // The rank is its process's latest image: one row per process, not per program
             // (a rank started through a wrapper or shim that exec'd is its program).
-            if !self.job.superseded(i) {
+            if !superseded[i] {
                 rows.push((rank, self.row(m, written)));
             }
         }
