@@ -55,6 +55,27 @@ pub fn child_cgroup(name: &str, limit: u64) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// Builds the C program `source` as `dir/name` with the system's compiler (`cc -O1`), or says
+/// why not (the test then skips).
+pub fn c_program(dir: &std::path::Path, name: &str, source: &str) -> Option<PathBuf> {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).expect("C source");
+    let exe = dir.join(name);
+    match std::process::Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+    {
+        Ok(s) if s.success() => Some(exe),
+        _ => {
+            println!("SKIP: no working C compiler (cc)");
+            None
+        }
+    }
+}
+
 /// A fresh scratch directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("memsight-e2e-{name}-{}", std::process::id()));

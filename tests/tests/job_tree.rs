@@ -558,3 +558,58 @@ fn a_job_that_execs_another_program_is_measured_after_the_exec() {
         .collect();
     assert!(ends.contains(&&Value::from("exec")), "{ends:?}");
 }
+
+/// Programs that allocate their data late (past the 100 ms a session waits for) and exit at once:
+/// the session starts on its starter thread while the program already exits. Every one exited
+/// with its code, and the job exited 0: none may be said "killed by a signal" (12 of 20 were, and
+/// the post-mortem of a clean job named one as "failed first").
+#[test]
+fn a_program_exiting_as_its_session_starts_is_said_to_exit_with_its_code() {
+    if !preload_built() {
+        return;
+    }
+    let dir = scratch("late-exit");
+    let Some(exe) = memsight_e2e::c_program(
+        &dir,
+        "late",
+        "#include <stdlib.h>\n#include <string.h>\n#include <time.h>\n\
+         char *volatile sink;\n\
+         int main(void) {\n\
+           struct timespec t = {0, 150 * 1000 * 1000};\n\
+           nanosleep(&t, 0);\n\
+           sink = malloc(3 << 20);\n\
+           memset(sink, 1, 3 << 20);\n\
+           exit(sink[100] == 1 ? 3 : 4);\n\
+         }\n",
+    ) else {
+        return;
+    };
+    let report = dir.join("r.json");
+    let sh = format!(
+        "for i in $(seq 20); do {} & done; wait; exit 0",
+        exe.display()
+    );
+    let out = Command::new(memsight_bin())
+        .arg("run")
+        .arg("--report")
+        .arg(&report)
+        .args(["--", "sh", "-c", &sh])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("failed first"), "{err}");
+    let v = read(&report);
+    let ends: Vec<&Value> = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["command"][0].as_str() == exe.to_str())
+        .map(|p| &p["end"])
+        .collect();
+    assert_eq!(ends.len(), 20, "{}", v["processes"]);
+    for end in ends {
+        assert_eq!(end["kind"], "exited", "{end}");
+        assert_eq!(end["code"], 3, "{end}");
+    }
+}

@@ -28,21 +28,42 @@ pub fn forked(inherited: u64) {
     OWNER.store(0, Ordering::Relaxed);
 }
 
+/// An exit this process said before its session owned a ring: `pid << 32 | EXIT_NOTED | code`
+/// (0: none). A process whose session starts on the starter thread as the program exits (it
+/// allocated its data late and exits at once) calls `exit` before the ring is its own; the session
+/// says the code as it takes the ring ([`own`]).
+static EXIT_PENDING: AtomicU64 = AtomicU64::new(0);
+/// The flag marking [`EXIT_PENDING`] as said.
+const EXIT_NOTED: u64 = 1 << 8;
+
 /// Says that this process is exiting with `code` (the preloaded library's `exit` and `_exit`), in
-/// its ring's header, so the sidecar tells an exit from a kill. Only the process whose session
-/// runs says it (not a `vfork` child sharing its memory). Async-signal-safe.
+/// its ring's header, so the sidecar tells an exit from a kill; said again by a session that
+/// starts after it. Only the process whose session runs says it (not a `vfork` child sharing its
+/// memory: the pending exit is its pid's). Async-signal-safe.
 #[cfg_attr(not(feature = "jemalloc"), link_section = ".text.hot.memsight")]
 pub fn exiting(code: i32) {
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() } as u32;
-    if OWNER.load(Ordering::Relaxed) == me {
+    // Sequentially consistent with `own`: of an exit and a session start racing on two threads,
+    // at least one sees the other's store, so the code is said.
+    EXIT_PENDING.store(
+        (u64::from(me) << 32) | EXIT_NOTED | u64::from(code as u8),
+        Ordering::SeqCst,
+    );
+    if OWNER.load(Ordering::SeqCst) == me {
         memsight_format::wire::ring::note_exit(code);
     }
 }
 
-/// Marks this process as the one whose session runs.
+/// Marks this process as the one whose session runs (its ring's exit word installed), and says an
+/// exit it already began.
 pub(crate) fn own() {
-    OWNER.store(std::process::id(), Ordering::Relaxed);
+    let me = std::process::id();
+    OWNER.store(me, Ordering::SeqCst);
+    let pending = EXIT_PENDING.load(Ordering::SeqCst);
+    if pending >> 32 == u64::from(me) && pending & EXIT_NOTED != 0 {
+        memsight_format::wire::ring::note_exit(i32::from(pending as u8));
+    }
 }
 
 /// What this process says of itself.
