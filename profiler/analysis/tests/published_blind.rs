@@ -1,8 +1,9 @@
-//! The estimator against a blind set of published measured peaks
-//! (`tests/fixtures/published-blind/peaks.json`, task est2): rows committed before the estimator
-//! ever ran on them, split by FNV-1a 64 of `memsight-blind-est2/` + id (odd = held out). Prints
-//! both halves with their errors (docs/estimate.md, "A blind set of published peaks") and checks
-//! the recorded level of each half.
+//! The estimator against blind sets of published measured peaks, each committed before the
+//! estimator ever ran on it and split by FNV-1a 64 of its seed + id (odd = held out): task est2's
+//! (`tests/fixtures/published-blind/`, LitGPT's config-hub table) and task est3's
+//! (`tests/fixtures/published-est3/`, fms-acceleration's A100 benchmark table). Prints both halves
+//! of each with their errors (docs/estimate.md, "A blind set of published peaks") and checks the
+//! recorded level of each half.
 
 mod published_rows;
 
@@ -11,8 +12,10 @@ use published_rows::{arch, held_out, recipe};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/published-blind")
+fn dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// One row: its id, half, measured and estimated bytes.
@@ -29,12 +32,14 @@ impl Row {
     }
 }
 
-fn rows() -> Vec<Row> {
+/// The rows of the blind set in fixture directory `name`, whose split seed must be `seed`.
+fn rows(name: &str, seed: &str) -> Vec<Row> {
+    let dir = dir(name);
     let fx: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir().join("peaks.json")).unwrap()).unwrap();
-    let seed = fx["split_seed"].as_str().unwrap();
+        serde_json::from_str(&std::fs::read_to_string(dir.join("peaks.json")).unwrap()).unwrap();
     assert_eq!(
-        seed, "memsight-blind-est2/",
+        fx["split_seed"].as_str(),
+        Some(seed),
         "the blind set's split is fixed"
     );
     fx["rows"]
@@ -54,7 +59,7 @@ fn rows() -> Vec<Row> {
                 row["figure"], "allocated",
                 "{id}: every row is max_memory_allocated"
             );
-            let e = train::estimate(&arch(&dir(), a["config"].as_str().unwrap()), &recipe(a));
+            let e = train::estimate(&arch(&dir, a["config"].as_str().unwrap()), &recipe(a));
             if std::env::var_os("MEMSIGHT_MOMENTS").is_some() {
                 println!("{id}:");
                 for m in &e.moments {
@@ -101,7 +106,7 @@ fn report(rows: &[Row], held: bool) -> (usize, usize) {
 
 #[test]
 fn blind_published_peaks_both_halves() {
-    let rows = rows();
+    let rows = rows("published-blind", "memsight-blind-est2/");
     let (tw, tn) = report(&rows, false);
     let (hw, hn) = report(&rows, true);
     println!("\ntuning {tw}/{tn}, held-out {hw}/{hn} within ±10%");
@@ -114,4 +119,22 @@ fn blind_published_peaks_both_halves() {
         hw >= 6,
         "held-out half: {hw} of {hn} within ±10%, recorded 6"
     );
+}
+
+#[test]
+fn blind_est3_fms_acceleration_both_halves() {
+    let rows = rows("published-est3", "memsight-blind-est3/");
+    let (tw, tn) = report(&rows, false);
+    let (hw, hn) = report(&rows, true);
+    println!("\nest3: tuning {tw}/{tn}, held-out {hw}/{hn} within ±10%");
+    assert!(tn >= 8 && hn >= 8, "both halves need rows: {tn}, {hn}");
+    // Every estimate is a finite, positive number of bytes (the level is recorded after the
+    // blind run, in docs/estimate.md).
+    for r in &rows {
+        assert!(
+            r.estimated.is_finite() && r.estimated > 0.0,
+            "{}: no estimate",
+            r.id
+        );
+    }
 }
