@@ -128,13 +128,55 @@ fn blind_est3_fms_acceleration_both_halves() {
     let (hw, hn) = report(&rows, true);
     println!("\nest3: tuning {tw}/{tn}, held-out {hw}/{hn} within ±10%");
     assert!(tn >= 8 && hn >= 8, "both halves need rows: {tn}, {hn}");
-    // Every estimate is a finite, positive number of bytes (the level is recorded after the
-    // blind run, in docs/estimate.md).
-    for r in &rows {
+    // The recorded level (docs/estimate.md, "A second blind set"): the blind run had 11 of 11
+    // tuning rows and 10 of 13 held-out rows within ±10%, and nothing was changed (the tuning
+    // half had no miss). A change that loses a row fails here.
+    assert!(
+        tw >= 11,
+        "tuning half: {tw} of {tn} within ±10%, recorded 11"
+    );
+    assert!(
+        hw >= 10,
+        "held-out half: {hw} of {hn} within ±10%, recorded 10"
+    );
+}
+
+#[test]
+#[ignore = "fails: Llama-2-70B QLoRA on two GPUs (FSDP) is suggested micro-batch 4, which ran out \
+            of memory in the source (docs/estimate.md, the est3 blind set)"]
+fn est3_suggested_micro_batches_never_one_that_ran_out_of_memory() {
+    // Added after the blind run (not blind): the source's failed runs on an 80 GB A100, each a
+    // micro-batch per device that ran out of memory; the suggestion must be below it. Nine of
+    // the ten hold; the FSDP one does not (the two-GPU rows lack a term that grows with the
+    // batch), so the test is ignored until that term is found: run it with `--ignored`.
+    let dir = dir("published-est3");
+    let fx: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("peaks.json")).unwrap()).unwrap();
+    let checks = fx["fit_checks"].as_array().unwrap();
+    assert!(checks.len() >= 8, "{} fit checks", checks.len());
+    for c in checks {
+        let a = &c["args"];
+        let device = c["device_gib"].as_u64().unwrap() << 30;
+        let f = train::fit(
+            &arch(&dir, a["config"].as_str().unwrap()),
+            &recipe(a),
+            device,
+            0.0,
+        );
+        let oom = c["oom_batch"].as_u64().unwrap();
+        println!(
+            "{:<34} {} GiB: largest suggested micro-batch {} (free at it by the estimate {:.2} GB), ran: {}, ran out of memory: {oom}",
+            c["id"].as_str().unwrap(),
+            device >> 30,
+            f.max_micro_batch,
+            f.free_at_max as f64 / 1e9,
+            c["fits_batch"],
+        );
         assert!(
-            r.estimated.is_finite() && r.estimated > 0.0,
-            "{}: no estimate",
-            r.id
+            f.max_micro_batch < oom,
+            "{}: suggests {} but {oom} ran out of memory",
+            c["id"],
+            f.max_micro_batch
         );
     }
 }
