@@ -396,6 +396,24 @@ fn hf_config_quant_head_dequant_bytes_and_fused_qkv_are_flags() {
         term(&with(&fused), kept) < term(&with(&lora_all), kept),
         "--fused-qkv must keep one dropped copy for q, k and v"
     );
+    // The printed estimate says what the flags set.
+    let mut all = qlora.to_vec();
+    all.extend([
+        "--quant-head",
+        "--dequant-bytes",
+        "4",
+        "--lora-dropout",
+        "--fused-qkv",
+    ]);
+    let (code, out, err) = estimate(&all);
+    assert_eq!(code, 0, "{err}");
+    for said in [
+        "LM head quantised with the blocks",
+        "dequantised at 4 bytes per weight",
+        "q, k and v fused (one LoRA dropout)",
+    ] {
+        assert!(out.contains(said), "no `{said}` in:\n{out}");
+    }
     // The --help text says what each flag is for.
     let (code, out, _) = estimate(&["--help"]);
     assert_eq!(code, 0);

@@ -243,6 +243,20 @@ pub fn run(a: &Args, hf: &HfArgs) -> ExitCode {
         name(r.checkpointing),
         name(r.attention)
     );
+    let layout: Vec<String> = [
+        r.quant_head
+            .then(|| "LM head quantised with the blocks".to_string()),
+        (r.quant != Quant::None)
+            .then(|| format!("dequantised at {} bytes per weight", r.dequant_bytes)),
+        r.fused_qkv
+            .then(|| "q, k and v fused (one LoRA dropout)".to_string()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !layout.is_empty() {
+        println!("  {}", layout.join(", "));
+    }
     if r.parallel.dp > 1 || r.parallel.tp > 1 {
         println!(
             "  {} data-parallel ranks (ZeRO-{}{}{}), tensor parallel {}{}",
