@@ -339,3 +339,123 @@ fn hf_config_counts_transformers_parameters_and_says_three_figures() {
     assert_eq!(code, 2);
     assert!(err.contains("--lora-rank"), "{err}");
 }
+
+/// The bytes of the term named `name` in an `--hf-config` estimate's JSON.
+fn term(e: &serde_json::Value, name: &str) -> u64 {
+    e["terms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no term `{name}` in {e}"))["bytes"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn hf_config_quant_head_dequant_bytes_and_fused_qkv_are_flags() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiler/analysis/tests/fixtures/hf-configs/llama.json"
+    );
+    let qlora = [
+        "--hf-config",
+        cfg,
+        "--seq",
+        "128",
+        "--lora-rank",
+        "8",
+        "--quant",
+        "nf4",
+    ];
+    let with = |extra: &[&str]| {
+        let mut a = qlora.to_vec();
+        a.extend(extra);
+        json(&a)
+    };
+    let base = with(&[]);
+    let weights = "weights (with quantisation constants and adapters)";
+    let dequant = "dequantised weight (largest linear)";
+    // The untied head quantised like the blocks: fewer weight bytes.
+    assert!(
+        term(&with(&["--quant-head"]), weights) < term(&base, weights),
+        "--quant-head must quantise the head"
+    );
+    // Quantised from fp16, run in bf16 (Lightning Fabric): the dequantised weight costs 2 + 2
+    // bytes per weight where the default is 2.
+    assert_eq!(
+        term(&with(&["--dequant-bytes", "4"]), dequant),
+        2 * term(&base, dequant)
+    );
+    // One LoRA dropout for q, k and v: a block keeps fewer dropped copies of its input.
+    let lora_all = ["--lora-targets", "all-linear", "--lora-dropout"];
+    let mut fused = lora_all.to_vec();
+    fused.push("--fused-qkv");
+    let kept = "activations kept";
+    assert!(
+        term(&with(&fused), kept) < term(&with(&lora_all), kept),
+        "--fused-qkv must keep one dropped copy for q, k and v"
+    );
+    // The printed estimate says what the flags set.
+    let mut all = qlora.to_vec();
+    all.extend([
+        "--quant-head",
+        "--dequant-bytes",
+        "4",
+        "--lora-dropout",
+        "--fused-qkv",
+    ]);
+    let (code, out, err) = estimate(&all);
+    assert_eq!(code, 0, "{err}");
+    for said in [
+        "LM head quantised with the blocks",
+        "dequantised at 4 bytes per weight",
+        "q, k and v fused (one LoRA dropout)",
+    ] {
+        assert!(out.contains(said), "no `{said}` in:\n{out}");
+    }
+    // The --help text says what each flag is for.
+    let (code, out, _) = estimate(&["--help"]);
+    assert_eq!(code, 0);
+    for said in ["--quant-head", "--dequant-bytes", "--fused-qkv", "LitGPT"] {
+        assert!(out.contains(said), "no `{said}` in --help:\n{out}");
+    }
+    // Bad values and flags without what they describe: exit 2 with a reason, nothing printed.
+    for (extra, msg) in [
+        (&["--dequant-bytes", "0"][..], "byte count per weight"),
+        (&["--dequant-bytes", "two"][..], "byte count per weight"),
+        (&["--dequant-bytes", "9"][..], "byte count per weight"),
+    ] {
+        let mut a = qlora.to_vec();
+        a.extend(extra);
+        let (code, out, err) = estimate(&a);
+        assert_eq!(code, 2, "{a:?}: {out}{err}");
+        assert!(err.contains(msg), "{a:?}: {err}");
+        assert!(
+            out.is_empty(),
+            "{a:?}: nothing printed before the error: {out}"
+        );
+    }
+    let unquantised = [
+        "--hf-config",
+        cfg,
+        "--lora-rank",
+        "8",
+        "--quant",
+        "none",
+        "--quant-head",
+    ];
+    let (code, out, err) = estimate(&unquantised);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("describe quantised weights"), "{err}");
+    assert!(out.is_empty(), "nothing printed before the error: {out}");
+    for (a, needs) in [
+        (&["--hf-config", cfg, "--quant-head"][..], "--quant"),
+        (&["--hf-config", cfg, "--dequant-bytes", "4"][..], "--quant"),
+        (&["--hf-config", cfg, "--fused-qkv"][..], "--lora-rank"),
+    ] {
+        let (code, _, err) = estimate(a);
+        assert_eq!(code, 2, "{a:?}: {err}");
+        assert!(err.contains(needs), "{a:?}: {err}");
+    }
+}

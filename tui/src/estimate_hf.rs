@@ -32,6 +32,18 @@ pub struct HfArgs {
     /// in fp32 (with --quant).
     #[arg(long, requires = "quant")]
     prepare_kbit: bool,
+    /// With --quant: the untied LM head is quantised like the blocks' linears (and is then the
+    /// largest linear dequantised). Use it for Lightning Fabric's bitsandbytes plugin (LitGPT's
+    /// `--quantize bnb.*`), which replaces every nn.Linear, the head included; transformers/peft
+    /// keep the head unquantised (the default).
+    #[arg(long, requires = "quant")]
+    quant_head: bool,
+    /// With --quant: bytes per weight a quantised linear's dequantisation allocates (1-8): the
+    /// dtype the weights were quantised from, plus the cast to the compute dtype when they differ.
+    /// 2 (default): quantised from the compute dtype (transformers/peft); 4: quantised from fp16
+    /// and run in bf16 (Lightning Fabric / LitGPT: 2 + 2); 6: quantised from fp32, run in bf16.
+    #[arg(long, value_name = "N", value_parser = parse_dequant_bytes, requires = "quant")]
+    dequant_bytes: Option<u64>,
     /// LoRA targets: qv, all-linear, or module names (q_proj,k_proj,v_proj,o_proj).
     #[arg(long, default_value = "qv", value_parser = Targets::parse, requires = "hf_config")]
     lora_targets: Targets,
@@ -41,6 +53,12 @@ pub struct HfArgs {
     /// LoRA dropout on the adapters' inputs (each wrapped module keeps a dropped copy).
     #[arg(long, requires = "lora_rank")]
     lora_dropout: bool,
+    /// With --lora-rank: q, k and v are one linear with one LoRA dropout (LitGPT's fused `attn`
+    /// wrapped by one LoRAQKVLinear), so a block keeps one dropped copy of its input for them
+    /// where peft's separate q_proj/k_proj/v_proj keep one each. Use it for LitGPT; peft on a
+    /// config with separate projections is the default.
+    #[arg(long, requires = "lora_rank")]
+    fused_qkv: bool,
     /// Adapter dtype: fp32 (peft's default) or bf16.
     #[arg(long, default_value = "fp32", requires = "lora_rank")]
     adapter_dtype: String,
@@ -77,6 +95,17 @@ pub struct HfArgs {
     cuda_context: Option<u64>,
 }
 
+/// `--dequant-bytes`: a whole number of bytes per weight, 1 to 8.
+fn parse_dequant_bytes(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n @ 1..=8) => Ok(n),
+        _ => Err(format!(
+            "`{s}` is not a byte count per weight from 1 to 8 (2: quantised from the compute \
+             dtype; 4: from fp16 run in bf16, as Lightning Fabric does; 6: from fp32 run in bf16)"
+        )),
+    }
+}
+
 fn recipe(a: &Args, h: &HfArgs) -> Result<Recipe, String> {
     let mut r = Recipe::new(a.seq.unwrap_or(2048));
     if r.seq == 0 || a.batch == 0 {
@@ -92,11 +121,21 @@ fn recipe(a: &Args, h: &HfArgs) -> Result<Recipe, String> {
     r.precision = h.precision;
     r.quant = h.quant;
     r.kbit_fp32_rest = h.prepare_kbit;
+    r.quant_head = h.quant_head;
+    if let Some(n) = h.dequant_bytes {
+        r.dequant_bytes = n;
+    }
     r.lora = a.lora_rank.map(|rank| Lora {
         rank,
         targets: h.lora_targets.clone(),
         dora: h.dora,
     });
+    if r.quant == Quant::None && (h.quant_head || h.dequant_bytes.is_some()) {
+        return Err(
+            "--quant-head and --dequant-bytes describe quantised weights: give --quant nf4, nf4-dq or int8"
+                .into(),
+        );
+    }
     if r.quant != Quant::None && r.lora.is_none() {
         return Err("--quant trains nothing without --lora-rank (the base is frozen)".into());
     }
@@ -106,6 +145,7 @@ fn recipe(a: &Args, h: &HfArgs) -> Result<Recipe, String> {
         o => return Err(format!("--adapter-dtype {o}: use fp32 or bf16")),
     };
     r.lora_dropout = h.lora_dropout;
+    r.fused_qkv = h.fused_qkv;
     r.optimizer = Optim::parse(&a.optimizer)?;
     r.paged = h.paged;
     r.optimizer_in_backward = h.optimizer_in_backward;
@@ -203,6 +243,20 @@ pub fn run(a: &Args, hf: &HfArgs) -> ExitCode {
         name(r.checkpointing),
         name(r.attention)
     );
+    let layout: Vec<String> = [
+        r.quant_head
+            .then(|| "LM head quantised with the blocks".to_string()),
+        (r.quant != Quant::None)
+            .then(|| format!("dequantised at {} bytes per weight", r.dequant_bytes)),
+        r.fused_qkv
+            .then(|| "q, k and v fused (one LoRA dropout)".to_string()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !layout.is_empty() {
+        println!("  {}", layout.join(", "));
+    }
     if r.parallel.dp > 1 || r.parallel.tp > 1 {
         println!(
             "  {} data-parallel ranks (ZeRO-{}{}{}), tensor parallel {}{}",

@@ -1,8 +1,9 @@
-//! The estimator against a blind set of published measured peaks
-//! (`tests/fixtures/published-blind/peaks.json`, task est2): rows committed before the estimator
-//! ever ran on them, split by FNV-1a 64 of `memsight-blind-est2/` + id (odd = held out). Prints
-//! both halves with their errors (docs/estimate.md, "A blind set of published peaks") and checks
-//! the recorded level of each half.
+//! The estimator against blind sets of published measured peaks, each committed before the
+//! estimator ever ran on it and split by FNV-1a 64 of its seed + id (odd = held out): task est2's
+//! (`tests/fixtures/published-blind/`, LitGPT's config-hub table) and task est3's
+//! (`tests/fixtures/published-est3/`, fms-acceleration's A100 benchmark table). Prints both halves
+//! of each with their errors (docs/estimate.md, "A blind set of published peaks") and checks the
+//! recorded level of each half.
 
 mod published_rows;
 
@@ -11,8 +12,10 @@ use published_rows::{arch, held_out, recipe};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/published-blind")
+fn dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// One row: its id, half, measured and estimated bytes.
@@ -29,12 +32,14 @@ impl Row {
     }
 }
 
-fn rows() -> Vec<Row> {
+/// The rows of the blind set in fixture directory `name`, whose split seed must be `seed`.
+fn rows(name: &str, seed: &str) -> Vec<Row> {
+    let dir = dir(name);
     let fx: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir().join("peaks.json")).unwrap()).unwrap();
-    let seed = fx["split_seed"].as_str().unwrap();
+        serde_json::from_str(&std::fs::read_to_string(dir.join("peaks.json")).unwrap()).unwrap();
     assert_eq!(
-        seed, "memsight-blind-est2/",
+        fx["split_seed"].as_str(),
+        Some(seed),
         "the blind set's split is fixed"
     );
     fx["rows"]
@@ -54,7 +59,7 @@ fn rows() -> Vec<Row> {
                 row["figure"], "allocated",
                 "{id}: every row is max_memory_allocated"
             );
-            let e = train::estimate(&arch(&dir(), a["config"].as_str().unwrap()), &recipe(a));
+            let e = train::estimate(&arch(&dir, a["config"].as_str().unwrap()), &recipe(a));
             if std::env::var_os("MEMSIGHT_MOMENTS").is_some() {
                 println!("{id}:");
                 for m in &e.moments {
@@ -101,7 +106,7 @@ fn report(rows: &[Row], held: bool) -> (usize, usize) {
 
 #[test]
 fn blind_published_peaks_both_halves() {
-    let rows = rows();
+    let rows = rows("published-blind", "memsight-blind-est2/");
     let (tw, tn) = report(&rows, false);
     let (hw, hn) = report(&rows, true);
     println!("\ntuning {tw}/{tn}, held-out {hw}/{hn} within ±10%");
@@ -114,4 +119,64 @@ fn blind_published_peaks_both_halves() {
         hw >= 6,
         "held-out half: {hw} of {hn} within ±10%, recorded 6"
     );
+}
+
+#[test]
+fn blind_est3_fms_acceleration_both_halves() {
+    let rows = rows("published-est3", "memsight-blind-est3/");
+    let (tw, tn) = report(&rows, false);
+    let (hw, hn) = report(&rows, true);
+    println!("\nest3: tuning {tw}/{tn}, held-out {hw}/{hn} within ±10%");
+    assert!(tn >= 8 && hn >= 8, "both halves need rows: {tn}, {hn}");
+    // The recorded level (docs/estimate.md, "A second blind set"): the blind run had 11 of 11
+    // tuning rows and 10 of 13 held-out rows within ±10%, and nothing was changed (the tuning
+    // half had no miss). A change that loses a row fails here.
+    assert!(
+        tw >= 11,
+        "tuning half: {tw} of {tn} within ±10%, recorded 11"
+    );
+    assert!(
+        hw >= 10,
+        "held-out half: {hw} of {hn} within ±10%, recorded 10"
+    );
+}
+
+#[test]
+#[ignore = "fails: Llama-2-70B QLoRA on two GPUs (FSDP) is suggested micro-batch 4, which ran out \
+            of memory in the source (docs/estimate.md, the est3 blind set)"]
+fn est3_suggested_micro_batches_never_one_that_ran_out_of_memory() {
+    // Added after the blind run (not blind): the source's failed runs on an 80 GB A100, each a
+    // micro-batch per device that ran out of memory; the suggestion must be below it. Nine of
+    // the ten hold; the FSDP one does not (the two-GPU rows lack a term that grows with the
+    // batch), so the test is ignored until that term is found: run it with `--ignored`.
+    let dir = dir("published-est3");
+    let fx: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("peaks.json")).unwrap()).unwrap();
+    let checks = fx["fit_checks"].as_array().unwrap();
+    assert!(checks.len() >= 8, "{} fit checks", checks.len());
+    for c in checks {
+        let a = &c["args"];
+        let device = c["device_gib"].as_u64().unwrap() << 30;
+        let f = train::fit(
+            &arch(&dir, a["config"].as_str().unwrap()),
+            &recipe(a),
+            device,
+            0.0,
+        );
+        let oom = c["oom_batch"].as_u64().unwrap();
+        println!(
+            "{:<34} {} GiB: largest suggested micro-batch {} (free at it by the estimate {:.2} GB), ran: {}, ran out of memory: {oom}",
+            c["id"].as_str().unwrap(),
+            device >> 30,
+            f.max_micro_batch,
+            f.free_at_max as f64 / 1e9,
+            c["fits_batch"],
+        );
+        assert!(
+            f.max_micro_batch < oom,
+            "{}: suggests {} but {oom} ran out of memory",
+            c["id"],
+            f.max_micro_batch
+        );
+    }
 }

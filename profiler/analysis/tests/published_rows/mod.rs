@@ -68,6 +68,10 @@ pub fn recipe(a: &Value) -> Recipe {
         r.dequant_bytes = n;
     }
     r.frozen_inputs_saved = b("frozen_inputs_saved");
+    if let Some(z) = u("zero_stage") {
+        r.parallel.zero = u8::try_from(z).unwrap();
+    }
+    r.parallel.dp = u("gpus").unwrap_or(1);
     if let Some(c) = u("cuda_context_mib") {
         r.device.context = c << 20;
     }
