@@ -3,7 +3,7 @@
 //! rows, `kubectl describe pod` blocks and pod-status YAML), PyTorch's `DataLoader worker (pid N)
 //! is killed by signal: Killed`, Ray's memory monitor, YARN's container kills, and a distributed
 //! launcher's report of a rank it started that died of SIGKILL (torchrun's elastic agent,
-//! DeepSpeed's launcher).
+//! DeepSpeed's launcher), and Amazon ECS's stopped-task reason for a container its memory ended.
 
 use super::facts::{Fact, Facts};
 use super::scan::{
@@ -123,6 +123,21 @@ static TORCHRUN_SIGKILL: Pattern =
 /// exits with return code = -9`), also retyped (`exits with run code= -9`).
 static DEEPSPEED_SIGKILL: Pattern =
     LazyLock::new(|| compile(r"(?i)exits? with (?:return|run|exit) code\s?=\s?-9\b"));
+/// Amazon ECS's stopped reason for a container that passed its memory limit (`OutOfMemoryError:
+/// Container killed due to memory usage`, in the console, `ecs-cli ps` rows or retyped in any
+/// case), and the ECS agent's own line for Docker's OOM event on a container (`DockerGoClient:
+/// process within container <id> (name: "<name>") died due to OOM`).
+static ECS_KILLED: Pattern =
+    LazyLock::new(|| compile(r"(?i)OutOfMemoryError: Container killed due to memory usage"));
+static ECS_AGENT: Pattern = LazyLock::new(|| {
+    compile(r#"DockerGoClient: process within container \S+ \(name: "([^"\n]+)"\) died due to OOM"#)
+});
+/// An exit code stated beside a container's stopped reason (`ExitCode: 137`, `Exit Code\t137`,
+/// `Exit code: 137`, `Exit code 0`).
+static STATED_EXIT: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"(?i)\bexit ?code\b[\t :=|]*(-?[0-9]+)\b").ok());
+/// How many lines after a stopped reason its exit code may come (the console's table row).
+const EXIT_CODE_LINES: usize = 2;
 static YARN_LIMITS: Pattern = LazyLock::new(|| {
     compile(
         r"Container killed by YARN for exceeding memory limits\.? ([0-9.]+) ?([KMGTP]?B) of ([0-9.]+) ?([KMGTP]?B) (virtual|physical) memory used",
@@ -169,6 +184,41 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     if has("-9") {
         launchers(text, out);
     }
+    if contains_any_case(text, "container killed due to memory usage") || has("died due to OOM") {
+        ecs(text, out);
+    }
+}
+
+/// Amazon ECS's report of a container ended for its memory: the stopped reason with the exit code
+/// stated on its line (either side) or on the next lines, and the agent's log line naming the
+/// container.
+fn ecs(text: &str, out: &mut Vec<Piece>) {
+    each(&ECS_KILLED, text, |_, s, e| {
+        let mut f = reporter("ecs");
+        let line = text[..s].rfind('\n').map_or(0, |i| i + 1);
+        let mut to = line_end(text, e);
+        for _ in 0..EXIT_CODE_LINES {
+            if to < text.len() {
+                to = line_end(text, to + 1);
+            }
+        }
+        let code = |t: &str| {
+            STATED_EXIT
+                .as_ref()
+                .and_then(|re| re.captures(t))
+                .and_then(|c| int_at(&c, 1))
+        };
+        f.opt_int(
+            "exit_code",
+            code(&text[line..line_end(text, e)]).or_else(|| code(&text[e..to])),
+        );
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+    each(&ECS_AGENT, text, |c, s, e| {
+        let mut f = reporter("ecs");
+        f.opt_text("container", str_at(c, 1));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
 }
 
 /// A launcher's report of a rank it started that died of SIGKILL: the process was killed, and on

@@ -49,6 +49,12 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|\bMemoryError\b|\bbad_alloc\b|\bBadAlloc\b",
         r"|(?i:\b(?:insufficient|not enough|no available|no free|low on|ran out of|running out of|run out of|runs out of) (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
         r"|(?i:\b(?:used|using|use) all (?:the )?available (?:memory|ram|vram)\b)",
+        // Nothing left for what comes next (SGLang's `Loaded weights leave no GPU memory for the
+        // KV cache`).
+        r"|(?i:\b(?:leaves?|leaving|left) (?:no|too little|not enough|insufficient) (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
+        // An allocator refusing a request's size as invalid (PostgreSQL's `invalid memory alloc
+        // request size 1225135280`: past its per-allocation cap).
+        r"|(?i:\binvalid (?:memory )?alloc(?:ation)? request size\b)",
         r"|(?i:\bmemory allocation\b[^\n]{0,40}?\bfailed)",
         // An allocation of a stated size that failed (Gaudi's `workspace Allocation of size
         // ::14493741952 failed`).
@@ -227,10 +233,10 @@ static SIZE_AFTER: Pattern = LazyLock::new(|| {
 });
 /// A size after `buffer of size` (llama.cpp's `failed to allocate CPU buffer of size 84940800`,
 /// R's `cannot allocate vector of size 4.5 Gb`, PostgreSQL's `Failed on request of size 16`,
-/// Gaudi's `Allocation of size ::14493741952`, `Allocation failed for size::234881024`): bytes
-/// when no unit follows.
+/// Gaudi's `Allocation of size ::14493741952`, `Allocation failed for size::234881024`,
+/// PostgreSQL's `alloc request size 1225135280`): bytes when no unit follows.
 static SIZE_OF: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:(?:buffer|block|array|tensor|chunk|region|allocation|vector|request) of|(?:failed|fails|failure) for) size\s*:*\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT]b|B)?\b").ok()
+    Regex::new(r"(?i)\b(?:(?:buffer|block|array|tensor|chunk|region|allocation|vector|request) of|(?:failed|fails|failure) for|alloc(?:ation)? request) size\s*:*\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT]b|B)?\b").ok()
 });
 /// A negative size where a request's size is written (`cannot allocate -8410442019078995968-byte
 /// block`).
@@ -332,13 +338,14 @@ static OPERATION_CAP: Pattern = LazyLock::new(|| {
 });
 /// Most lines read after a vocabulary line for the facts of the message it opens.
 const CONTINUED: usize = 8;
-/// A process killed for memory (`OOMKilled`, `OOM killer`, `oom-kill`), whoever reports it.
+/// A process killed for memory (`OOMKilled`, `OOM killer`, `oom-kill`, `killed by out of memory`,
+/// `killed due to memory usage`), whoever reports it, with the exit code it states.
 /// Also a memory monitor's kill: systemd-oomd's, or a worker restarted because it passed its
 /// memory limit or budget (Dask's nanny: `exceeded 95% memory budget. Restarting`; PM2's `Process 2
 /// restarted because it exceeds --max-memory-restart value`).
 static KILLED: Pattern = LazyLock::new(|| {
     Regex::new(concat!(
-        r"(?i)\boom[-_ ]?kill|\bkilled by (?:the )?oom|\bsystemd-oomd killed|\bdue to memory pressure\b",
+        r"(?i)\boom[-_ ]?kill|\bkilled (?:by|due to|because of) (?:the |an? )?(?:oom\b|out[ -]of[ -]memory|memory usage)|\bsystemd-oomd killed|\bdue to memory pressure\b",
         r"|\bmemory (?:usage )?(?:limit|budget|threshold)\W[^\n]{0,40}?\b(?:restarting|killing|terminating)\b",
         r"|\b(?:restarted|killed|terminated) because it exceed(?:s|ed)\b",
     ))
@@ -346,6 +353,10 @@ static KILLED: Pattern = LazyLock::new(|| {
 });
 static EXIT_137: Pattern =
     LazyLock::new(|| Regex::new(r"(?i)\bexit(?:ed)?(?: with)? (?:code|status)[ :=]*137\b").ok());
+/// An exit code a kill report states (`exit_code=-9`, `exit code 0`, `Exit status: 9`).
+static STATED_EXIT: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\bexit(?:ed)?[ _]?(?:with )?(?:code|status)\b[ :=]{0,3}(-?[0-9]+)\b").ok()
+});
 
 /// A line's byte range and its number (0-based).
 struct Line {
@@ -730,6 +741,10 @@ fn attribute(line: &str) -> (Kind, Facts) {
             f.text("reason", "OOMKilled");
         }
         f.opt_int("pid", stated_pid(line));
+        f.opt_int(
+            "exit_code",
+            cap(&STATED_EXIT).and_then(|c| c.get(1)?.as_str().parse().ok()),
+        );
         // A monitor's kill may state the use and the limit it compared (PM2's `current_memory=N
         // max_memory_limit=M`).
         let size = |re: &Pattern| re.as_ref()?.captures(line).and_then(|c| size_of(&c));
@@ -839,6 +854,7 @@ mod tests {
             &OPERATION_CAP,
             &KILLED,
             &EXIT_137,
+            &STATED_EXIT,
             &KILLED_PROCESS,
         ] {
             assert!(p.is_some());
