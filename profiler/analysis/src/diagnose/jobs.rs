@@ -3,7 +3,8 @@
 //! rows, `kubectl describe pod` blocks and pod-status YAML), PyTorch's `DataLoader worker (pid N)
 //! is killed by signal: Killed`, Ray's memory monitor, YARN's container kills, and a distributed
 //! launcher's report of a rank it started that died of SIGKILL (torchrun's elastic agent,
-//! DeepSpeed's launcher), and Amazon ECS's stopped-task reason for a container its memory ended.
+//! DeepSpeed's launcher; gunicorn's arbiter, Airflow's task runner), and Amazon ECS's stopped-task
+//! reason for a container its memory ended.
 
 use super::facts::{Fact, Facts};
 use super::scan::{
@@ -138,6 +139,18 @@ static STATED_EXIT: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"(?i)\bexit ?code\b[\t :=|]*(-?[0-9]+)\b").ok());
 /// How many lines after a stopped reason its exit code may come (the console's table row).
 const EXIT_CODE_LINES: usize = 2;
+/// gunicorn's arbiter on a worker it found ended by SIGKILL, with its own memory hint (`Worker
+/// (pid:21) was sent SIGKILL! Perhaps out of memory?`).
+static GUNICORN_SIGKILL: Pattern =
+    LazyLock::new(|| compile(r"Worker \(pid:([0-9]+)\) was sent SIGKILL! Perhaps out of memory\?"));
+/// Airflow on a task process ended by SIGKILL (Airflow 3's task runner: `Process terminated by
+/// signal. … TaskRunner-killed: signal=-9: signal_name="SIGKILL"`; Airflow 2: `Task exited with
+/// return code Negsignal.SIGKILL`).
+static AIRFLOW_SIGKILL: Pattern = LazyLock::new(|| {
+    compile(
+        r"Process terminated by signal\.[^\n]*?signal=-9\b|Task exited with return code Negsignal\.SIGKILL",
+    )
+});
 static YARN_LIMITS: Pattern = LazyLock::new(|| {
     compile(
         r"Container killed by YARN for exceeding memory limits\.? ([0-9.]+) ?([KMGTP]?B) of ([0-9.]+) ?([KMGTP]?B) (virtual|physical) memory used",
@@ -181,7 +194,7 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     if has("memory limits") {
         yarn(text, out);
     }
-    if has("-9") {
+    if has("-9") || has("SIGKILL") {
         launchers(text, out);
     }
     if contains_any_case(text, "container killed due to memory usage") || has("died due to OOM") {
@@ -221,8 +234,9 @@ fn ecs(text: &str, out: &mut Vec<Piece>) {
     });
 }
 
-/// A launcher's report of a rank it started that died of SIGKILL: the process was killed, and on
-/// Linux nearly always by the kernel's or a cgroup's OOM killer.
+/// A launcher's report of a rank it started that died of SIGKILL (torchrun, DeepSpeed; a server's
+/// arbiter for its worker, gunicorn; a scheduler for its task, Airflow): the process was killed,
+/// and on Linux nearly always by the kernel's or a cgroup's OOM killer.
 fn launchers(text: &str, out: &mut Vec<Piece>) {
     each(&TORCHRUN_SIGKILL, text, |c, s, e| {
         let mut f = reporter("torchrun");
@@ -233,6 +247,18 @@ fn launchers(text: &str, out: &mut Vec<Piece>) {
     each(&DEEPSPEED_SIGKILL, text, |_, s, e| {
         let mut f = reporter("deepspeed");
         f.int("exit_code", -9);
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+    each(&GUNICORN_SIGKILL, text, |c, s, e| {
+        let mut f = reporter("gunicorn");
+        f.opt_int("pid", int_at(c, 1));
+        f.text("signal", "SIGKILL");
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+    each(&AIRFLOW_SIGKILL, text, |_, s, e| {
+        let mut f = reporter("airflow");
+        f.int("exit_code", -9);
+        f.text("signal", "SIGKILL");
         out.push(Piece::message(s, e, Kind::OomKillReport, f));
     });
 }
@@ -247,13 +273,10 @@ fn dataloader(text: &str, out: &mut Vec<Piece>) {
         f.opt_int("pid", int_at(c, 1));
         if c.get(2).is_some() {
             f.text("signal", "Bus error");
-            out.push(Piece::part(
-                s,
-                e,
-                Kind::OomKillReport,
-                f,
-                c.get(3).is_some(),
-            ));
+            // PyTorch's hint, or the line's own words, tie the bus error to shared memory.
+            let line = &text[text[..s].rfind('\n').map_or(0, |i| i + 1)..line_end(text, e)];
+            let shm = c.get(3).is_some() || contains_any_case(line, "shared memory");
+            out.push(Piece::part(s, e, Kind::OomKillReport, f, shm));
         } else {
             f.text("signal", "Killed");
             out.push(Piece::message(s, e, Kind::OomKillReport, f));

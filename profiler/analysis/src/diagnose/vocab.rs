@@ -33,6 +33,10 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         // query)`), and an operation's own memory (MySQL's `Out of sort memory`).
         r"|(?i:\bmemory limit \([^)\n]{1,30}\) exceeded|\bout of (?:sort|query|join) memory\b|\bmemory allocation error\b)",
         r"|(?i:\bsystemd-oomd killed\b|\bkilled\b[^\n]{0,300}?\bdue to memory pressure\b)",
+        // systemd-oomd's own kill lines, whose reason is on another line or cut off
+        // (`systemd-oomd[659]: oomd attempting to kill 407 with KILL`, `systemd-oomd[93234]: Killed
+        // /user.slice/…`): it only kills for memory pressure or swap.
+        r"|\bsystemd-oomd\[[0-9]+\]: (?:Killed /|oomd attempting to kill [0-9]+)",
         r"|(?i:\bbeyond (?:the )?(?:physical|virtual) memory limit)",
         // A batch system's kill for memory (HTCondor's `Job killed by HTCondor due to excessive
         // memory use`) and a job past its maximum memory figure (WMAgent's `Job has exceeded
@@ -41,8 +45,8 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|(?i:\bexceed(?:s|ed|ing)? (?:the |its )?-{0,2}max(?:imum)?[ -]?(?:pss|rss|vss|vsize|memory)\b)",
         r"|(?i:\bmem(?:ory)? (?:limit |quota |budget )?(?:exceeded|exhausted)|\bmem(?:ory)? \S+ exceeded (?:the )?limit|\bTERM_MEMLIMIT\b|\bGC overhead limit exceeded|\bpaging file is too small)",
         // A limit's size between the words (PHP's `Allowed memory size of 134217728 bytes
-        // exhausted`).
-        r"|(?i:\bmemory (?:size|limit) of [0-9][0-9,.]*(?: ?[KMGTP]?i?B| bytes)? (?:exhausted|exceeded))",
+        // exhausted`), or left out where a title shortens it (`Allowed memory size exhausted`).
+        r"|(?i:\bmemory (?:size|limit)(?: of [0-9][0-9,.]*(?: ?[KMGTP]?i?B| bytes)?)? (?:exhausted|exceeded))",
         // Windows' memory error codes: not enough memory (8), out of memory (14), the commit
         // limit (1455: the paging file is too small), whatever language the message is in.
         r"|(?i:\[winerror (?:8|14|1455)\]|\bos error (?:8|14|1455)\b|\berrno[= ]1455\b)",
@@ -208,7 +212,7 @@ const SETTINGS: &[&str] = &[
 
 /// Whether a (lower-cased) line is source code or a setting rather than a report: an `except`
 /// or `catch` clause, an import or a definition (not a comment: the JVM's `# Native memory
-/// allocation … failed` is a report), or an OOM-killer setting.
+/// allocation … failed` is a report), an OOM-killer setting, or a stack frame.
 fn is_code_or_setting(lower: &str) -> bool {
     let t = lower.trim_start();
     [
@@ -217,6 +221,8 @@ fn is_code_or_setting(lower: &str) -> bool {
     .iter()
     .any(|p| t.starts_with(p))
         || SETTINGS.iter().any(|s| lower.contains(s))
+        // A kernel or native stack frame (`mem_cgroup_out_of_memory+0xbb/0xd0`) names a function.
+        || (lower.contains("+0x") && lower.contains("/0x"))
 }
 
 /// A line within this many lines of a specific reader's message belongs to that message.
@@ -237,6 +243,12 @@ static SIZE_AFTER: Pattern = LazyLock::new(|| {
 /// PostgreSQL's `alloc request size 1225135280`): bytes when no unit follows.
 static SIZE_OF: Pattern = LazyLock::new(|| {
     Regex::new(r"(?i)\b(?:(?:buffer|block|array|tensor|chunk|region|allocation|vector|request) of|(?:failed|fails|failure) for|alloc(?:ation)? request) size\s*:*\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT]b|B)?\b").ok()
+});
+/// A size before what it sizes, in parentheses (`alloc failed for tensor-span:105 (1792.00 MiB
+/// chunk)`).
+static SIZE_NOUN: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\(([0-9]+)(\.[0-9]+)?\s?([KMGTP]i?B) (?:chunk|block|buffer|region|tensor)\)")
+        .ok()
 });
 /// A negative size where a request's size is written (`cannot allocate -8410442019078995968-byte
 /// block`).
@@ -345,7 +357,7 @@ const CONTINUED: usize = 8;
 /// restarted because it exceeds --max-memory-restart value`).
 static KILLED: Pattern = LazyLock::new(|| {
     Regex::new(concat!(
-        r"(?i)\boom[-_ ]?kill|\bkilled (?:by|due to|because of) (?:the |an? )?(?:oom\b|out[ -]of[ -]memory|memory usage)|\bsystemd-oomd killed|\bdue to memory pressure\b",
+        r"(?i)\boom[-_ ]?kill|\bkilled (?:by|due to|because of) (?:the |an? )?(?:oom\b|out[ -]of[ -]memory|memory usage)|\bsystemd-oomd killed|\bsystemd-oomd\[[0-9]+\]: (?:Killed /|oomd attempting to kill [0-9]+)|\bdue to memory pressure\b",
         r"|\bmemory (?:usage )?(?:limit|budget|threshold)\W[^\n]{0,40}?\b(?:restarting|killing|terminating)\b",
         r"|\b(?:restarted|killed|terminated) because it exceed(?:s|ed)\b",
     ))
@@ -757,6 +769,7 @@ fn attribute(line: &str) -> (Kind, Facts) {
     }
     if let Some(b) = cap(&SIZE_AFTER)
         .or_else(|| cap(&SIZE_OF))
+        .or_else(|| cap(&SIZE_NOUN))
         .or_else(|| cap(&KEY_SIZE))
         .and_then(|c| size_of(&c))
     {
@@ -836,6 +849,7 @@ mod tests {
             &VOCABULARY,
             &SIZE_AFTER,
             &SIZE_OF,
+            &SIZE_NOUN,
             &NEGATIVE_SIZE,
             &LIMIT,
             &BYTE_LIMIT,
