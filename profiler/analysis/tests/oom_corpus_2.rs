@@ -489,6 +489,16 @@ fn blind_set_seventeen_held_out_families_are_read() {
         ("generic_oom", "capacity")
     );
     assert_eq!(facts, json!({"requested_bytes": 1_879_048_192u64}));
+    // runc's OOM kill of a container's init, reported by the orchestrator its line names
+    // (ecs-3021's ECS console; set 9's kftrainer1661, the kubelet's event).
+    for (text, who) in [
+        ("Status reason | CannotStartContainerError: Error response from daemon: OCI runtime create failed: container_linux.go:380: starting container process caused: container init was OOM-killed (memory limit too low?): unknown", "ecs"),
+        ("Warning  Failed  113s   kubelet  Error: container create failed: time=\"2022-09-14T11:35:13Z\" level=error msg=\"runc create failed: unable to start container process: container init was OOM-killed (memory limit too low?)\"", "kubernetes"),
+    ] {
+        let (kind, facts, verdict, _) = one(text);
+        assert_eq!((kind.as_str(), verdict.as_str()), ("oom_kill_report", "host_oom"));
+        assert_eq!(facts, json!({"reporter": who}), "{text}");
+    }
     // Left alone: gunicorn's other worker exits, a task stopped by SIGTERM, a bus error with no
     // shared-memory words, a native frame in a backtrace.
     for line in [

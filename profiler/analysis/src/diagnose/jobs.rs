@@ -133,6 +133,10 @@ static ECS_KILLED: Pattern =
 static ECS_AGENT: Pattern = LazyLock::new(|| {
     compile(r#"DockerGoClient: process within container \S+ \(name: "([^"\n]+)"\) died due to OOM"#)
 });
+/// runc killed for memory while it started a container's first process (`container init was
+/// OOM-killed (memory limit too low?)`): reported by whatever runs the container, named by its own
+/// words on the line (the kubelet's event, ECS's `CannotStartContainerError`).
+static RUNC_INIT: Pattern = LazyLock::new(|| compile(r"container init was OOM-killed"));
 /// An exit code stated beside a container's stopped reason (`ExitCode: 137`, `Exit Code\t137`,
 /// `Exit code: 137`, `Exit code 0`).
 static STATED_EXIT: LazyLock<Option<Regex>> =
@@ -200,6 +204,23 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     if contains_any_case(text, "container killed due to memory usage") || has("died due to OOM") {
         ecs(text, out);
     }
+    if has("init was OOM-killed") {
+        runc_init(text, out);
+    }
+}
+
+/// runc's OOM kill of a container's init, with the orchestrator its line names as the reporter.
+fn runc_init(text: &str, out: &mut Vec<Piece>) {
+    each(&RUNC_INIT, text, |_, s, e| {
+        let line = &text[text[..s].rfind('\n').map_or(0, |i| i + 1)..line_end(text, e)];
+        let mut f = Facts::default();
+        if line.contains("kubelet") {
+            f.text("reporter", "kubernetes");
+        } else if line.contains("CannotStartContainerError") {
+            f.text("reporter", "ecs");
+        }
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
 }
 
 /// Amazon ECS's report of a container ended for its memory: the stopped reason with the exit code
