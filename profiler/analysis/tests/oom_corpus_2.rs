@@ -121,42 +121,75 @@ fn the_eighth_to_tenth_blind_sets_are_measured() {
     }
 }
 
-/// Blind set 11 (101 messages, committed before the reader ran on them), split by
-/// `fnv1a64("issue39-blind11:" + id)`: the tuning half gets every message found with exactly its
-/// facts; the held-out half is measured and printed (figures and misses), not asserted, so that
-/// it stays a measurement rather than a target.
-#[test]
-fn the_eleventh_blind_set_is_split_by_its_seed_and_measured() {
-    for (half, odd) in [("blind-11-tune", false), ("blind-11-heldout", true)] {
-        let cases = cases(half);
+/// What a blind set's tuning half is held to once its misses were fixed: every message found with
+/// exactly its facts, or (set 13, whose last facts were judged label questions) every message
+/// found and at least this share of them with exactly their facts.
+#[derive(Clone, Copy)]
+enum TuningBar {
+    EveryFact,
+    FoundAndFacts(f64),
+}
+
+/// Blind set `set` (committed before the reader ran on it), split by
+/// `fnv1a64("issue39-blind{set}:" + id)` (odd: held out) into `blind-{set}-tune.jsonl` and
+/// `blind-{set}-heldout.jsonl`: checks each case sits in the half its seeded hash names, measures
+/// and prints both halves (figures and every miss) and only then holds the tuning half to `bar`;
+/// the held-out half is only measured, so that it stays a measurement rather than a target.
+fn blind_set_is_split_by_its_seed_and_measured(set: u32, bar: TuningBar) {
+    let mut tuning_misses: Vec<String> = Vec::new();
+    for (half, odd) in [("tune", false), ("heldout", true)] {
+        let file = format!("blind-{set}-{half}");
+        let cases = cases(&file);
+        assert!(!cases.is_empty(), "{file} has no cases");
         for c in &cases {
             let id = c["id"].as_str().unwrap();
             assert_eq!(
-                fnv1a(&format!("issue39-blind11:{id}")) % 2 == 1,
+                fnv1a(&format!("issue39-blind{set}:{id}")) % 2 == 1,
                 odd,
-                "{id} is in {half}"
+                "{id} is in {file}"
             );
         }
         let outcomes: Vec<Outcome> = cases.iter().map(outcome).collect();
-        println!("{}", figures(half, &outcomes));
+        println!("{}", figures(&file, &outcomes));
         for o in outcomes
             .iter()
             .filter(|o| !o.found || !o.facts || o.verdict == Some(false))
         {
             println!(
-                "miss [found {} facts {} verdict {:?}] {}",
+                "miss {file} [found {} facts {} verdict {:?}] {}",
                 o.found, o.facts, o.verdict, o.detail
             );
         }
-        if !odd {
-            let wrong: Vec<&str> = outcomes
-                .iter()
-                .filter(|o| !o.found || !o.facts)
-                .map(|o| o.detail.as_str())
-                .collect();
-            assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        if odd {
+            continue;
+        }
+        match bar {
+            TuningBar::EveryFact => tuning_misses.extend(
+                outcomes
+                    .iter()
+                    .filter(|o| !o.found || !o.facts)
+                    .map(|o| o.detail.clone()),
+            ),
+            TuningBar::FoundAndFacts(share) => {
+                tuning_misses.extend(
+                    outcomes
+                        .iter()
+                        .filter(|o| !o.found)
+                        .map(|o| o.detail.clone()),
+                );
+                let facts = outcomes.iter().filter(|o| o.facts).count() as f64;
+                if facts / (outcomes.len() as f64) < share {
+                    tuning_misses.push(format!(
+                        "{file}: every fact in {facts} of {}, below {share}",
+                        outcomes.len()
+                    ));
+                }
+            }
         }
     }
+    // Both halves are printed before the tuning half is checked, so that a run on a reader that
+    // misses tuning cases still measures the held-out half.
+    assert!(tuning_misses.is_empty(), "{}", tuning_misses.join("\n"));
 }
 
 /// Blind set 11's tuning-half wordings, one mechanism each, from their real messages (ids in
@@ -261,202 +294,224 @@ fn blind_set_eleven_held_out_families_keep_their_facts() {
     assert_eq!(verdict, "non_fatal");
 }
 
-/// Blind set 12 (106 messages, committed before the reader ran on them), split by
-/// `fnv1a64("issue39-blind12:" + id)`: the tuning half gets every message found with exactly its
-/// facts; the held-out half is measured and printed (figures and misses), not asserted.
+/// Blind set 11 (101 messages): `blind_set_is_split_by_its_seed_and_measured`.
+#[test]
+fn the_eleventh_blind_set_is_split_by_its_seed_and_measured() {
+    blind_set_is_split_by_its_seed_and_measured(11, TuningBar::EveryFact);
+}
+
+/// Blind set 12 (106 messages): `blind_set_is_split_by_its_seed_and_measured`.
 #[test]
 fn the_twelfth_blind_set_is_split_by_its_seed_and_measured() {
-    for (half, odd) in [("blind-12-tune", false), ("blind-12-heldout", true)] {
-        let cases = cases(half);
-        for c in &cases {
-            let id = c["id"].as_str().unwrap();
-            assert_eq!(
-                fnv1a(&format!("issue39-blind12:{id}")) % 2 == 1,
-                odd,
-                "{id} is in {half}"
-            );
-        }
-        let outcomes: Vec<Outcome> = cases.iter().map(outcome).collect();
-        println!("{}", figures(half, &outcomes));
-        for o in outcomes
-            .iter()
-            .filter(|o| !o.found || !o.facts || o.verdict == Some(false))
-        {
-            println!(
-                "miss [found {} facts {} verdict {:?}] {}",
-                o.found, o.facts, o.verdict, o.detail
-            );
-        }
-        if !odd {
-            let wrong: Vec<&str> = outcomes
-                .iter()
-                .filter(|o| !o.found || !o.facts)
-                .map(|o| o.detail.as_str())
-                .collect();
-            assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-        }
-    }
+    blind_set_is_split_by_its_seed_and_measured(12, TuningBar::EveryFact);
 }
 
-/// Blind set 13 (106 messages, committed before the reader ran on them), split by
-/// `fnv1a64("issue39-blind13:" + id)`: both halves measured and printed (figures and misses); the
-/// tuning half has every message found and meets the every-fact bar, the held-out half is only
-/// measured, so that it stays a measurement rather than a target.
+/// Blind set 13 (106 messages): `blind_set_is_split_by_its_seed_and_measured`.
 #[test]
 fn the_thirteenth_blind_set_is_split_by_its_seed_and_measured() {
-    for (half, odd) in [("blind-13-tune", false), ("blind-13-heldout", true)] {
-        let cases = cases(half);
-        for c in &cases {
-            let id = c["id"].as_str().unwrap();
-            assert_eq!(
-                fnv1a(&format!("issue39-blind13:{id}")) % 2 == 1,
-                odd,
-                "{id} is in {half}"
-            );
-        }
-        let outcomes: Vec<Outcome> = cases.iter().map(outcome).collect();
-        println!("{}", figures(half, &outcomes));
-        for o in outcomes
-            .iter()
-            .filter(|o| !o.found || !o.facts || o.verdict == Some(false))
-        {
-            println!(
-                "miss {half} [found {} facts {} verdict {:?}] {}",
-                o.found, o.facts, o.verdict, o.detail
-            );
-        }
-        if !odd {
-            let missed: Vec<&str> = outcomes
-                .iter()
-                .filter(|o| !o.found)
-                .map(|o| o.detail.as_str())
-                .collect();
-            assert!(missed.is_empty(), "{}", missed.join("\n"));
-            let facts = outcomes.iter().filter(|o| o.facts).count() as f64;
-            assert!(
-                facts / outcomes.len() as f64 >= 0.95,
-                "{half}: facts {facts}"
-            );
-        }
-    }
+    blind_set_is_split_by_its_seed_and_measured(13, TuningBar::FoundAndFacts(0.95));
 }
 
-/// Blind set 14 (108 messages, committed before the reader ran on them), split by
-/// `fnv1a64("issue39-blind14:" + id)`: both halves measured and printed (figures and misses); the
-/// tuning half has every message found with exactly its facts, the held-out half is only
-/// measured, so that it stays a measurement rather than a target.
+/// Blind set 14 (108 messages): `blind_set_is_split_by_its_seed_and_measured`.
 #[test]
 fn the_fourteenth_blind_set_is_split_by_its_seed_and_measured() {
-    for (half, odd) in [("blind-14-tune", false), ("blind-14-heldout", true)] {
-        let cases = cases(half);
-        for c in &cases {
-            let id = c["id"].as_str().unwrap();
-            assert_eq!(
-                fnv1a(&format!("issue39-blind14:{id}")) % 2 == 1,
-                odd,
-                "{id} is in {half}"
-            );
-        }
-        let outcomes: Vec<Outcome> = cases.iter().map(outcome).collect();
-        println!("{}", figures(half, &outcomes));
-        for o in outcomes
-            .iter()
-            .filter(|o| !o.found || !o.facts || o.verdict == Some(false))
-        {
-            println!(
-                "miss {half} [found {} facts {} verdict {:?}] {}",
-                o.found, o.facts, o.verdict, o.detail
-            );
-        }
-        if !odd {
-            let missed: Vec<&str> = outcomes
-                .iter()
-                .filter(|o| !o.found || !o.facts)
-                .map(|o| o.detail.as_str())
-                .collect();
-            assert!(missed.is_empty(), "{}", missed.join("\n"));
-        }
-    }
+    blind_set_is_split_by_its_seed_and_measured(14, TuningBar::EveryFact);
 }
 
-/// Blind set 15 (107 messages, committed before the reader ran on them), split by
-/// `fnv1a64("issue39-blind15:" + id)`: both halves measured and printed (figures and misses); the
-/// tuning half is checked for every message found with exactly its facts, the held-out half is
-/// only measured, so that it stays a measurement rather than a target.
+/// Blind set 15 (107 messages): `blind_set_is_split_by_its_seed_and_measured`.
 #[test]
 fn the_fifteenth_blind_set_is_split_by_its_seed_and_measured() {
-    for (half, odd) in [("blind-15-tune", false), ("blind-15-heldout", true)] {
-        let cases = cases(half);
-        for c in &cases {
-            let id = c["id"].as_str().unwrap();
-            assert_eq!(
-                fnv1a(&format!("issue39-blind15:{id}")) % 2 == 1,
-                odd,
-                "{id} is in {half}"
-            );
-        }
-        let outcomes: Vec<Outcome> = cases.iter().map(outcome).collect();
-        println!("{}", figures(half, &outcomes));
-        for o in outcomes
-            .iter()
-            .filter(|o| !o.found || !o.facts || o.verdict == Some(false))
-        {
-            println!(
-                "miss {half} [found {} facts {} verdict {:?}] {}",
-                o.found, o.facts, o.verdict, o.detail
-            );
-        }
-        if !odd {
-            let missed: Vec<&str> = outcomes
-                .iter()
-                .filter(|o| !o.found || !o.facts)
-                .map(|o| o.detail.as_str())
-                .collect();
-            assert!(missed.is_empty(), "{}", missed.join("\n"));
-        }
+    blind_set_is_split_by_its_seed_and_measured(15, TuningBar::EveryFact);
+}
+
+/// Blind set 16 (100 messages): `blind_set_is_split_by_its_seed_and_measured`.
+#[test]
+fn the_sixteenth_blind_set_is_split_by_its_seed_and_measured() {
+    blind_set_is_split_by_its_seed_and_measured(16, TuningBar::EveryFact);
+}
+
+/// Blind set 17 (105 messages, by an eleventh author; tuning half 54, held-out 51):
+/// `blind_set_is_split_by_its_seed_and_measured`.
+#[test]
+fn the_seventeenth_blind_set_is_split_by_its_seed_and_measured() {
+    blind_set_is_split_by_its_seed_and_measured(17, TuningBar::EveryFact);
+}
+
+/// Blind set 17's tuning-half misses, one mechanism each, from their real messages (ids in
+/// `blind-17-tune.jsonl`): each is found once with exactly its labelled facts and verdict; and the
+/// new words stay out of ordinary lines.
+#[test]
+fn blind_set_seventeen_wordings_keep_their_facts() {
+    // Amazon ECS's stopped reason, its exit code before it on the row (ecs-agent-1027) or in the
+    // same sentence (ecs-agent-2467), and the agent's own line naming the container
+    // (ecs-agent-1645).
+    for (text, code) in [
+        ("`35850b79-4f7e-4ff8-9d75-9069913b1c6c/eureka-service-repository  STOPPED ExitCode: 137 Reason: OutOfMemoryError: Container killed due to memory usage  34.213.238.79:8761->8761/tcp  ecscompose-udemy-rsmortgage-eureka-service-discovery-ha-docker:3`", 137),
+        ("I also faced the same issue on ECS where the task stopped with Exit code 0 and the message `OutofMemoryError: Container killed due to memory usage` at the same time.", 0),
+        ("```\nOutOfMemoryError: Container killed due to memory usage\n--\nExit code: 137\n```", 137),
+    ] {
+        let (kind, facts, verdict, _) = one(text);
+        assert_eq!(kind, "oom_kill_report", "{text}");
+        assert_eq!(facts, json!({"reporter": "ecs", "exit_code": code}), "{text}");
+        assert_eq!(verdict, "host_oom");
+    }
+    let (kind, facts, _, _) = one("2018-10-24T16:25:53Z [INFO] DockerGoClient: process within container db09e0887a0d3450ed9025319121451e32e805a15863f965166fd37eebc99486 (name: \"ecs-intel-bc-demo-60-intel-bc-quorum-a8b5ae84e8c197b30200\") died due to OOM");
+    assert_eq!(kind, "oom_kill_report");
+    assert_eq!(
+        facts,
+        json!({"reporter": "ecs", "container": "ecs-intel-bc-demo-60-intel-bc-quorum-a8b5ae84e8c197b30200"})
+    );
+    // A kill told in prose with the exit code it gave (airflow-61521).
+    let (kind, facts, verdict, _) = one("We have this issue where a tasks gets suddenly killed by out of memory ( `exit_code=-9` ) without showing it in the UIs task logs.\nIn some case we do see a CRITICAL log error for a give task saying that it indeed exited with code -9.");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("oom_kill_report", "host_oom")
+    );
+    assert_eq!(facts, json!({"exit_code": -9}));
+    // Nothing left for what comes next (inferencex-2128, SGLang): a device failure of no size.
+    let (kind, facts, verdict, _) = one("Load weight end. quant=fp8, fmt=e4m3, avail mem=12.25 GB, mem usage=125.65 GB.\n# non-MTP:\nValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.88.");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("generic_oom", "undetermined")
+    );
+    assert_eq!(facts, json!({}));
+    // PostgreSQL refusing a request above its per-allocation cap (peerdb-3220).
+    let (kind, facts, verdict, _) = one("Postgres WAL error: received error response, message: &{Severity:ERROR SeverityUnlocalized:ERROR Code:XX000 Message:invalid memory alloc request size 1225135280 Detail: Hint: Position:0 InternalPosition:0 InternalQuery: Where: SchemaName: TableName: ColumnName: DataTypeName: ConstraintName: File:mcxt.c Line:1486 Routine:repalloc UnknownFields:map[]}");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("generic_oom", "allocator_limit")
+    );
+    assert_eq!(facts, json!({"requested_bytes": 1_225_135_280u64}));
+    // A container zeroes every per-process figure (trl-3172): the others are estimated, and
+    // ~68 GiB outside this job's 10.6 GiB is other processes'.
+    let (kind, _, verdict, _) = one("torch.OutOfMemoryError:\nCUDA out of memory. Tried to allocate 130.00 MiB. GPU 0 has a total capacity of 79.10 GiB of which 12.81 MiB is free. Process 3427 has 0 bytes memory in use. Process 3423 has 0 bytes memory in use. Process 3429 has 0 bytes memory in use. Process 3426 has 0 bytes memory in use. Process 3428 has 0 bytes memory in use. Process 3424 has 0 bytes memory in use. Process 3425 has 0 bytes memory in use. Including non-PyTorch memory, this process has 0 bytes memory in use. Of the allocated memory 10.47 GiB is allocated by PyTorch, and 93.52 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("torch_cuda_oom_new", "contention")
+    );
+    // Training told by a training script, DeepSpeed's classes, the verb with what it trains and
+    // a traceback through torch.optim (graphavatar-3, llamafactory-9116, haar-33, trl-2776).
+    for text in [
+        "terminate called after throwing an instance of 'std::bad_alloc'\n\n我的服务器内存是充足的，可是运行train_is.sh出现了这个问题，可能是哪一步出错了吗",
+        "[ERROR] failed (exitcode: -9) local_rank: 0 (pid: 438) of binary: /opt/conda/bin/python\n\n[2025-09-10 20:17:22,925] [INFO] [utils.py:781:see_memory_usage] DeepSpeedZeRoOffload initialize [begin]",
+        "when I run the command to train classifier i get the following error:\nterminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\nAborted (core dumped)",
+        "[rank0]:   File \"/home/u/.conda/envs/torch/lib/python3.10/site-packages/torch/optim/adamw.py\", line 606, in _multi_tensor_adamw\n[rank0]:     exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)\n[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 130.00 MiB. GPU 0 has a total capacity of 94.99 GiB of which 87.19 MiB is free. Including non-PyTorch memory,",
+    ] {
+        assert_eq!(workload_of(text), "training", "{text}");
+    }
+    // The words stay out of ordinary lines: a container's normal exit, a pretrained model, a
+    // process that exited with a code, a leave of absence.
+    for line in [
+        "Container exited with exit code 0 after the job completed",
+        "loading the pretrained model from /models/llama",
+        "the worker exited with code -9 after SIGKILL from the test harness",
+        "leave no trace: remove the temporary files",
+    ] {
+        assert!(diagnose(line, &Context::default()).is_empty(), "{line}");
     }
 }
 
-/// Blind set 16 (100 messages, committed before the reader ran on them), split by
-/// `fnv1a64("issue39-blind16:" + id)`: both halves measured and printed (figures and misses); the
-/// tuning half is checked for every message found with exactly its facts, the held-out half is
-/// only measured, so that it stays a measurement rather than a target.
+/// Blind set 17's held-out misses, looked at only after its tuning half was fixed and the other
+/// sets re-measured; one general mechanism each, from the real messages (ids in
+/// `blind-17-heldout.jsonl`), with lines each must leave alone.
 #[test]
-fn the_sixteenth_blind_set_is_split_by_its_seed_and_measured() {
-    let mut tuning_misses: Vec<String> = Vec::new();
-    for (half, odd) in [("blind-16-tune", false), ("blind-16-heldout", true)] {
-        let cases = cases(half);
-        for c in &cases {
-            let id = c["id"].as_str().unwrap();
-            assert_eq!(
-                fnv1a(&format!("issue39-blind16:{id}")) % 2 == 1,
-                odd,
-                "{id} is in {half}"
-            );
-        }
-        let outcomes: Vec<Outcome> = cases.iter().map(outcome).collect();
-        println!("{}", figures(half, &outcomes));
-        for o in outcomes
-            .iter()
-            .filter(|o| !o.found || !o.facts || o.verdict == Some(false))
-        {
-            println!(
-                "miss {half} [found {} facts {} verdict {:?}] {}",
-                o.found, o.facts, o.verdict, o.detail
-            );
-        }
-        if !odd {
-            tuning_misses.extend(
-                outcomes
-                    .into_iter()
-                    .filter(|o| !o.found || !o.facts)
-                    .map(|o| o.detail),
-            );
-        }
+fn blind_set_seventeen_held_out_families_are_read() {
+    // systemd-oomd's kill line without its reason (systemd-32304, cut; set 16's systemd-22032).
+    let (kind, facts, verdict, _) = one("avril 16 21:08:50 systemd-oomd[93234]: Considered 97 cgroups for killing, top candidates were:\navril 16 21:08:50 systemd-oomd[93234]:                 Current Memory Usage: 388.4M\n…\navril 16 21:08:50 systemd-oomd[93234]: Killed /user.slice/user-1000.slice/user@1000.service/app.slice/app-org.gnome.Terminal.slice/tmux");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("oom_kill_report", "host_oom")
+    );
+    assert_eq!(facts, json!({}));
+    // XLA's `Attempting to allocate` without PJRT's prefix, the free memory not in one piece
+    // (trax-431).
+    let (kind, facts, verdict, _) = one("UnfilteredStackTrace: RuntimeError: RESOURCE_EXHAUSTED: Attempting to allocate 31.06M. That was not possible. There are 58.64M free. Due to fragmentation, the largest contiguous region of free memory is 30.56M.; (0x0x0_HBM0)");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("jax_xla_oom", "fragmentation")
+    );
+    assert_eq!(
+        facts,
+        json!({"requested_bytes": 32_568_771u64, "free_bytes": 61_488_497u64})
+    );
+    // A DataLoader bus error its own line ties to shared memory (pytorch-5040's title).
+    let (kind, facts, _, _) = one("Give a better error when we run out of shared memory, instead of \"RuntimeError: DataLoader worker (pid 13) is killed by signal: Bus error.\"");
+    assert_eq!(kind, "oom_kill_report");
+    assert_eq!(
+        facts,
+        json!({"reporter": "dataloader", "pid": 13, "signal": "Bus error"})
+    );
+    // PHP's limit wording shortened in a title (phpagebuilder-104).
+    let (kind, facts, verdict, _) = one("Fatal error: Allowed memory size exhausted (tried to allocate 262144 bytes) in DIR/phpagebuilder/config.php");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("generic_oom", "host_oom")
+    );
+    assert_eq!(facts, json!({"requested_bytes": 262_144}));
+    // Rust's abort quoted with its size elided (almide-1155).
+    let (kind, facts, _, _) = one("the NATIVE leg died on the Rust allocator abort (\"memory allocation of … failed\", SIGABRT, no exit code).");
+    assert_eq!((kind.as_str(), facts), ("rust_alloc_failure", json!({})));
+    // gunicorn's arbiter and Airflow's task runner on a process ended by SIGKILL (gunicorn-2419,
+    // beaver-59, airflow-55599).
+    let (kind, facts, verdict, _) =
+        one("[ERROR] Worker (pid:30) was sent SIGKILL! Perhaps out of memory?");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("oom_kill_report", "host_oom")
+    );
+    assert_eq!(
+        facts,
+        json!({"reporter": "gunicorn", "pid": 30, "signal": "SIGKILL"})
+    );
+    let (kind, facts, _, _) = one("CRITICAL - Process terminated by signal. For more information, see https://airflow.apache.org/docs/apache-airflow/stable/troubleshooting.html#TaskRunner-killed: signal=-9: signal_name=\"SIGKILL\": source=\"task\"");
+    assert_eq!(kind, "oom_kill_report");
+    assert_eq!(
+        facts,
+        json!({"reporter": "airflow", "exit_code": -9, "signal": "SIGKILL"})
+    );
+    // TensorFlow's CPU allocator failed in host memory (tf-models-6450).
+    let (_, _, verdict, _) = one("OOM when allocating tensor with shape[24,1,2304,1152,3] and type float on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu");
+    assert_eq!(verdict, "host_oom");
+    // The kernel's report header alone, its call trace's frames naming functions (rtx-1680).
+    let (kind, facts, _, _) = one("[Wed Sep 29 07:12:20 2021] python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0\n[Wed Sep 29 07:12:20 2021] CPU: 5 PID: 1975 Comm: python3 Not tainted 5.4.0-1056-aws #59~18.04.1-Ubuntu\n[Wed Sep 29 07:12:20 2021] Hardware name: Amazon EC2 m5a.4xlarge/, BIOS 1.0 10/16/2017\n[Wed Sep 29 07:12:20 2021] Call Trace:\n[Wed Sep 29 07:12:20 2021]  dump_stack+0x6d/0x8b\n[Wed Sep 29 07:12:20 2021]  dump_header+0x4f/0x200\n[Wed Sep 29 07:12:20 2021]  oom_kill_process+0xe6/0x120\n[Wed Sep 29 07:12:20 2021]  out_of_memory+0x109/0x510\n[Wed Sep 29 07:12:20 2021]  mem_cgroup_out_of_memory+0xbb/0xd0\n[Wed Sep 29 07:12:20 2021]  try_charge+0x79a/0x7d0");
+    assert_eq!((kind.as_str(), facts), ("linux_oom_killer", json!({})));
+    // Triton's resource cut after its name (helion-470), and a size before the chunk it sizes
+    // (ds4-475, ROCm).
+    let (kind, facts, _, _) = one("    raise OutOfResources(self.metadata.shared, max_shared, \"shared memory\")\ntriton.runtime.errors.OutOfResources: out of resource: shared memory,");
+    assert_eq!(kind, "nccl_or_other");
+    assert_eq!(
+        facts,
+        json!({"subsystem": "triton", "resource": "shared memory"})
+    );
+    let (kind, facts, verdict, _) = one("ds4: ROCm preparing model tensor mappings: 58.56 GiBds4: ROCm model arena alloc failed for tensor-span:105 (1792.00 MiB chunk): out of memory");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("generic_oom", "capacity")
+    );
+    assert_eq!(facts, json!({"requested_bytes": 1_879_048_192u64}));
+    // runc's OOM kill of a container's init, reported by the orchestrator its line names
+    // (ecs-3021's ECS console; set 9's kftrainer1661, the kubelet's event).
+    for (text, who) in [
+        ("Status reason | CannotStartContainerError: Error response from daemon: OCI runtime create failed: container_linux.go:380: starting container process caused: container init was OOM-killed (memory limit too low?): unknown", "ecs"),
+        ("Warning  Failed  113s   kubelet  Error: container create failed: time=\"2022-09-14T11:35:13Z\" level=error msg=\"runc create failed: unable to start container process: container init was OOM-killed (memory limit too low?)\"", "kubernetes"),
+    ] {
+        let (kind, facts, verdict, _) = one(text);
+        assert_eq!((kind.as_str(), verdict.as_str()), ("oom_kill_report", "host_oom"));
+        assert_eq!(facts, json!({"reporter": who}), "{text}");
     }
-    // Both halves are printed before the tuning half is checked, so that a run on a reader that
-    // misses tuning cases still measures the held-out half.
-    assert!(tuning_misses.is_empty(), "{}", tuning_misses.join("\n"));
+    // Left alone: gunicorn's other worker exits, a task stopped by SIGTERM, a bus error with no
+    // shared-memory words, a native frame in a backtrace.
+    for line in [
+        "[2024-01-19 00:49:02 +0000] [2973] [ERROR] Worker (pid:3005) was sent code 134!",
+        "CRITICAL - Process terminated by signal. For more information, see https://airflow.apache.org/docs/apache-airflow/stable/troubleshooting.html#TaskRunner-killed: signal=-15: signal_name=\"SIGTERM\": source=\"task\"",
+        "#3 0x00007f2 in out_of_memory_handler+0x1a/0x40 () from /usr/lib/libfoo.so",
+    ] {
+        assert!(diagnose(line, &Context::default()).is_empty(), "{line}");
+    }
+    assert!(
+        find_ooms("RuntimeError: DataLoader worker (pid 77) is killed by signal: Bus error.")
+            .is_empty()
+    );
 }
 
 /// Blind set 16's tuning-half misses, one mechanism each, from their real messages (ids in

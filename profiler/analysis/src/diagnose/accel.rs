@@ -24,6 +24,12 @@ static XLA_REQUEST: Pattern = LazyLock::new(|| {
         r"(?:Out of memory (?:while trying to allocate|allocating)|Error allocating device buffer: Attempting to allocate) (?:([0-9]+) bytes|{SIZE})(?:\. That was not possible\. There are {SIZE} free)?",
     )
 });
+/// XLA's `Attempting to allocate 31.06M. That was not possible. There are 58.64M free.` without
+/// PJRT's `Error allocating device buffer:` before it (`RuntimeError: RESOURCE_EXHAUSTED: Attempting
+/// to allocate …`, TPU's `Due to fragmentation, the largest contiguous region …` after it).
+static XLA_ATTEMPT: Pattern = LazyLock::new(|| {
+    compile(r"Attempting to allocate {SIZE}\. That was not possible\.(?: There are {SIZE} free)?")
+});
 /// XLA on TPU reserving a program's memory: `Attempting to reserve 3.95G at the bottom of memory.
 /// That was not possible. There are 1.92G free, …`, then its HBM report (`HBM capacity 8.00G:`,
 /// `Program requirement: 3.95G (4,237,689,856 bytes)`, the exact request).
@@ -89,10 +95,11 @@ static NCCL_BARE: Pattern = LazyLock::new(|| {
     )
 });
 /// Triton's `out of resource: shared memory, Required: N, Hardware limit: M`, also with the limit's
-/// label retyped (`Hardware limitation: M`).
+/// label retyped (`Hardware limitation: M`), or cut after the resource (`out of resource: shared
+/// memory,` where a paste ends).
 static TRITON: Pattern = LazyLock::new(|| {
     compile(
-        r"out of resource:\s*([A-Za-z][A-Za-z\s]*?),\s*Required:\s*([0-9]+),\s*Hardware limit[a-z]*:\s*([0-9]+)",
+        r"(?m)out of resource:\s*([A-Za-z][A-Za-z\s]*?)(?:,\s*Required:\s*([0-9]+),\s*Hardware limit[a-z]*:\s*([0-9]+)|,?[\t\x20]*$)",
     )
 });
 static ORT_NODE: Pattern = LazyLock::new(|| {
@@ -130,6 +137,16 @@ fn xla(text: &str, out: &mut Vec<Piece>) {
         let mut f = Facts::default();
         f.opt_int("requested_bytes", int_at(c, 1).or_else(|| size_at(c, 2)));
         f.opt_int("free_bytes", size_at(c, 4));
+        out.push(Piece::message(s, e, kind, f));
+    });
+    each(&XLA_ATTEMPT, text, |c, s, e| {
+        // PJRT's wording is read whole by XLA_REQUEST.
+        if text[..s].ends_with("device buffer: ") {
+            return;
+        }
+        let mut f = Facts::default();
+        f.opt_int("requested_bytes", size_at(c, 1));
+        f.opt_int("free_bytes", size_at(c, 3));
         out.push(Piece::message(s, e, kind, f));
     });
     each(&XLA_RESERVE, text, |c, s, e| {

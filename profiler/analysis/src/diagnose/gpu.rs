@@ -72,15 +72,22 @@ impl GpuNumbers {
         let real = |b: u128| total.is_none_or(|tot| b <= tot);
         let procs = f.processes();
         let listed: u128 = procs.iter().map(|p| p.bytes).filter(|&b| real(b)).sum();
+        // A container zeroes the driver's per-process figures: an own-process figure below what
+        // PyTorch allocated beside a list of nothing but `0 bytes` says nothing of the others,
+        // so they are estimated as if no list were printed.
+        let zeroed = this.is_none()
+            && f.bytes("this_process_bytes") == Some(0)
+            && !procs.is_empty()
+            && procs.iter().all(|p| p.bytes == 0);
         let others = match (this, total, free) {
-            _ if f.bytes("this_process_bytes").is_some() && !procs.is_empty() => {
+            _ if f.bytes("this_process_bytes").is_some() && !procs.is_empty() && !zeroed => {
                 Some((listed, Others::Stated))
             }
             // No list: everything in use that is not this process belongs to others.
             (Some(t), Some(tot), Some(fr)) => {
                 Some((tot.saturating_sub(fr).saturating_sub(t), Others::Stated))
             }
-            _ if !procs.is_empty() => {
+            _ if !procs.is_empty() && !zeroed => {
                 // Without the own-process clause the list includes this job: it is the process
                 // whose usage is closest above what PyTorch reserved (or allocated).
                 let mine = reserved.or(allocated);

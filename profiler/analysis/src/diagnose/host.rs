@@ -7,8 +7,11 @@ use super::Kind;
 use regex::Regex;
 use std::sync::LazyLock;
 
-static RUST: LazyLock<Option<Regex>> =
-    LazyLock::new(|| compile(r"memory allocation of ([0-9]+) bytes failed"));
+/// Rust's allocation-failure abort, also quoted with its size elided (`memory allocation of …
+/// failed`).
+static RUST: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    compile(r"memory allocation of (?:([0-9]+) bytes|(?:…|\.\.\.)(?: bytes)?) failed")
+});
 static KILLED: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(
         r"(?:(Memory cgroup out of memory|Out of memory)(?: \([a-z_]+\))?:\s*)?Killed process ([0-9]+)(?:, UID ([0-9]+),)? \(",
@@ -106,8 +109,12 @@ fn killed(text: &str, out: &mut Vec<Piece>) {
         f.opt_text("scope", scope(str_at(c, 1)));
         out.push(Piece::part(s, end, Kind::LinuxOomKiller, f, true).stage(KERNEL_CLOSES));
     });
+    // The report's first line opens the event; alone (the rest not pasted) it is still the
+    // kernel's OOM report.
     each(&INVOKED, text, |_, s, e| {
-        out.push(Piece::boundary(s, e, Kind::LinuxOomKiller));
+        let mut p = Piece::boundary(s, e, Kind::LinuxOomKiller);
+        p.evidence = true;
+        out.push(p);
     });
 }
 

@@ -3,7 +3,8 @@
 //! rows, `kubectl describe pod` blocks and pod-status YAML), PyTorch's `DataLoader worker (pid N)
 //! is killed by signal: Killed`, Ray's memory monitor, YARN's container kills, and a distributed
 //! launcher's report of a rank it started that died of SIGKILL (torchrun's elastic agent,
-//! DeepSpeed's launcher).
+//! DeepSpeed's launcher; gunicorn's arbiter, Airflow's task runner), and Amazon ECS's stopped-task
+//! reason for a container its memory ended.
 
 use super::facts::{Fact, Facts};
 use super::scan::{
@@ -123,6 +124,37 @@ static TORCHRUN_SIGKILL: Pattern =
 /// exits with return code = -9`), also retyped (`exits with run code= -9`).
 static DEEPSPEED_SIGKILL: Pattern =
     LazyLock::new(|| compile(r"(?i)exits? with (?:return|run|exit) code\s?=\s?-9\b"));
+/// Amazon ECS's stopped reason for a container that passed its memory limit (`OutOfMemoryError:
+/// Container killed due to memory usage`, in the console, `ecs-cli ps` rows or retyped in any
+/// case), and the ECS agent's own line for Docker's OOM event on a container (`DockerGoClient:
+/// process within container <id> (name: "<name>") died due to OOM`).
+static ECS_KILLED: Pattern =
+    LazyLock::new(|| compile(r"(?i)OutOfMemoryError: Container killed due to memory usage"));
+static ECS_AGENT: Pattern = LazyLock::new(|| {
+    compile(r#"DockerGoClient: process within container \S+ \(name: "([^"\n]+)"\) died due to OOM"#)
+});
+/// runc killed for memory while it started a container's first process (`container init was
+/// OOM-killed (memory limit too low?)`): reported by whatever runs the container, named by its own
+/// words on the line (the kubelet's event, ECS's `CannotStartContainerError`).
+static RUNC_INIT: Pattern = LazyLock::new(|| compile(r"container init was OOM-killed"));
+/// An exit code stated beside a container's stopped reason (`ExitCode: 137`, `Exit Code\t137`,
+/// `Exit code: 137`, `Exit code 0`).
+static STATED_EXIT: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"(?i)\bexit ?code\b[\t :=|]*(-?[0-9]+)\b").ok());
+/// How many lines after a stopped reason its exit code may come (the console's table row).
+const EXIT_CODE_LINES: usize = 2;
+/// gunicorn's arbiter on a worker it found ended by SIGKILL, with its own memory hint (`Worker
+/// (pid:21) was sent SIGKILL! Perhaps out of memory?`).
+static GUNICORN_SIGKILL: Pattern =
+    LazyLock::new(|| compile(r"Worker \(pid:([0-9]+)\) was sent SIGKILL! Perhaps out of memory\?"));
+/// Airflow on a task process ended by SIGKILL (Airflow 3's task runner: `Process terminated by
+/// signal. … TaskRunner-killed: signal=-9: signal_name="SIGKILL"`; Airflow 2: `Task exited with
+/// return code Negsignal.SIGKILL`).
+static AIRFLOW_SIGKILL: Pattern = LazyLock::new(|| {
+    compile(
+        r"Process terminated by signal\.[^\n]*?signal=-9\b|Task exited with return code Negsignal\.SIGKILL",
+    )
+});
 static YARN_LIMITS: Pattern = LazyLock::new(|| {
     compile(
         r"Container killed by YARN for exceeding memory limits\.? ([0-9.]+) ?([KMGTP]?B) of ([0-9.]+) ?([KMGTP]?B) (virtual|physical) memory used",
@@ -166,13 +198,66 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     if has("memory limits") {
         yarn(text, out);
     }
-    if has("-9") {
+    if has("-9") || has("SIGKILL") {
         launchers(text, out);
+    }
+    if contains_any_case(text, "container killed due to memory usage") || has("died due to OOM") {
+        ecs(text, out);
+    }
+    if has("init was OOM-killed") {
+        runc_init(text, out);
     }
 }
 
-/// A launcher's report of a rank it started that died of SIGKILL: the process was killed, and on
-/// Linux nearly always by the kernel's or a cgroup's OOM killer.
+/// runc's OOM kill of a container's init, with the orchestrator its line names as the reporter.
+fn runc_init(text: &str, out: &mut Vec<Piece>) {
+    each(&RUNC_INIT, text, |_, s, e| {
+        let line = &text[text[..s].rfind('\n').map_or(0, |i| i + 1)..line_end(text, e)];
+        let mut f = Facts::default();
+        if line.contains("kubelet") {
+            f.text("reporter", "kubernetes");
+        } else if line.contains("CannotStartContainerError") {
+            f.text("reporter", "ecs");
+        }
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+}
+
+/// Amazon ECS's report of a container ended for its memory: the stopped reason with the exit code
+/// stated on its line (either side) or on the next lines, and the agent's log line naming the
+/// container.
+fn ecs(text: &str, out: &mut Vec<Piece>) {
+    each(&ECS_KILLED, text, |_, s, e| {
+        let mut f = reporter("ecs");
+        let line = text[..s].rfind('\n').map_or(0, |i| i + 1);
+        let mut to = line_end(text, e);
+        for _ in 0..EXIT_CODE_LINES {
+            if to < text.len() {
+                to = line_end(text, to + 1);
+            }
+        }
+        let code = |t: &str| {
+            STATED_EXIT
+                .as_ref()
+                .and_then(|re| re.captures(t))
+                .and_then(|c| int_at(&c, 1))
+        };
+        f.opt_int(
+            "exit_code",
+            code(&text[line..line_end(text, e)]).or_else(|| code(&text[e..to])),
+        );
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+    each(&ECS_AGENT, text, |c, s, e| {
+        let mut f = reporter("ecs");
+        f.opt_text("container", str_at(c, 1));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+}
+
+/// A launcher's report of a rank it started that died of SIGKILL (torchrun, DeepSpeed; a server's
+/// arbiter for its worker, gunicorn; a scheduler for its task, Airflow): the process was killed,
+/// and on Linux nearly always by the kernel's or a cgroup's OOM killer.
 fn launchers(text: &str, out: &mut Vec<Piece>) {
     each(&TORCHRUN_SIGKILL, text, |c, s, e| {
         let mut f = reporter("torchrun");
@@ -183,6 +268,18 @@ fn launchers(text: &str, out: &mut Vec<Piece>) {
     each(&DEEPSPEED_SIGKILL, text, |_, s, e| {
         let mut f = reporter("deepspeed");
         f.int("exit_code", -9);
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+    each(&GUNICORN_SIGKILL, text, |c, s, e| {
+        let mut f = reporter("gunicorn");
+        f.opt_int("pid", int_at(c, 1));
+        f.text("signal", "SIGKILL");
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+    each(&AIRFLOW_SIGKILL, text, |_, s, e| {
+        let mut f = reporter("airflow");
+        f.int("exit_code", -9);
+        f.text("signal", "SIGKILL");
         out.push(Piece::message(s, e, Kind::OomKillReport, f));
     });
 }
@@ -197,13 +294,10 @@ fn dataloader(text: &str, out: &mut Vec<Piece>) {
         f.opt_int("pid", int_at(c, 1));
         if c.get(2).is_some() {
             f.text("signal", "Bus error");
-            out.push(Piece::part(
-                s,
-                e,
-                Kind::OomKillReport,
-                f,
-                c.get(3).is_some(),
-            ));
+            // PyTorch's hint, or the line's own words, tie the bus error to shared memory.
+            let line = &text[text[..s].rfind('\n').map_or(0, |i| i + 1)..line_end(text, e)];
+            let shm = c.get(3).is_some() || contains_any_case(line, "shared memory");
+            out.push(Piece::part(s, e, Kind::OomKillReport, f, shm));
         } else {
             f.text("signal", "Killed");
             out.push(Piece::message(s, e, Kind::OomKillReport, f));

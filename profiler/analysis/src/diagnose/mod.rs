@@ -115,7 +115,9 @@ impl Kind {
 
     /// Whether a finding of this kind stands on its evidence alone: its message may state no fact
     /// (`No available memory for the cache blocks`, a bare `CUBLAS_STATUS_ALLOC_FAILED`,
-    /// TensorFlow 0.x's `OOM when allocating tensor with shape` with nothing after it).
+    /// TensorFlow 0.x's `OOM when allocating tensor with shape` with nothing after it, Rust's abort
+    /// quoted with its size elided, the kernel's `invoked oom-killer` header pasted without the
+    /// rest of its report).
     pub(crate) fn evidence_suffices(self) -> bool {
         matches!(
             self,
@@ -127,6 +129,8 @@ impl Kind {
                 | Kind::TorchCudaOomAsync
                 | Kind::VllmKvCache
                 | Kind::GenericOom
+                | Kind::RustAllocFailure
+                | Kind::LinuxOomKiller
         )
     }
 }

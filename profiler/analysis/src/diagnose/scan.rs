@@ -298,8 +298,9 @@ const HELD_ELSEWHERE: [&str; 8] = [
     "cudaSetDevice",
 ];
 /// Phrases with which a runtime states a per-allocation size cap.
-const SIZE_CAP: [&str; 7] = [
+const SIZE_CAP: [&str; 8] = [
     "allocate memory block with size larger than",
+    "invalid memory alloc request size",
     "than the maximum allowed buffer size",
     "than the maximum buffer size",
     "maximum allocation size",
@@ -343,6 +344,7 @@ fn context_notes(text: &str, start: usize, end: usize, f: &Finding) -> Notes {
             || near.contains("llocation size")
             || near.contains("buffer size")
             || near.contains("AllocationSize")
+            || near.contains("alloc request size")
             || near.contains("MAX_MEM_ALLOC"))
             && {
                 let lower = near.to_ascii_lowercase();

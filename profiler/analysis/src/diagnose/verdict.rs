@@ -471,6 +471,21 @@ fn other(kind: Kind, f: &Facts, ctx: &Context) -> (Verdict, Vec<Remedy>) {
         (Some(r), None) => format!("a {} allocation", b(r)),
         _ => "an allocation".to_string(),
     };
+    // TensorFlow's CPU allocator (`…/device:CPU:0 by allocator cpu`) failed in host memory.
+    if kind == Kind::TensorflowOom
+        && (f
+            .str("allocator")
+            .is_some_and(|a| a.eq_ignore_ascii_case("cpu"))
+            || f.str("device").is_some_and(|d| d.contains("device:CPU")))
+    {
+        return (
+            v(
+                VerdictKind::HostOom,
+                format!("TensorFlow's CPU allocator could not get {size}: host memory (the machine's or its container's) was the limit"),
+            ),
+            vec![remedy::profile_host(), remedy::data_loader()],
+        );
+    }
     let (verdict, evidence) = match kind {
         Kind::JaxXlaOom if r.is_none() && f.bytes("used_bytes").is_some() => (
             VerdictKind::Capacity,

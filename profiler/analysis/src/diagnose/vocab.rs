@@ -33,6 +33,10 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         // query)`), and an operation's own memory (MySQL's `Out of sort memory`).
         r"|(?i:\bmemory limit \([^)\n]{1,30}\) exceeded|\bout of (?:sort|query|join) memory\b|\bmemory allocation error\b)",
         r"|(?i:\bsystemd-oomd killed\b|\bkilled\b[^\n]{0,300}?\bdue to memory pressure\b)",
+        // systemd-oomd's own kill lines, whose reason is on another line or cut off
+        // (`systemd-oomd[659]: oomd attempting to kill 407 with KILL`, `systemd-oomd[93234]: Killed
+        // /user.slice/…`): it only kills for memory pressure or swap.
+        r"|\bsystemd-oomd\[[0-9]+\]: (?:Killed /|oomd attempting to kill [0-9]+)",
         r"|(?i:\bbeyond (?:the )?(?:physical|virtual) memory limit)",
         // A batch system's kill for memory (HTCondor's `Job killed by HTCondor due to excessive
         // memory use`) and a job past its maximum memory figure (WMAgent's `Job has exceeded
@@ -41,14 +45,20 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|(?i:\bexceed(?:s|ed|ing)? (?:the |its )?-{0,2}max(?:imum)?[ -]?(?:pss|rss|vss|vsize|memory)\b)",
         r"|(?i:\bmem(?:ory)? (?:limit |quota |budget )?(?:exceeded|exhausted)|\bmem(?:ory)? \S+ exceeded (?:the )?limit|\bTERM_MEMLIMIT\b|\bGC overhead limit exceeded|\bpaging file is too small)",
         // A limit's size between the words (PHP's `Allowed memory size of 134217728 bytes
-        // exhausted`).
-        r"|(?i:\bmemory (?:size|limit) of [0-9][0-9,.]*(?: ?[KMGTP]?i?B| bytes)? (?:exhausted|exceeded))",
+        // exhausted`), or left out where a title shortens it (`Allowed memory size exhausted`).
+        r"|(?i:\bmemory (?:size|limit)(?: of [0-9][0-9,.]*(?: ?[KMGTP]?i?B| bytes)?)? (?:exhausted|exceeded))",
         // Windows' memory error codes: not enough memory (8), out of memory (14), the commit
         // limit (1455: the paging file is too small), whatever language the message is in.
         r"|(?i:\[winerror (?:8|14|1455)\]|\bos error (?:8|14|1455)\b|\berrno[= ]1455\b)",
         r"|\bMemoryError\b|\bbad_alloc\b|\bBadAlloc\b",
         r"|(?i:\b(?:insufficient|not enough|no available|no free|low on|ran out of|running out of|run out of|runs out of) (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
         r"|(?i:\b(?:used|using|use) all (?:the )?available (?:memory|ram|vram)\b)",
+        // Nothing left for what comes next (SGLang's `Loaded weights leave no GPU memory for the
+        // KV cache`).
+        r"|(?i:\b(?:leaves?|leaving|left) (?:no|too little|not enough|insufficient) (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
+        // An allocator refusing a request's size as invalid (PostgreSQL's `invalid memory alloc
+        // request size 1225135280`: past its per-allocation cap).
+        r"|(?i:\binvalid (?:memory )?alloc(?:ation)? request size\b)",
         r"|(?i:\bmemory allocation\b[^\n]{0,40}?\bfailed)",
         // An allocation of a stated size that failed (Gaudi's `workspace Allocation of size
         // ::14493741952 failed`).
@@ -202,7 +212,7 @@ const SETTINGS: &[&str] = &[
 
 /// Whether a (lower-cased) line is source code or a setting rather than a report: an `except`
 /// or `catch` clause, an import or a definition (not a comment: the JVM's `# Native memory
-/// allocation … failed` is a report), or an OOM-killer setting.
+/// allocation … failed` is a report), an OOM-killer setting, or a stack frame.
 fn is_code_or_setting(lower: &str) -> bool {
     let t = lower.trim_start();
     [
@@ -211,6 +221,8 @@ fn is_code_or_setting(lower: &str) -> bool {
     .iter()
     .any(|p| t.starts_with(p))
         || SETTINGS.iter().any(|s| lower.contains(s))
+        // A kernel or native stack frame (`mem_cgroup_out_of_memory+0xbb/0xd0`) names a function.
+        || (lower.contains("+0x") && lower.contains("/0x"))
 }
 
 /// A line within this many lines of a specific reader's message belongs to that message.
@@ -227,10 +239,16 @@ static SIZE_AFTER: Pattern = LazyLock::new(|| {
 });
 /// A size after `buffer of size` (llama.cpp's `failed to allocate CPU buffer of size 84940800`,
 /// R's `cannot allocate vector of size 4.5 Gb`, PostgreSQL's `Failed on request of size 16`,
-/// Gaudi's `Allocation of size ::14493741952`, `Allocation failed for size::234881024`): bytes
-/// when no unit follows.
+/// Gaudi's `Allocation of size ::14493741952`, `Allocation failed for size::234881024`,
+/// PostgreSQL's `alloc request size 1225135280`): bytes when no unit follows.
 static SIZE_OF: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:(?:buffer|block|array|tensor|chunk|region|allocation|vector|request) of|(?:failed|fails|failure) for) size\s*:*\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT]b|B)?\b").ok()
+    Regex::new(r"(?i)\b(?:(?:buffer|block|array|tensor|chunk|region|allocation|vector|request) of|(?:failed|fails|failure) for|alloc(?:ation)? request) size\s*:*\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT]b|B)?\b").ok()
+});
+/// A size before what it sizes, in parentheses (`alloc failed for tensor-span:105 (1792.00 MiB
+/// chunk)`).
+static SIZE_NOUN: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\(([0-9]+)(\.[0-9]+)?\s?([KMGTP]i?B) (?:chunk|block|buffer|region|tensor)\)")
+        .ok()
 });
 /// A negative size where a request's size is written (`cannot allocate -8410442019078995968-byte
 /// block`).
@@ -332,13 +350,14 @@ static OPERATION_CAP: Pattern = LazyLock::new(|| {
 });
 /// Most lines read after a vocabulary line for the facts of the message it opens.
 const CONTINUED: usize = 8;
-/// A process killed for memory (`OOMKilled`, `OOM killer`, `oom-kill`), whoever reports it.
+/// A process killed for memory (`OOMKilled`, `OOM killer`, `oom-kill`, `killed by out of memory`,
+/// `killed due to memory usage`), whoever reports it, with the exit code it states.
 /// Also a memory monitor's kill: systemd-oomd's, or a worker restarted because it passed its
 /// memory limit or budget (Dask's nanny: `exceeded 95% memory budget. Restarting`; PM2's `Process 2
 /// restarted because it exceeds --max-memory-restart value`).
 static KILLED: Pattern = LazyLock::new(|| {
     Regex::new(concat!(
-        r"(?i)\boom[-_ ]?kill|\bkilled by (?:the )?oom|\bsystemd-oomd killed|\bdue to memory pressure\b",
+        r"(?i)\boom[-_ ]?kill|\bkilled (?:by|due to|because of) (?:the |an? )?(?:oom\b|out[ -]of[ -]memory|memory usage)|\bsystemd-oomd killed|\bsystemd-oomd\[[0-9]+\]: (?:Killed /|oomd attempting to kill [0-9]+)|\bdue to memory pressure\b",
         r"|\bmemory (?:usage )?(?:limit|budget|threshold)\W[^\n]{0,40}?\b(?:restarting|killing|terminating)\b",
         r"|\b(?:restarted|killed|terminated) because it exceed(?:s|ed)\b",
     ))
@@ -346,6 +365,10 @@ static KILLED: Pattern = LazyLock::new(|| {
 });
 static EXIT_137: Pattern =
     LazyLock::new(|| Regex::new(r"(?i)\bexit(?:ed)?(?: with)? (?:code|status)[ :=]*137\b").ok());
+/// An exit code a kill report states (`exit_code=-9`, `exit code 0`, `Exit status: 9`).
+static STATED_EXIT: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\bexit(?:ed)?[ _]?(?:with )?(?:code|status)\b[ :=]{0,3}(-?[0-9]+)\b").ok()
+});
 
 /// A line's byte range and its number (0-based).
 struct Line {
@@ -730,6 +753,10 @@ fn attribute(line: &str) -> (Kind, Facts) {
             f.text("reason", "OOMKilled");
         }
         f.opt_int("pid", stated_pid(line));
+        f.opt_int(
+            "exit_code",
+            cap(&STATED_EXIT).and_then(|c| c.get(1)?.as_str().parse().ok()),
+        );
         // A monitor's kill may state the use and the limit it compared (PM2's `current_memory=N
         // max_memory_limit=M`).
         let size = |re: &Pattern| re.as_ref()?.captures(line).and_then(|c| size_of(&c));
@@ -742,6 +769,7 @@ fn attribute(line: &str) -> (Kind, Facts) {
     }
     if let Some(b) = cap(&SIZE_AFTER)
         .or_else(|| cap(&SIZE_OF))
+        .or_else(|| cap(&SIZE_NOUN))
         .or_else(|| cap(&KEY_SIZE))
         .and_then(|c| size_of(&c))
     {
@@ -821,6 +849,7 @@ mod tests {
             &VOCABULARY,
             &SIZE_AFTER,
             &SIZE_OF,
+            &SIZE_NOUN,
             &NEGATIVE_SIZE,
             &LIMIT,
             &BYTE_LIMIT,
@@ -839,6 +868,7 @@ mod tests {
             &OPERATION_CAP,
             &KILLED,
             &EXIT_137,
+            &STATED_EXIT,
             &KILLED_PROCESS,
         ] {
             assert!(p.is_some());
