@@ -55,14 +55,19 @@ pub fn child_cgroup(name: &str, limit: u64) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-/// Builds the C program `source` as `dir/name` with the system's compiler (`cc -O1`), or says
-/// why not (the test then skips).
-pub fn c_program(dir: &std::path::Path, name: &str, source: &str) -> Option<PathBuf> {
+/// Builds the C program `source` as `dir/name` with the system's compiler (`cc` with `cflags`,
+/// such as `-O1`), or says why not (the test then skips).
+pub fn c_program(
+    dir: &std::path::Path,
+    name: &str,
+    source: &str,
+    cflags: &[&str],
+) -> Option<PathBuf> {
     let src = dir.join(format!("{name}.c"));
     std::fs::write(&src, source).expect("C source");
     let exe = dir.join(name);
     match std::process::Command::new("cc")
-        .arg("-O1")
+        .args(cflags)
         .arg("-o")
         .arg(&exe)
         .arg(&src)

@@ -10,9 +10,9 @@ use std::process::Command;
 
 /// A C program `hold MIB MS CODE`: allocates and touches MIB MiB, holds it MS ms, exits CODE.
 fn hold_program(dir: &Path) -> Option<PathBuf> {
-    let src = dir.join("hold.c");
-    std::fs::write(
-        &src,
+    memsight_e2e::c_program(
+        dir,
+        "hold",
         "#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n\
          volatile char sink;\n\
          int main(int c, char **v) {\n\
@@ -20,22 +20,8 @@ fn hold_program(dir: &Path) -> Option<PathBuf> {
            char *p = malloc(mib << 20); memset(p, 1, mib << 20); sink = p[mib];\n\
            usleep(ms * 1000); sink = p[ms]; free(p); return code;\n\
          }\n",
+        &["-O1"],
     )
-    .unwrap();
-    let exe = dir.join("hold");
-    match Command::new("cc")
-        .arg("-O1")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .status()
-    {
-        Ok(s) if s.success() => Some(exe),
-        _ => {
-            println!("SKIP: no working C compiler (cc)");
-            None
-        }
-    }
 }
 
 fn setup(name: &str) -> Option<(PathBuf, PathBuf)> {

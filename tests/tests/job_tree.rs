@@ -581,6 +581,7 @@ fn a_program_exiting_as_its_session_starts_is_said_to_exit_with_its_code() {
            memset(sink, 1, 3 << 20);\n\
            exit(sink[100] == 1 ? 3 : 4);\n\
          }\n",
+        &["-O1"],
     ) else {
         return;
     };

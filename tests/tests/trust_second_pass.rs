@@ -316,29 +316,11 @@ fn a_dynamically_linked_musl_program_runs_under_memsight_run() {
 
 /// Builds a C program from `body` (the inside of `main`) with the system's compiler, or says why not.
 fn c_program(dir: &Path, body: &str) -> Option<std::path::PathBuf> {
-    let src = dir.join("p.c");
-    std::fs::write(
-        &src,
-        format!(
-            "#include <stdint.h>\n#include <time.h>\n#include <unistd.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <malloc.h>\n\
-             int main(void) {{ {body} }}\n"
-        ),
-    )
-    .unwrap();
-    let exe = dir.join("p");
-    match Command::new("cc")
-        .arg("-O0")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .status()
-    {
-        Ok(s) if s.success() => Some(exe),
-        _ => {
-            println!("SKIP: no working C compiler (cc)");
-            None
-        }
-    }
+    let source = format!(
+        "#include <stdint.h>\n#include <time.h>\n#include <unistd.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <malloc.h>\n\
+         int main(void) {{ {body} }}\n"
+    );
+    memsight_e2e::c_program(dir, "p", &source, &["-O0"])
 }
 
 fn run_c(name: &str, body: &str) -> Option<(i32, Value)> {
