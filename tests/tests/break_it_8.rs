@@ -130,3 +130,92 @@ fn nothing_is_allocated_under_the_loader_s_lock() {
     assert_eq!(r.code, 0, "{}", r.out);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Ctrl-C (SIGINT to the terminal's process group) and a scheduler's preemption (SIGTERM to the
+/// whole job, SIGKILL after a grace time) during a `torchrun` job: every process had the signal,
+/// none failed. The post-mortem said `rank 1 (pid N) failed first: ended without exiting: killed
+/// by a signal …` — the user's own Ctrl-C blamed on a rank. Now it says the job was stopped from
+/// outside, and every report is written before the grace time ends.
+#[test]
+fn a_torchrun_job_stopped_by_ctrl_c_or_a_scheduler_blames_no_rank() {
+    use std::os::unix::process::CommandExt;
+    let Some(py) = torch_python() else {
+        println!("SKIP: no torch venv (the set-up script creates it; make build runs it)");
+        return;
+    };
+    if !preload_built() {
+        return;
+    }
+    let torchrun = py.with_file_name("torchrun");
+    let job = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python_jobs/ddp_until_stopped.py");
+    for (signal, name, port) in [
+        (libc::SIGINT, "SIGINT", "29561"),
+        (libc::SIGTERM, "SIGTERM", "29562"),
+    ] {
+        let dir = scratch(&format!("break8-stop-{name}"));
+        let mut child = Command::new(memsight_e2e::memsight_bin())
+            .current_dir(&dir)
+            .arg("run")
+            .arg("--report")
+            .arg(dir.join("r-{rank}.json"))
+            .arg("--")
+            .arg(&torchrun)
+            .args(["--nproc_per_node=2", "--master_port", port])
+            .arg(&job)
+            .arg(&dir)
+            .env(
+                "PATH",
+                format!("{}:/usr/bin:/bin", py.parent().unwrap().display()),
+            )
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("memsight runs");
+        let step = |r: u32| {
+            std::fs::read_to_string(dir.join(format!("rank{r}.step")))
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let trained = memsight_e2e::wait_until(300, || step(0) >= 5 && step(1) >= 5);
+        // The whole group, as a terminal's Ctrl-C or Slurm's preemption sends it.
+        // SAFETY: signalling the process group this test started.
+        unsafe { libc::kill(-(child.id() as i32), signal) };
+        let done = memsight_e2e::wait_until(120, || matches!(child.try_wait(), Ok(Some(_))));
+        if !done {
+            // The grace time is over: SIGKILL, as the scheduler would.
+            // SAFETY: as above.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+        }
+        let out = child.wait_with_output().expect("memsight ends");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(trained, "the ranks never reached step 5:\n{said}");
+        assert!(done, "memsight did not end after {name}:\n{said}");
+        let report: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("r-job.json"))
+                .unwrap_or_else(|e| panic!("no job report ({e}):\n{said}")),
+        )
+        .expect("a JSON report");
+        for r in 0..2 {
+            assert!(
+                dir.join(format!("r-{r}.json")).exists(),
+                "no report of rank {r} after {name}:\n{said}"
+            );
+        }
+        let description = report["post_mortem"]["description"].as_str().unwrap_or("");
+        assert!(
+            !description.contains("failed first"),
+            "{name} to the whole job blamed a process: {description}"
+        );
+        assert!(
+            description.starts_with(&format!("stopped from outside: {name}")),
+            "{description}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
