@@ -98,7 +98,7 @@ fn a_job_preloaded_with_tcmalloc_or_jemalloc_is_counted_whole() {
 /// memsight's heap sampler listed the loaded objects with `dl_iterate_phdr` and allocated inside its
 /// callback, with the loader's lock held. An allocator that takes that lock under its own
 /// (tcmalloc's stack walker, as its heap grows) then waited for memsight's sampler thread while
-/// that thread waited for it: a tcmalloc-preloaded PyTorch job hung for good (1 run in 4 here). An
+/// that thread waited for it: a tcmalloc-preloaded PyTorch job hung for good (1 run in 8 here). An
 /// allocator placed after memsight's library that refuses such an allocation finds it every time.
 #[test]
 fn nothing_is_allocated_under_the_loader_s_lock() {
