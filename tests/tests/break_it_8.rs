@@ -219,3 +219,37 @@ fn a_torchrun_job_stopped_by_ctrl_c_or_a_scheduler_blames_no_rank() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// A recipe that puts its allocator before memsight's library inside the job
+/// (`LD_PRELOAD=libtcmalloc.so.4:$LD_PRELOAD`): the allocator serves the program, memsight's
+/// `malloc` is never called, and the heap is not measured. `check` said to "run it under `memsight
+/// run`" — it was; the cause is the library's place, which it now names.
+#[test]
+fn an_allocator_put_before_memsight_is_named_as_why_the_heap_is_not_measured() {
+    if !preload_built() {
+        return;
+    }
+    let Some(tcmalloc) = system_library("libtcmalloc.so.4") else {
+        println!("SKIP: libtcmalloc.so.4 is not installed (apt: libgoogle-perftools4)");
+        return;
+    };
+    let dir = scratch("break8-allocator-first");
+    let script = format!("LD_PRELOAD={}:$LD_PRELOAD exec sleep 1", tcmalloc.display());
+    let r = run_job(&dir, &[], &["sh", "-c", script.as_str()], &[]);
+    assert_eq!(r.code, 0, "{}", r.out);
+    let check = memsight_e2e::run_memsight(
+        &[
+            "check".as_ref(),
+            dir.join("r.json").as_os_str(),
+            "--max-host-peak".as_ref(),
+            "10MiB".as_ref(),
+        ],
+        None,
+    );
+    let said = format!("{}{}", check.out, check.err);
+    assert!(
+        said.contains("not measured") && said.contains("puts another allocator before it"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
