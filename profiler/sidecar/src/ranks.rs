@@ -128,6 +128,9 @@ pub(crate) struct Assembly<'a> {
     pub report: &'a Path,
     /// The job's first process and how `wait` said it ended.
     pub root: (u32, Option<std::process::ExitStatus>),
+    /// The first stop signal `memsight run` received (SIGINT, SIGTERM, SIGHUP) and when (Unix ms):
+    /// a process that ended after it was stopped with the job, not the first to fail.
+    pub stopped: Option<(libc::c_int, u64)>,
 }
 
 impl Assembly<'_> {
@@ -388,6 +391,19 @@ impl Assembly<'_> {
         let Some(pm) = report.post_mortem.as_mut() else {
             return;
         };
+        if let Some((sig, at)) = self.stopped {
+            if first.ended_unix_ms.is_none_or(|end| end >= at) {
+                let then = pm.description.clone();
+                pm.description = format!(
+                    "stopped from outside: {} reached memsight and the job (Ctrl-C, or a \
+                     scheduler ending the job) before any of its processes failed; then the \
+                     job: {then}",
+                    crate::cause::signal_name(sig)
+                );
+                pm.job_end = Some(then);
+                return;
+            }
+        }
         // A process that exited with an error in a job that succeeded is no failure of the job.
         let killed = matches!(row.end.kind.as_str(), "killed" | "oom_killed");
         if pm.exit_code == Some(0) && !killed {

@@ -175,6 +175,7 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         interval: opts.interval,
         report: &opts.report,
         root: (pid, status),
+        stopped: crate::stop_signals::stopped(),
     };
     let rank_errors = ranks.write_rank_reports(&mut report);
     ranks.describe_job(&mut report);
@@ -248,15 +249,13 @@ struct Watching<'a> {
 /// `wait` gave one) and when it died. Until a process of the job opens a ring the job is sampled
 /// from outside, as `attach` does; a job that never opens one (it does not carry memsight) keeps
 /// those samples as its timeline, and one that does drops them for its own. Ctrl-C reaches the job
-/// through the process group; the sidecar ignores it meanwhile, to write the report, and outlives
+/// through the process group; the sidecar notes it meanwhile (never ends of it), to write the report, and outlives
 /// SIGTERM and SIGHUP ([`crate::stop_signals`]).
 fn follow(
     mut child: std::process::Child,
     opts: &RunOptions,
     w: &mut Watching,
 ) -> (Option<ExitStatus>, u64) {
-    // SAFETY: setting a signal disposition to SIG_IGN.
-    unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
     w.stops.follow(child.id());
     // A thread waits for the job so its death is timed precisely; this loop follows the rings.
     let pid = child.id();
@@ -337,8 +336,6 @@ fn follow(
             }
         }
     };
-    // SAFETY: restoring the default disposition.
-    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
     w.job.finish(w.outputs);
     // A program the job exec'd that ended before the gap fell back, and that no ring took over
     // from: its outside samples are the job's last.

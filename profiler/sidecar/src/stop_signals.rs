@@ -5,22 +5,52 @@
 //! the job is passed the signal — unless the job catches it itself: then it cannot be told whether
 //! the job already has it (a second one could cut a graceful shutdown short), and the sidecar says
 //! so instead.
+//!
+//! Ctrl-C (`SIGINT` to the terminal's process group) reaches the job through its group and is
+//! never passed on. Each of these signals is noted with the time it first arrived
+//! ([`stopped`]): processes of the job that end after it were stopped, not failed — a rank that
+//! a scheduler's SIGTERM or a Ctrl-C ends is no cause of the job's end.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Signals received and not yet handled, one bit per signal number.
 static RECEIVED: AtomicU32 = AtomicU32::new(0);
 
-/// The signals this module handles.
-const SIGNALS: [libc::c_int; 2] = [libc::SIGTERM, libc::SIGHUP];
+/// The first stop signal received, and when (Unix ms); 0 while none was.
+static FIRST_SIGNAL: AtomicU32 = AtomicU32::new(0);
+static FIRST_UNIX_MS: AtomicU64 = AtomicU64::new(0);
+
+/// The signals this module notes; the first [`PASSED_ON`] of them are passed on to the job.
+const SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGHUP, libc::SIGINT];
+/// How many of [`SIGNALS`] are passed on to a job that did not get them (not Ctrl-C's).
+const PASSED_ON: usize = 2;
 
 /// How long a job that does not catch the signal has to end of it (it had it from its group).
 const GRACE: Duration = Duration::from_millis(300);
 
 extern "C" fn note(sig: libc::c_int) {
-    // Async-signal-safe: one atomic or.
+    // Async-signal-safe: atomics and clock_gettime.
     RECEIVED.fetch_or(1 << sig, Ordering::SeqCst);
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime is async-signal-safe and writes only `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    let ms = (ts.tv_sec as u64) * 1000 + (ts.tv_nsec as u64) / 1_000_000;
+    if FIRST_UNIX_MS
+        .compare_exchange(0, ms.max(1), Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok()
+    {
+        FIRST_SIGNAL.store(sig as u32, Ordering::SeqCst);
+    }
+}
+
+/// The first stop signal `memsight run` received while it followed its job, and when (Unix ms).
+pub(crate) fn stopped() -> Option<(libc::c_int, u64)> {
+    let at = FIRST_UNIX_MS.load(Ordering::SeqCst);
+    (at != 0).then(|| (FIRST_SIGNAL.load(Ordering::SeqCst) as libc::c_int, at))
 }
 
 /// Follows the stop signals for one job; restores their default action when dropped.
@@ -35,7 +65,7 @@ impl StopSignals {
     /// Installs the handler (before the job is started).
     pub(crate) fn install() -> StopSignals {
         for s in SIGNALS {
-            // SAFETY: a handler that only does an atomic or.
+            // SAFETY: a handler that only does atomics and clock_gettime.
             unsafe { libc::signal(s, note as extern "C" fn(libc::c_int) as libc::sighandler_t) };
         }
         StopSignals {
@@ -52,7 +82,7 @@ impl StopSignals {
     /// Called from the follow loop: passes a received signal on when due.
     pub(crate) fn poll(&mut self) {
         let got = RECEIVED.swap(0, Ordering::SeqCst);
-        if let Some(&s) = SIGNALS.iter().find(|&&s| got & (1 << s) != 0) {
+        if let Some(&s) = SIGNALS[..PASSED_ON].iter().find(|&&s| got & (1 << s) != 0) {
             if self.waiting.is_none() {
                 self.waiting = Some((s, Instant::now()));
             }

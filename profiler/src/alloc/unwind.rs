@@ -223,55 +223,113 @@ unsafe extern "C" fn count_cb(info: *mut libc::dl_phdr_info, _: usize, data: *mu
 }
 
 /// Every loaded object with unwind tables, as framehop modules, with their code ranges.
+///
+/// Nothing is allocated while the loader's lock is held (inside `dl_iterate_phdr`): an allocator
+/// that takes that lock under a lock of its own — tcmalloc walks the stack as its heap grows, and
+/// its stack walker iterates the loaded objects — waited for this thread while this thread, in its
+/// `malloc`, waited for it: a PyTorch job preloaded with tcmalloc hung for good. So the objects are
+/// counted first, room for them is made, and the callback only copies each one's numbers into it
+/// (an object loaded between the two passes makes the copy start again).
 fn modules() -> Vec<(Module<Mapped>, (u64, u64))> {
-    let mut out: Vec<(Module<Mapped>, (u64, u64))> = Vec::new();
-    // SAFETY: the callback reads the loader's program headers of each object.
-    unsafe { libc::dl_iterate_phdr(Some(module_cb), (&raw mut out).cast()) };
-    out
+    let mut found: Vec<Found> = Vec::new();
+    loop {
+        let mut count = 0usize;
+        // SAFETY: the callback only counts.
+        unsafe { libc::dl_iterate_phdr(Some(object_count_cb), (&raw mut count).cast()) };
+        found.clear();
+        found.reserve_exact(count + 8);
+        let mut sink = (&mut found, false);
+        // SAFETY: the callback reads the loader's program headers of each object and pushes within
+        // the vector's capacity (no allocation).
+        unsafe { libc::dl_iterate_phdr(Some(found_cb), (&raw mut sink).cast()) };
+        if !sink.1 {
+            break;
+        }
+    }
+    found
+        .iter()
+        // SAFETY: each object's name is the loader's, kept while the object is loaded.
+        .map(|f| unsafe { module_from(f) })
+        .collect()
 }
 
-unsafe extern "C" fn module_cb(
-    info: *mut libc::dl_phdr_info,
+unsafe extern "C" fn object_count_cb(
+    _: *mut libc::dl_phdr_info,
     _: usize,
     data: *mut c_void,
 ) -> c_int {
-    let out = &mut *data.cast::<Vec<(Module<Mapped>, (u64, u64))>>();
-    if let Some(m) = module_of(&*info) {
-        out.push(m);
-    }
+    *data.cast::<usize>() += 1;
     0
 }
 
-/// One object's module: its executable segment and its `.eh_frame` (found through
-/// `PT_GNU_EH_FRAME`, the `.eh_frame_hdr` the loader maps).
-unsafe fn module_of(info: &libc::dl_phdr_info) -> Option<(Module<Mapped>, (u64, u64))> {
+unsafe extern "C" fn found_cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
+    let (out, full) = &mut *data.cast::<(&mut Vec<Found>, bool)>();
+    let Some(f) = found_of(&*info) else {
+        return 0;
+    };
+    if out.len() == out.capacity() {
+        *full = true;
+        return 1;
+    }
+    out.push(f);
+    0
+}
+
+/// One object's executable segment and `.eh_frame` (found through `PT_GNU_EH_FRAME`, the
+/// `.eh_frame_hdr` the loader maps), as numbers: what the loader's callback copies.
+struct Found {
+    name: *const std::ffi::c_char,
+    bias: u64,
+    /// The executable segment's address and size, before the bias.
+    text: (u64, u64),
+    /// `.eh_frame_hdr`'s.
+    hdr: (u64, u64),
+    /// `.eh_frame`'s.
+    eh_frame: (u64, u64),
+}
+
+/// The numbers of one object, read from its program headers; allocates nothing.
+unsafe fn found_of(info: &libc::dl_phdr_info) -> Option<Found> {
     let bias = info.dlpi_addr;
     let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
     let text = phdrs
         .iter()
         .find(|p| p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_X != 0)?;
     let hdr = phdrs.iter().find(|p| p.p_type == libc::PT_GNU_EH_FRAME)?;
-    let seg = |vaddr: u64, len: u64| {
+    let hdr_bytes =
+        std::slice::from_raw_parts((bias + hdr.p_vaddr) as *const u8, hdr.p_memsz as usize);
+    let eh_frame = eh_frame_of(hdr_bytes, bias + hdr.p_vaddr)? - bias;
+    // `.eh_frame`'s length is not in the header: up to the end of the segment that holds it.
+    let holder = phdrs.iter().find(|p| {
+        p.p_type == libc::PT_LOAD && p.p_vaddr <= eh_frame && eh_frame < p.p_vaddr + p.p_memsz
+    })?;
+    Some(Found {
+        name: info.dlpi_name,
+        bias,
+        text: (text.p_vaddr, text.p_memsz),
+        hdr: (hdr.p_vaddr, hdr.p_memsz),
+        eh_frame: (eh_frame, holder.p_vaddr + holder.p_memsz - eh_frame),
+    })
+}
+
+/// One object's module, with its code range.
+///
+/// # Safety
+/// `f` describes an object still loaded.
+unsafe fn module_from(f: &Found) -> (Module<Mapped>, (u64, u64)) {
+    let bias = f.bias;
+    let seg = |(vaddr, len): (u64, u64)| {
         Mapped(std::slice::from_raw_parts(
             (bias + vaddr) as *const u8,
             len as usize,
         ))
     };
-    let hdr_bytes = seg(hdr.p_vaddr, hdr.p_memsz);
-    let eh_frame = eh_frame_of(&hdr_bytes, bias + hdr.p_vaddr)? - bias;
-    // `.eh_frame`'s length is not in the header: up to the end of the segment that holds it.
-    let holder = phdrs.iter().find(|p| {
-        p.p_type == libc::PT_LOAD && p.p_vaddr <= eh_frame && eh_frame < p.p_vaddr + p.p_memsz
-    })?;
-    let eh_len = holder.p_vaddr + holder.p_memsz - eh_frame;
-    let name = if info.dlpi_name.is_null() {
+    let name = if f.name.is_null() {
         String::new()
     } else {
-        CStr::from_ptr(info.dlpi_name)
-            .to_string_lossy()
-            .into_owned()
+        CStr::from_ptr(f.name).to_string_lossy().into_owned()
     };
-    let text_svma = text.p_vaddr..text.p_vaddr + text.p_memsz;
+    let text_svma = f.text.0..f.text.0 + f.text.1;
     let range = (bias + text_svma.start, bias + text_svma.end);
     let module = Module::new(
         name,
@@ -280,15 +338,15 @@ unsafe fn module_of(info: &libc::dl_phdr_info) -> Option<(Module<Mapped>, (u64, 
         ExplicitModuleSectionInfo {
             base_svma: 0,
             text_svma: Some(text_svma.clone()),
-            text: Some(seg(text.p_vaddr, text.p_memsz)),
-            eh_frame_svma: Some(eh_frame..eh_frame + eh_len),
-            eh_frame: Some(seg(eh_frame, eh_len)),
-            eh_frame_hdr_svma: Some(hdr.p_vaddr..hdr.p_vaddr + hdr.p_memsz),
-            eh_frame_hdr: Some(hdr_bytes),
+            text: Some(seg(f.text)),
+            eh_frame_svma: Some(f.eh_frame.0..f.eh_frame.0 + f.eh_frame.1),
+            eh_frame: Some(seg(f.eh_frame)),
+            eh_frame_hdr_svma: Some(f.hdr.0..f.hdr.0 + f.hdr.1),
+            eh_frame_hdr: Some(seg(f.hdr)),
             ..Default::default()
         },
     );
-    Some((module, range))
+    (module, range)
 }
 
 /// An object is being unloaded: until the next refresh, walks are libgcc's (its tables may be

@@ -256,8 +256,13 @@ impl Report {
     }
 
     /// What to say in place of the heap's figures when it was not measured.
+    /// A job under `memsight run` can get here too: a program started without memsight's library
+    /// in `LD_PRELOAD`, or with another allocator before it there (a recipe's
+    /// `LD_PRELOAD=libtcmalloc.so.4:$LD_PRELOAD`), so the advice names the library's place.
     pub const HEAP_NOT_MEASURED: &'static str = "not measured: the process was sampled from \
-        outside; run it under `memsight run` (which preloads memsight) for its heap";
+        outside (`attach`, `run --no-preload`, or a program whose `LD_PRELOAD` lacks memsight's \
+        library or puts another allocator before it); `memsight run` preloads the library, first, \
+        for its heap";
 
     /// Whether the heap peaked outside every step and phase of a job that marked some (set-up,
     /// say): `heap_peak_step` and `heap_peak_phase` are then absent for that reason.
