@@ -43,6 +43,16 @@ if ! command -v promtool >/dev/null && command -v apt-get >/dev/null && [ "$(id 
     { apt-get install -y -qq prometheus || { apt-get update -qq && apt-get install -y -qq prometheus; }; } >/dev/null 2>&1 \
         || say "could not install prometheus: the metrics test will skip its promtool and scrape checks"
 fi
+# Optional: tcmalloc and jemalloc for the test that a job preloading its own allocator is counted
+# whole (it skips, saying so, without).
+have_lib() { ldconfig -p 2>/dev/null | grep -q "$1"; }
+if ! { have_lib libtcmalloc.so.4 && have_lib libjemalloc.so.2; } \
+    && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    say "installing libgoogle-perftools4 and libjemalloc2 (for the preloaded-allocator tests)"
+    { apt-get install -y -qq libgoogle-perftools4 libjemalloc2 \
+        || { apt-get update -qq && apt-get install -y -qq libgoogle-perftools4 libjemalloc2; }; } >/dev/null 2>&1 \
+        || say "could not install tcmalloc/jemalloc: the preloaded-allocator tests will skip"
+fi
 
 torch_ok() { [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='$TORCH_VERSION' else 1)" 2>/dev/null; }
 if ! torch_ok; then
