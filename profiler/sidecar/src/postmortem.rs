@@ -129,9 +129,22 @@ pub(crate) fn final_report(e: Ending) -> Report {
         place: last
             .as_ref()
             .map_or(String::new(), |p| format!(" at {}", where_(p))),
-        failure_place: w
-            .alloc_failed_unix_ms
-            .map(|t| failure_place(samples, &e, t, w.alloc_failed_step, &report)),
+        // Where the job was when its first allocation failed (it may end elsewhere: a Python
+        // job's error ends in its interpreter's shutdown): the step it said, with the phase of the
+        // last sample before the failure when that sample is in the same step.
+        failure_place: w.alloc_failed_unix_ms.map(|t| {
+            let before = samples
+                .iter()
+                .rev()
+                .find(|s| e.start_unix_ms + s.t_ms <= t)
+                .map(at);
+            match (w.alloc_failed_step, before) {
+                (Some(step), Some(b)) if b.step != step => format!(" at step {step}"),
+                (Some(step), None) => format!(" at step {step}"),
+                (_, Some(b)) => format!(" at {}", where_(&b)),
+                (None, None) => String::new(),
+            }
+        }),
     };
     let (cause, description, findings) = ending.judge(&report, w);
     let age = last_age.map_or(String::new(), |a| {
@@ -151,36 +164,6 @@ pub(crate) fn final_report(e: Ending) -> Report {
         findings,
     });
     report
-}
-
-/// Where the job was when its first allocation failed, at Unix ms `t` in `step` (it may end
-/// elsewhere: a Python job's error ends in its interpreter's shutdown): that step, with the phase
-/// of the last sample before the failure when it is in that step, else of the first sample after
-/// it when that one is in that step and still in the training window; ` at step N` without either.
-fn failure_place(
-    samples: &[memsight_format::snapshot::Snapshot],
-    e: &Ending,
-    t: u64,
-    step: Option<u64>,
-    report: &Report,
-) -> String {
-    let when = |s: &memsight_format::snapshot::Snapshot| e.start_unix_ms + s.t_ms;
-    let before = samples.iter().rev().find(|s| when(s) <= t);
-    let Some(step) = step else {
-        return before.map_or(String::new(), |s| format!(" at {}", where_(&at(s))));
-    };
-    let training_end = report.training.as_ref().map_or(u64::MAX, |w| w.end_unix_ms);
-    let after = samples
-        .iter()
-        .find(|s| when(s) >= t)
-        .filter(|s| when(s) < training_end);
-    match before
-        .filter(|s| s.step == step)
-        .or(after.filter(|s| s.step == step))
-    {
-        Some(s) => format!(" at {}", where_(&at(s))),
-        None => format!(" at step {step}"),
-    }
 }
 
 fn where_(p: &PeakAt) -> String {
