@@ -53,8 +53,6 @@ pub(crate) struct Seen {
     pub workers: Option<usize>,
     /// ` at step N in phase P` of the last sample, or empty.
     pub place: String,
-    /// The same of the last sample before the first failed allocation, when the job said when.
-    pub failure_place: Option<String>,
 }
 
 impl Seen {
@@ -122,7 +120,6 @@ impl Seen {
             f.int("requested_bytes", failed_bytes);
             findings.push(finding(failed_kind, f, &ctx));
             let how = self.after_failure("aborted with");
-            let failed_at = self.failure_place.as_deref().unwrap_or(&self.place);
             let job = ctx.job.as_ref();
             let limit = job.and_then(|j| j.limit_bytes);
             let capacity = job.and_then(JobContext::capacity_bytes);
@@ -132,7 +129,7 @@ impl Seen {
                     "a single {} allocation failed{}, more than {}: a request that can never \
                      fit here; it {how}",
                     fmt_bytes(failed_bytes),
-                    failed_at,
+                    self.place,
                     if limit == Some(m) {
                         format!("the memory cgroup's limit of {}", fmt_bytes(m))
                     } else {
@@ -142,7 +139,7 @@ impl Seen {
                 None => format!(
                     "the job ran out of memory: a {} allocation failed{}; it {how}",
                     fmt_bytes(failed_bytes),
-                    failed_at
+                    self.place
                 ),
             };
             ("out_of_memory", description)

@@ -129,22 +129,6 @@ pub(crate) fn final_report(e: Ending) -> Report {
         place: last
             .as_ref()
             .map_or(String::new(), |p| format!(" at {}", where_(p))),
-        // Where the job was when its first allocation failed (it may end elsewhere: a Python
-        // job's error ends in its interpreter's shutdown): the step it said, with the phase of the
-        // last sample before the failure when that sample is in the same step.
-        failure_place: w.alloc_failed_unix_ms.map(|t| {
-            let before = samples
-                .iter()
-                .rev()
-                .find(|s| e.start_unix_ms + s.t_ms <= t)
-                .map(at);
-            match (w.alloc_failed_step, before) {
-                (Some(step), Some(b)) if b.step != step => format!(" at step {step}"),
-                (Some(step), None) => format!(" at step {step}"),
-                (_, Some(b)) => format!(" at {}", where_(&b)),
-                (None, None) => String::new(),
-            }
-        }),
     };
     let (cause, description, findings) = ending.judge(&report, w);
     let age = last_age.map_or(String::new(), |a| {

@@ -354,7 +354,6 @@ fn a_device_oom_post_mortem_names_the_line_that_asked_and_those_that_held() {
         oom_kills: None,
         workers: None,
         place: String::new(),
-        failure_place: None,
     };
     let (cause, description, _) = seen.judge(&report, &Watch::new());
     assert_eq!(cause, "out_of_memory");

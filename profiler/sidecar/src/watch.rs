@@ -27,10 +27,6 @@ pub(crate) struct Watch {
     /// Ring drops already told to viewers.
     dropped_told: u64,
     pub alloc_failures: (u64, u64),
-    /// When the first of them happened, Unix ms (a writer of wire 1.8 or later).
-    pub alloc_failed_unix_ms: Option<u64>,
-    /// The training step it happened in (wire 1.8).
-    pub alloc_failed_step: Option<u64>,
     pub ring_error: Option<String>,
     /// Sources the sidecar read itself (a job sampled from outside).
     pub sources: Vec<memsight::collect::SourceStatus>,
@@ -63,8 +59,6 @@ impl Watch {
             notes: std::collections::HashMap::new(),
             finished: false,
             alloc_failures: (0, 0),
-            alloc_failed_unix_ms: None,
-            alloc_failed_step: None,
             ring_error: None,
             sources: Vec::new(),
             phases: Vec::new(),
@@ -127,8 +121,6 @@ impl Watch {
         self.tell_drops(r, out);
         self.dropped = r.dropped();
         self.alloc_failures = r.alloc_failures();
-        self.alloc_failed_unix_ms = r.first_alloc_failure_unix_ms();
-        self.alloc_failed_step = r.first_alloc_failure_step();
     }
 
     /// Tells viewers everything kept so far (a process they follow from now on): its greeting and

@@ -291,7 +291,7 @@ fn counted_but_failed(size: usize) {
 #[cold]
 #[inline(never)]
 fn failed(size: usize) {
-    memsight_format::wire::ring::note_alloc_failure(size, crate::phases::current_step());
+    memsight_format::wire::ring::note_alloc_failure(size);
 }
 
 /// Current heap statistics: the process heap (with the `jemalloc` feature every allocation of the

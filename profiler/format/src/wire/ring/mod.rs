@@ -56,10 +56,6 @@ const OFF_HEAP_DUMP_REQUESTS: usize = 72;
 const OFF_HEAP_SAMPLING_REQUEST: usize = 80;
 /// Records the writer could not write at all (larger than a quarter of the ring; 1.5).
 const OFF_UNWRITTEN: usize = 88;
-/// When the first failed allocation happened, Unix ms (1.8; 0: none, or a writer before 1.8).
-const OFF_ALLOC_FAILED_AT: usize = 104;
-/// The training step the first failed allocation happened in, plus one (1.8; 0: not said).
-const OFF_ALLOC_FAILED_STEP: usize = 112;
 /// The exit code the writer's process is exiting with (1.6): `EXIT_SAID | code as u8`, 0 while it
 /// has said none. A process that ends without it was ended by a signal.
 const OFF_EXIT: usize = 96;
@@ -210,30 +206,15 @@ pub fn forget_in_forked_child(ring: Option<&RingWriter>) {
 }
 
 /// Records a failed allocation of `size` bytes in the open ring's header, if any: the count, and
-/// the size, time and training `step` of the first failure — the request that started the end,
-/// not whatever the dying process (its backtrace printer, say) failed to allocate afterwards; its
-/// time and step place it where it happened, not where the process ended (a Python job that
-/// raises `MemoryError` ends in its interpreter's shutdown). Called on the allocator's failure
-/// path: it never allocates, locks or blocks.
-pub fn note_alloc_failure(size: usize, step: u64) {
+/// the size of the first failure — the request that started the end, not whatever the dying
+/// process (its backtrace printer, say) failed to allocate afterwards. Called on the allocator's
+/// failure path: it never allocates, locks or blocks.
+pub fn note_alloc_failure(size: usize) {
     if let Some(count) = own_word(&ALLOC_FAILURE_WORDS) {
         let p: *const AtomicU64 = count;
-        // SAFETY: the count is followed by the first failure's size, the next header word, and
-        // the header's words up to its time.
-        let (first, at, in_step) = unsafe {
-            (
-                &*p.add(1),
-                &*p.add((OFF_ALLOC_FAILED_AT - OFF_ALLOC_FAILURES) / 8),
-                &*p.add((OFF_ALLOC_FAILED_STEP - OFF_ALLOC_FAILURES) / 8),
-            )
-        };
-        if first
-            .compare_exchange(0, size as u64, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-        {
-            at.store(crate::clock::unix_ms(), Ordering::Relaxed);
-            in_step.store(step.saturating_add(1), Ordering::Relaxed);
-        }
+        // SAFETY: the count is followed by the first failure's size, the next header word.
+        let first = unsafe { &*p.add(1) };
+        let _ = first.compare_exchange(0, size as u64, Ordering::Relaxed, Ordering::Relaxed);
         count.fetch_add(1, Ordering::Release);
     }
 }

@@ -145,18 +145,6 @@ impl RingReader {
         )
     }
 
-    /// When the job's first failed allocation happened, Unix ms (a writer of 1.8 or later).
-    pub fn first_alloc_failure_unix_ms(&self) -> Option<u64> {
-        u64_at(&self.file, OFF_ALLOC_FAILED_AT).filter(|&t| t != 0)
-    }
-
-    /// The training step the job's first failed allocation happened in (a writer of 1.8 or later).
-    pub fn first_alloc_failure_step(&self) -> Option<u64> {
-        u64_at(&self.file, OFF_ALLOC_FAILED_STEP)
-            .filter(|&s| s != 0)
-            .map(|s| s - 1)
-    }
-
     /// Records lost so far: overwritten before this reader got to them, torn or unreadable, and
     /// those the writer could not write at all (too large for the ring, counted in its header).
     pub fn dropped(&self) -> u64 {
