@@ -253,3 +253,66 @@ fn an_allocator_put_before_memsight_is_named_as_why_the_heap_is_not_measured() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `memsight run -- setpriv --reuid nobody --regid nogroup --clear-groups PROG` (a container's
+/// entry point dropping root): setpriv changes the uid first, keeping its capabilities on its own
+/// thread only (`PR_SET_KEEPCAPS`, `capset`), then the gid, which the C library applies to every
+/// thread. The job's first process started its session with a thread at once; that thread had no
+/// `CAP_SETGID` left, so the C library aborted setpriv (exit 134) before PROG ran. The first
+/// process's sampler thread now waits as a helper's start does (100 ms, or 1 MiB held).
+#[test]
+fn a_launcher_that_drops_root_runs_its_program() {
+    if !preload_built() {
+        return;
+    }
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIP: only root can change its uid with setpriv");
+        return;
+    }
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        println!("SKIP: setpriv is not installed (util-linux)");
+        return;
+    }
+    let dir = scratch("break8-setpriv");
+    let source = "#include <stdio.h>\n#include <unistd.h>\n\
+        int main(void) { printf(\"program ran as uid %d gid %d\\n\", (int)getuid(), (int)getgid()); return 7; }\n";
+    let Some(prog) = memsight_e2e::c_program(&dir, "whoami_prog", source, &["-O1"]) else {
+        return;
+    };
+    // nobody must reach the program: the scratch directory and the program are world-readable.
+    for p in [dir.as_path(), prog.as_path()] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let prog = prog.to_string_lossy().into_owned();
+    for round in 0..5 {
+        let r = run_job(
+            &dir,
+            &[],
+            &[
+                "setpriv",
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                prog.as_str(),
+            ],
+            &[],
+        );
+        assert_eq!(r.code, 7, "round {round}: {}", r.out);
+        assert!(
+            r.out.contains("program ran as uid 65534 gid 65534"),
+            "round {round}: {}",
+            r.out
+        );
+        let report: Value = serde_json::from_str(&r.report).expect("a JSON report");
+        assert_eq!(
+            report["job"]["exit"]["code"], 7,
+            "round {round}: {}",
+            report["job"]
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

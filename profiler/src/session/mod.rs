@@ -102,6 +102,8 @@ pub struct SessionBuilder {
     /// In a job started by hand: the user's path keeps this report only if no process of the job
     /// that is more its main process wrote one (`by_hand`).
     offered: bool,
+    /// The sampler thread waits for [`Session::start_sampler`].
+    sampler_later: bool,
 }
 
 /// Where the session's flight recorder goes.
@@ -125,6 +127,7 @@ impl Default for SessionBuilder {
             ring: RingChoice::Default,
             report_from_env: false,
             offered: false,
+            sampler_later: false,
         }
     }
 }
@@ -169,6 +172,15 @@ impl SessionBuilder {
     /// ```
     pub fn quiet(mut self) -> Self {
         self.quiet = true;
+        self
+    }
+
+    /// Starts no thread: the session writes its ring and first snapshot, and its sampler thread
+    /// waits for [`Session::start_sampler`]. For a process that may change its credentials before
+    /// it runs for long (`setpriv`, `su`): the C library applies a uid or gid change to every
+    /// thread, and aborts the process when a thread that lost its capabilities refuses it.
+    pub fn sampler_later(mut self) -> Self {
+        self.sampler_later = true;
         self
     }
 
@@ -361,26 +373,38 @@ impl SessionBuilder {
             eprint!("{}", first.render_block("session start"));
         }
         shared.record(first);
-        let worker = Arc::clone(&shared);
-        let interval = cfg.interval;
-        let sampler = std::thread::Builder::new()
-            .name("memsight-sampler".into())
-            .spawn(move || worker.run(interval))
-            .map_err(|e| {
+        let sampler = if cfg.sampler_later {
+            None
+        } else {
+            Some(spawn_sampler(&shared, cfg.interval).map_err(|e| {
                 ACTIVE.store(false, Ordering::SeqCst);
                 SessionError::Spawn(e)
-            })?;
+            })?)
+        };
         *lock(&CURRENT) = Some(Arc::clone(&shared));
         flight::install(ring, started, hello);
         Ok(Session {
             shared,
-            sampler: Some(sampler),
+            sampler,
             cfg,
             report_dir,
             finished: false,
         })
     }
 }
+
+/// Spawns the sampler thread. Its stack size is given, so spawning reads no environment variable:
+/// [`Session::start_sampler`] may run inside `malloc`, whose caller may hold the environment's lock.
+fn spawn_sampler(shared: &Arc<Shared>, interval: Duration) -> std::io::Result<JoinHandle<()>> {
+    let worker = Arc::clone(shared);
+    std::thread::Builder::new()
+        .name("memsight-sampler".into())
+        .stack_size(SAMPLER_STACK)
+        .spawn(move || worker.run(interval))
+}
+
+/// The sampler thread's stack: the standard library's default for spawned threads.
+const SAMPLER_STACK: usize = 2 << 20;
 
 /// A running profiling session: samples memory until [`Session::finish`] (or drop).
 pub struct Session {
@@ -473,6 +497,17 @@ impl Session {
             .map(PathBuf::from)
             .unwrap_or_default();
         heapprof::report_section(dumps, &dir)
+    }
+
+    /// Starts the sampler thread of a session built with [`SessionBuilder::sampler_later`]; does
+    /// nothing when it runs or the session finished.
+    pub fn start_sampler(&mut self) -> Result<(), SessionError> {
+        if self.finished || self.sampler.is_some() {
+            return Ok(());
+        }
+        let sampler = spawn_sampler(&self.shared, self.cfg.interval).map_err(SessionError::Spawn)?;
+        self.sampler = Some(sampler);
+        Ok(())
     }
 
     /// Stops sampling, takes a last snapshot, writes the report (when a path is set) and returns it.
