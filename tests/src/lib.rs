@@ -331,3 +331,54 @@ pub mod probe {
         black_box(copy)
     }
 }
+
+/// What a Python job under `memsight run` left ([`run_python_job`]).
+pub struct PythonRun {
+    /// The job's report.
+    pub report: serde_json::Value,
+    /// The truth the job wrote as JSON to its last argument (null when it wrote none).
+    pub truth: serde_json::Value,
+    /// What memsight and the job printed.
+    pub out: String,
+    /// The exit code of `memsight run` (the job's).
+    pub code: i32,
+}
+
+/// Runs `tests/python_jobs/SCRIPT ARGS… TRUTH` with the torch environment's Python under
+/// `memsight run` with `envs` added, in a scratch directory named after `tag` (removed after);
+/// `None`, having said why, without the environment or the preloaded library.
+pub fn run_python_job(
+    tag: &str,
+    script: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Option<PythonRun> {
+    let Some(py) = torch_python() else {
+        println!("SKIP: no torch venv (the set-up script creates it; make build runs it)");
+        return None;
+    };
+    if !preload_built() {
+        return None;
+    }
+    let dir = scratch(tag);
+    let truth = dir.join("truth.json");
+    let job = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python_jobs")
+        .join(script);
+    let mut command = vec![py.into_os_string(), job.into_os_string()];
+    command.extend(args.iter().map(std::ffi::OsString::from));
+    command.push(truth.clone().into_os_string());
+    let r = run_job(&dir, &[], &command, envs);
+    let truth = std::fs::read_to_string(&truth)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let report = serde_json::from_str(&r.report).expect("a JSON report");
+    let _ = std::fs::remove_dir_all(&dir);
+    Some(PythonRun {
+        report,
+        truth,
+        out: r.out,
+        code: r.code,
+    })
+}

@@ -4,41 +4,20 @@
 //! the iteration and phase in which it allocates a known 200 MiB block). Needs the torch virtual
 //! environment and the preloaded library (`make build`); each test skips, saying why, without.
 
-use memsight_e2e::{preload_built, run_job, scratch, torch_python};
+use memsight_e2e::{preload_built, run_job, run_python_job, scratch, torch_python};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// `auto_loops.py LOOP` under `memsight run` with `BLOCK_AT=block_at`: the report and the truth.
 fn run_loop(name: &str, block_at: &str) -> Option<(Value, Value, String)> {
-    let Some(py) = torch_python() else {
-        println!("SKIP: no torch venv (the set-up script creates it; make build runs it)");
-        return None;
-    };
-    if !preload_built() {
-        return None;
-    }
-    let dir = scratch(&format!("break6-{name}"));
-    let truth = dir.join("truth.json");
-    let job = script();
-    let r = run_job(
-        &dir,
-        &[],
-        &[
-            py.as_os_str(),
-            job.as_os_str(),
-            name.as_ref(),
-            truth.as_os_str(),
-        ],
+    let r = run_python_job(
+        &format!("break6-{name}"),
+        "auto_loops.py",
+        &[name],
         &[("PYTHONWARNINGS", "ignore"), ("BLOCK_AT", block_at)],
-    );
+    )?;
     assert_eq!(r.code, 0, "{}", r.out);
-    let truth: Value = serde_json::from_str(&std::fs::read_to_string(&truth).expect("the truth"))
-        .expect("JSON truth");
-    Some((
-        serde_json::from_str(&r.report).expect("a JSON report"),
-        truth,
-        r.out,
-    ))
+    Some((r.report, r.truth, r.out))
 }
 
 fn script() -> PathBuf {

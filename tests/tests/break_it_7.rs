@@ -2,35 +2,13 @@
 //! run`, each figure checked against the truth the job records. Needs the torch virtual
 //! environment and the preloaded library (`make build`); each test skips, saying why, without.
 
-use memsight_e2e::{preload_built, run_job, scratch, torch_python};
+use memsight_e2e::{preload_built, run_job, run_python_job, scratch, torch_python};
 use serde_json::Value;
-use std::path::Path;
 
 /// `python_jobs/NAME ARGS… truth.json` under `memsight run`: the report and the truth.
 fn run_script(name: &str, envs: &[(&str, &str)]) -> Option<(Value, Value, String, i32)> {
-    let Some(py) = torch_python() else {
-        println!("SKIP: no torch venv (the set-up script creates it; make build runs it)");
-        return None;
-    };
-    if !preload_built() {
-        return None;
-    }
-    let dir = scratch(&format!("break7-{name}"));
-    let truth = dir.join("truth.json");
-    let job = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python_jobs")
-        .join(name);
-    let r = run_job(
-        &dir,
-        &[],
-        &[py.as_os_str(), job.as_os_str(), truth.as_os_str()],
-        envs,
-    );
-    let truth: Value = serde_json::from_str(&std::fs::read_to_string(&truth).expect("the truth"))
-        .expect("JSON truth");
-    let report = serde_json::from_str(&r.report).expect("a JSON report");
-    let _ = std::fs::remove_dir_all(&dir);
-    Some((report, truth, r.out, r.code))
+    let r = run_python_job(&format!("break7-{name}"), name, &[], envs)?;
+    Some((r.report, r.truth, r.out, r.code))
 }
 
 /// pytorch/examples' mnist_hogwild: the `spawn`ed children train, the parent only evaluates. The

@@ -3,7 +3,7 @@
 //! checked against the truth the job records. Needs the preloaded library (`make build`), and for
 //! the PyTorch jobs the torch virtual environment; each test skips, saying why, without.
 
-use memsight_e2e::{preload_built, run_job, scratch, torch_python};
+use memsight_e2e::{preload_built, run_job, run_python_job, scratch, torch_python};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,29 +13,8 @@ const MIB: f64 = (1u64 << 20) as f64;
 /// `python_jobs/env_job.py` under `memsight run` with `envs`: the report, the truth, what was
 /// printed and the exit code.
 fn run_env_job(tag: &str, envs: &[(&str, &str)]) -> Option<(Value, Value, String, i32)> {
-    let Some(py) = torch_python() else {
-        println!("SKIP: no torch venv (the set-up script creates it; make build runs it)");
-        return None;
-    };
-    if !preload_built() {
-        return None;
-    }
-    let dir = scratch(&format!("break8-{tag}"));
-    let truth = dir.join("truth.json");
-    let job = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python_jobs/env_job.py");
-    let r = run_job(
-        &dir,
-        &[],
-        &[py.as_os_str(), job.as_os_str(), truth.as_os_str()],
-        envs,
-    );
-    let truth: Value = std::fs::read_to_string(&truth)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(Value::Null);
-    let report = serde_json::from_str(&r.report).expect("a JSON report");
-    let _ = std::fs::remove_dir_all(&dir);
-    Some((report, truth, r.out, r.code))
+    let r = run_python_job(&format!("break8-{tag}"), "env_job.py", &[], envs)?;
+    Some((r.report, r.truth, r.out, r.code))
 }
 
 /// A shared library of the system's, if installed (`/usr/lib/<triplet>/NAME` or `/usr/lib/NAME`).
