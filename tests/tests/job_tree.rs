@@ -614,3 +614,52 @@ fn a_program_exiting_as_its_session_starts_is_said_to_exit_with_its_code() {
         assert_eq!(end["code"], 3, "{end}");
     }
 }
+
+/// A `multiprocessing.Pool` left by its `with` block terminates its workers (SIGTERM): the job
+/// exits 0, yet its post-mortem said `worker (pid N) failed first: ended without exiting: killed by
+/// a signal` and took the job for killed. A process killed by a signal (not the OOM killer) in a
+/// job that then exits 0 is no failure: the job's end is the post-mortem's. Each worker's row keeps
+/// its own heap and its end.
+#[test]
+fn a_pool_terminating_its_workers_at_its_end_is_no_failure() {
+    let Some(r) = memsight_e2e::run_python_job("job-tree-pool-end", "pool_end.py", &[], &[]) else {
+        return;
+    };
+    assert_eq!(r.code, 0, "{}", r.out);
+    let workers = r.truth["workers"].as_array().cloned().unwrap_or_default();
+    assert_eq!(workers.len(), 2, "{}\n{}", r.truth, r.out);
+    assert!(
+        workers
+            .iter()
+            .any(|w| w["exit"].as_i64().is_some_and(|c| c < 0)),
+        "the pool killed none of its workers, so the case did not happen: {}",
+        r.truth
+    );
+    let pm = &r.report["post_mortem"];
+    let said = pm["description"].as_str().unwrap_or_default();
+    assert!(
+        !said.contains("failed first") && said.contains("exited with code 0"),
+        "{pm}\n{}",
+        r.out
+    );
+    assert_ne!(pm["cause"], "killed", "{pm}");
+    let rows = r.report["processes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for w in &workers {
+        let row = rows
+            .iter()
+            .find(|p| p["pid"] == w["pid"])
+            .unwrap_or_else(|| panic!("no row for worker {w}: {rows:?}"));
+        let held = w["mib"].as_f64().unwrap_or(0.0);
+        let heap = row["heap_peak_bytes"].as_f64().unwrap_or(0.0) / (1u64 << 20) as f64;
+        assert!(
+            heap >= held && heap < held * 1.15,
+            "worker {w}: heap peak {heap:.1} MiB for a {held} MiB block: {row}"
+        );
+        if w["exit"].as_i64().is_some_and(|c| c < 0) {
+            assert_eq!(row["end"]["kind"], "killed", "{row}");
+        }
+    }
+}

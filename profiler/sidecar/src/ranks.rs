@@ -568,12 +568,19 @@ impl Assembly<'_> {
     }
 
     /// The member that failed first (killed, OOM-killed, or exited with an error), by when its
-    /// end was seen; a kill before an error exit seen at the same poll.
+    /// end was seen; a kill before an error exit seen at the same poll. In a job whose first
+    /// process exited with code 0, a process killed by a signal (not the OOM killer) is not a
+    /// failure: the job went on and succeeded, as when a pool terminates its workers at its end
+    /// (`multiprocessing.Pool`'s `with` block) or a program kills a child it started.
     fn first_failure(&self) -> Option<&Member> {
+        let succeeded = self.root.1.is_some_and(|s| s.success());
         self.job
             .members
             .iter()
-            .filter(|m| self.process_end(m).failed())
+            .filter(|m| {
+                let end = self.process_end(m);
+                end.failed() && !(succeeded && end.kind == "killed")
+            })
             .min_by_key(|m| {
                 (
                     m.ended_unix_ms.unwrap_or(u64::MAX),

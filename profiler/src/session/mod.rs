@@ -505,7 +505,8 @@ impl Session {
         if self.finished || self.sampler.is_some() {
             return Ok(());
         }
-        let sampler = spawn_sampler(&self.shared, self.cfg.interval).map_err(SessionError::Spawn)?;
+        let sampler =
+            spawn_sampler(&self.shared, self.cfg.interval).map_err(SessionError::Spawn)?;
         self.sampler = Some(sampler);
         Ok(())
     }
