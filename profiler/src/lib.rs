@@ -82,6 +82,6 @@ pub use training::{end_training, end_training_by};
 
 /// What the preloaded library tells the session about its process (a fork, an exit).
 pub mod process {
-    pub use crate::session::{exiting, forget_inherited, forked, writes_user_report};
+    pub use crate::session::{exiting, forget_inherited, forked, signals, writes_user_report};
 }
 pub use snapshot::Snapshot;

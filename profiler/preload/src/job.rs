@@ -177,6 +177,22 @@ pub(crate) fn marked() {
     MARKED.store(true, Ordering::Relaxed);
 }
 
+/// `kill`: a signal a measured process sends to another process is noted for its flight recorder
+/// (`memsight::process::signals`), so the sidecar tells a process the job stopped itself (a
+/// `multiprocessing.Pool` terminating its workers, a DataLoader's shutdown, a `subprocess`
+/// timeout) from one that failed. A process that sent one is worth a report however short it ran
+/// (the note reaches the sidecar through it). Then the system call, as the C library makes it.
+#[no_mangle]
+pub extern "C" fn kill(pid: libc::pid_t, signal: c_int) -> c_int {
+    if measured_here() && pid > 0 && signal > 0 {
+        memsight::process::signals::sent(pid, signal);
+        MARKED.store(true, Ordering::Relaxed);
+    }
+    // SAFETY: the `kill` system call with the caller's arguments; on failure it returns -1 and
+    // sets `errno`, as the C library's `kill` does.
+    unsafe { libc::syscall(libc::SYS_kill, pid, signal) as c_int }
+}
+
 /// A process that ends before its session started, having held at least this much heap (or
 /// marked a step or phase), starts and finishes one as it exits: its exact peak and steps are not
 /// lost (a `date` leaves nothing).

@@ -201,7 +201,16 @@ impl Assembly<'_> {
             ),
             (None, true) => (
                 "killed",
-                "ended without exiting: killed by a signal".to_string(),
+                match self.signalled_by(m) {
+                    Some((by, sig)) => format!(
+                        "ended without exiting: killed by a signal after {} (pid {}) of the job \
+                         sent it {}",
+                        by.role.map_or_else(|| "process".into(), |r| r.describe()),
+                        by.pid,
+                        crate::cause::signal_name(sig)
+                    ),
+                    None => "ended without exiting: killed by a signal".to_string(),
+                },
             ),
             (None, false) => ("running", "still running".to_string()),
         };
@@ -567,11 +576,28 @@ impl Assembly<'_> {
         format!(" ({})", parts.join(", "))
     }
 
+    /// The member of the job that last sent `m` a signal while `m` ran (its flight recorder's
+    /// `signal_sent` records), and the signal.
+    fn signalled_by(&self, m: &Member) -> Option<(&Member, i32)> {
+        let started = m.watch.ring_start_unix_ms.unwrap_or(0);
+        self.job
+            .members
+            .iter()
+            .filter(|o| o.pid != m.pid)
+            .filter_map(|o| {
+                let &(sig, at) = o.watch.signals_sent.get(&m.pid)?;
+                (at >= started).then_some((o, sig, at))
+            })
+            .max_by_key(|&(_, _, at)| at)
+            .map(|(o, sig, _)| (o, sig))
+    }
+
     /// The member that failed first (killed, OOM-killed, or exited with an error), by when its
-    /// end was seen; a kill before an error exit seen at the same poll. In a job whose first
-    /// process exited with code 0, a process killed by a signal (not the OOM killer) is not a
-    /// failure: the job went on and succeeded, as when a pool terminates its workers at its end
-    /// (`multiprocessing.Pool`'s `with` block) or a program kills a child it started.
+    /// end was seen; a kill before an error exit seen at the same poll. A process killed by a
+    /// signal (not the OOM killer) is no failure when the job stopped it itself: another of the
+    /// job's processes sent it a signal and it is not the job's main process or a rank (a pool
+    /// terminating its workers, a DataLoader's shutdown, a `subprocess` timeout); nor, whoever
+    /// sent the signal, in a job whose first process then exited with code 0.
     fn first_failure(&self) -> Option<&Member> {
         let succeeded = self.root.1.is_some_and(|s| s.success());
         self.job
@@ -579,7 +605,10 @@ impl Assembly<'_> {
             .iter()
             .filter(|m| {
                 let end = self.process_end(m);
-                end.failed() && !(succeeded && end.kind == "killed")
+                let stopped_by_job = end.kind == "killed"
+                    && !matches!(m.role, Some(Role::Main | Role::Rank { .. }))
+                    && self.signalled_by(m).is_some();
+                end.failed() && !stopped_by_job && !(succeeded && end.kind == "killed")
             })
             .min_by_key(|m| {
                 (

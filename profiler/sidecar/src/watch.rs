@@ -40,6 +40,8 @@ pub(crate) struct Watch {
     pub device_lines: Vec<memsight_format::device::DeviceLines>,
     /// Heap profiles the job announced, one per file still on disk.
     pub heap_dumps: Vec<memsight_format::heap_profile::DumpRecord>,
+    /// The signals this process sent to others (wire 1.9): the latest to each pid, with when.
+    pub signals_sent: std::collections::HashMap<u32, (i32, u64)>,
     /// The job's process tree, when the sidecar adds it (read from outside: PSS, workers) to the
     /// snapshots of the job's own.
     trees: Option<crate::tree::TreeSampler>,
@@ -66,6 +68,7 @@ impl Watch {
             device_ooms: Vec::new(),
             device_lines: Vec::new(),
             heap_dumps: Vec::new(),
+            signals_sent: std::collections::HashMap::new(),
             trees: None,
         }
     }
@@ -186,6 +189,13 @@ impl Watch {
                     self.heap_dumps
                         .retain(|o| o.path != d.path && std::path::Path::new(&o.path).exists());
                     self.heap_dumps.push(d);
+                }
+                Record::SignalSent {
+                    pid,
+                    signal,
+                    unix_ms,
+                } => {
+                    self.signals_sent.insert(pid, (signal, unix_ms));
                 }
                 _ => {}
             }

@@ -31,6 +31,7 @@ mod by_hand;
 mod panicked;
 mod place;
 mod sampler;
+pub mod signals;
 use memsight_format::timeline::{Timeline, DEFAULT_CAPACITY};
 use memsight_format::wire::ring::RingWriter;
 use memsight_format::wire::{self, Record};
@@ -530,6 +531,7 @@ impl Session {
         if let Some(r) = &self.shared.ring {
             append_snapshot(r, &last);
         }
+        self.shared.record_signals();
         let training = crate::training::close();
         self.shared.record_phases();
         // The step whose peak is the session's: where the exact peak's profile was.
@@ -679,6 +681,7 @@ pub fn forget_inherited() {
         std::mem::forget(current.take());
     }
     memsight_format::wire::ring::forget_in_forked_child(flight::forget_in_child());
+    signals::forget_inherited();
     ACTIVE.store(false, Ordering::SeqCst);
 }
 

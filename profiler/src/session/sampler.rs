@@ -70,12 +70,22 @@ impl Shared {
         if let Some(r) = &self.ring {
             append_snapshot(r, &s);
         }
+        self.record_signals();
         let mut timeline = lock(&self.timeline);
         // The steps' live bytes leave memsight's own records out (see `phases::steps`).
         crate::phases::own_timeline_bytes(|| {
             timeline.push(s);
             timeline.storage_bytes()
         });
+    }
+
+    /// Writes the signals this process sent since the last sample to the flight recorder.
+    pub(super) fn record_signals(&self) {
+        if let Some(r) = &self.ring {
+            for rec in super::signals::drain() {
+                r.append(&rec);
+            }
+        }
     }
 
     /// Writes the phase statistics and the size histogram so far to the flight recorder (when a

@@ -2,7 +2,9 @@
 two workers, each holding a known block (`WORKER_MIB`, default 40 and 80 MiB, every page touched),
 and is left by its `with` block, which terminates the workers (SIGTERM) — the usual end of a pool.
 Records the truth to argv[1] (JSON): each worker's pid, the MiB it held, and its exit code as
-`multiprocessing` saw it (negative: killed by that signal). Exits 0.
+`multiprocessing` saw it (negative: killed by that signal). Exits 0; with `THEN_EXIT=N`, waits
+half a second after the pool ended (its workers' ends are seen first) and exits N, as a job whose
+evaluation fails after its pool did its work.
 """
 import json
 import multiprocessing as mp
@@ -34,6 +36,10 @@ def main():
     with open(sys.argv[1], "w") as f:
         json.dump(truth, f)
     print("pool done:", truth)
+    code = int(os.environ.get("THEN_EXIT", "0"))
+    if code:
+        time.sleep(0.5)
+        sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -278,7 +278,7 @@ impl ViewerState {
                 }
                 self.last_heap_dump = Some(d);
             }
-            Record::Finished { .. } | Record::Unknown => {}
+            Record::Finished { .. } | Record::SignalSent { .. } | Record::Unknown => {}
         }
     }
 

@@ -19,7 +19,7 @@ use std::fmt;
 /// Incompatible format changes bump this; readers reject other majors.
 pub const MAJOR: u16 = 1;
 /// Additive changes (new record types, new optional fields) bump this.
-pub const MINOR: u16 = 7;
+pub const MINOR: u16 = 9;
 
 /// One thing the job tells its watchers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -95,6 +95,17 @@ pub enum Record {
     /// A device's allocated memory at its peak so far by Python line (PyTorch's allocator
     /// history; added in 1.7): the latest per device replaces the earlier.
     DeviceLines(Box<crate::device::DeviceLines>),
+    /// This process sent signal `signal` to process `pid` (`kill`; added in 1.9): the sidecar
+    /// tells a process the job stopped itself (a pool terminating its workers) from one that
+    /// failed.
+    SignalSent {
+        /// The process the signal was sent to.
+        pid: u32,
+        /// The signal's number.
+        signal: i32,
+        /// When it was sent, in Unix milliseconds.
+        unix_ms: u64,
+    },
     /// A record type from a newer minor version: skipped by this reader.
     #[serde(other)]
     Unknown,
