@@ -1325,6 +1325,109 @@ fn meets_thresholds(files: &[&str]) {
 }
 
 /// FNV-1a, 64-bit: the split's seeded hash (see the corpus README).
+/// Blind set 18 (83 messages, by a twelfth author; tuning half 34, held-out 49):
+/// `blind_set_is_split_by_its_seed_and_measured`. Every tuning message is found; one
+/// (fixwikihub-numpy-ndarray-prefix, a page's bulleted list of symptoms whose last bullet reads as
+/// a second kill report) is judged a label question, so the tuning half is held to every message
+/// found and 97% of them with exactly their facts.
+#[test]
+fn the_eighteenth_blind_set_is_split_by_its_seed_and_measured() {
+    blind_set_is_split_by_its_seed_and_measured(18, TuningBar::FoundAndFacts(0.97));
+}
+
+/// Blind set 18's tuning-half misses, one mechanism each, from their real messages (ids in
+/// `blind-18-tune.jsonl`): each is found once with exactly its labelled facts and verdict; and the
+/// new words stay out of ordinary lines.
+#[test]
+fn blind_set_eighteen_wordings_keep_their_facts() {
+    // A CUDA error's place in parentheses, the closing one lost (lc0-927).
+    let (kind, facts, _, _) = one("error CUDA error: out of memory (c:\\projects\\lc0\\src\\neural\\cuda\\network_cudnn.cc:442\n\nany idea what caused this?");
+    assert_eq!(kind, "cuda_driver_oom");
+    assert_eq!(
+        facts,
+        json!({"error_string": "out of memory", "location": "c:\\projects\\lc0\\src\\neural\\cuda\\network_cudnn.cc:442"})
+    );
+    // The driver call named before the status and a colon (dreyeve-23, libgpuarray).
+    let (kind, facts, _, _) = one("pygpu.gpuarray.GpuArrayException: cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: out of memory\nInputs types: [TensorType(int64, scalar), TensorType(int64, scalar)]");
+    assert_eq!(kind, "cuda_driver_oom");
+    assert_eq!(
+        facts,
+        json!({"exception_type": "pygpu.gpuarray.GpuArrayException", "failed_call": "cuMemAlloc", "cuda_error": "CUDA_ERROR_OUT_OF_MEMORY", "error_string": "out of memory"})
+    );
+    // A status's number before it (geti-1075, physical-ai-studio-440: Level Zero through SYCL).
+    for text in [
+        "    data_output = data.to(device, **kwargs)\nRuntimeError: Native API failed. Native API returns: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)",
+        "terminate called after throwing an instance of 'sycl::_V1::exception'\n  what():  Enqueue process failed.\nlevel_zero backend failed with error: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)\nFatal Python error: Aborted",
+    ] {
+        let (kind, facts, verdict, _) = one(text);
+        assert_eq!(
+            (kind.as_str(), verdict.as_str()),
+            ("generic_oom", "undetermined"),
+            "{text}"
+        );
+        assert_eq!(facts, json!({"error_code": 39}), "{text}");
+    }
+    // An automatic batch-size search that gave up (accelerate-1934): a device failure of no size.
+    let (kind, facts, verdict, _) =
+        one("RuntimeError: No executable batch size found, reached zero.");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("generic_oom", "undetermined")
+    );
+    assert_eq!(facts, json!({}));
+    // The kubelet's CgroupOOM event in a describe block (k8s-100487).
+    let (kind, facts, verdict, _) = one("Events:\n  Type     Reason     Age                From               Message\n  ----     ------     ----               ----               -------\n  Normal   Pulled     28s                kubelet            Successfully pulled image \"polinux/stress\" in 1.145060952s\n  Warning  CgroupOOM  28s                kubelet            Cgroup OOM encountered, victim process: stress, pid: 470521");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("oom_kill_report", "host_oom")
+    );
+    assert_eq!(
+        facts,
+        json!({"reporter": "kubernetes", "reason": "CgroupOOM", "pid": 470521})
+    );
+    // XLA:TPU's TensorCore and SparseCore usage past the device (openxla-e1000).
+    let (kind, facts, verdict, _) = one("RESOURCE_EXHAUSTED: TPU TensorCore Hbm usage: 34.82G, SparseCore Hbm usage 174.10G, exceeding available bytes: 95.74G");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("jax_xla_oom", "capacity")
+    );
+    assert_eq!(facts, json!({"total_bytes": 102_800_042_230_u64}));
+    // PyTorch's message cut inside the device clause, after a test's intent to cause it
+    // (pytorch-177714): the device it names; the intent is no report.
+    let (kind, facts, _, _) = one("Attempting to force OOM...\n  Allocated tensor 12: 11.00 GB total\n✓ OOM triggered at iteration 12: XPU out of memory. Tried to allocate 1024.00 MiB. GPU 0 has a");
+    assert_eq!(kind, "torch_cuda_oom_new");
+    assert_eq!(
+        facts,
+        json!({"backend": "XPU", "requested_bytes": 1_073_741_824_u64, "device_index": 0})
+    );
+    // A trainer that caught the failure and goes on with a smaller batch (dreambooth-852).
+    let (kind, _, verdict, _) = one("OOM Detected, reducing batch/grad size to 12/1.");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("generic_oom", "non_fatal")
+    );
+    // Advice to do so is no recovery.
+    let (_, _, verdict, _) =
+        one("RuntimeError: out of memory. Please try reducing the batch size to 4.");
+    assert_ne!(verdict, "non_fatal");
+    // Training told by a wish to train (easydiffusion-1027).
+    assert_eq!(
+        workload_of(
+            "I try to train in SD-WebUI，but it alwasy tell me ’CUBLAS_STATUS_ALLOC_FAILED ‘"
+        ),
+        "training"
+    );
+    // The words stay out of ordinary lines.
+    for line in [
+        "Native API returns: 0 (UR_RESULT_SUCCESS)",
+        "batch size found: 32 (reduced from 64)",
+        "kubectl describe pod -n default memory-demo-2",
+        "we force-pushed the branch to trigger the CI again",
+    ] {
+        assert!(diagnose(line, &Context::default()).is_empty(), "{line}");
+    }
+}
+
 fn fnv1a(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)

@@ -1,10 +1,10 @@
 //! Reports of a process killed for memory by whatever runs it (`oom_kill_report`): Slurm's
 //! `oom-kill event(s)` lines (old and new wording), Kubernetes' `OOMKilled` (`kubectl get pods`
-//! rows, `kubectl describe pod` blocks and pod-status YAML), PyTorch's `DataLoader worker (pid N)
-//! is killed by signal: Killed`, Ray's memory monitor, YARN's container kills, and a distributed
-//! launcher's report of a rank it started that died of SIGKILL (torchrun's elastic agent,
-//! DeepSpeed's launcher; gunicorn's arbiter, Airflow's task runner), and Amazon ECS's stopped-task
-//! reason for a container its memory ended.
+//! rows, `kubectl describe pod` blocks and pod-status YAML) and the kubelet's `CgroupOOM` events,
+//! PyTorch's `DataLoader worker (pid N) is killed by signal: Killed`, Ray's memory monitor, YARN's
+//! container kills, and a distributed launcher's report of a rank it started that died of SIGKILL
+//! (torchrun's elastic agent, DeepSpeed's launcher; gunicorn's arbiter, Airflow's task runner),
+//! and Amazon ECS's stopped-task reason for a container its memory ended.
 
 use super::facts::{Fact, Facts};
 use super::scan::{
@@ -60,6 +60,12 @@ static K8S_STATE_137: Pattern = LazyLock::new(|| {
     compile(
         r"(?m)^[\t\x20]*Reason:[\t\x20]*([A-Za-z]+)[\t\x20]*\r?\n[\t\x20]*Exit Code:[\t\x20]*137\b",
     )
+});
+/// The kubelet's own OOM events (`Warning  CgroupOOM  28s  kubelet  Cgroup OOM encountered,
+/// victim process: stress, pid: 470521`; `SystemOOM` for the node's): the event's reason and the
+/// process the kernel killed.
+static K8S_OOM_EVENT: Pattern = LazyLock::new(|| {
+    compile(r"\b(Cgroup|System) OOM encountered, victim process: [^,\n]+, pid: ([0-9]+)")
 });
 static K8S_EXIT: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"(?m)^[\t ]*(?:Exit Code|exitCode):[\t ]*(-?[0-9]+)").ok());
@@ -178,6 +184,9 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     }
     if has("Exit Code:") {
         killed_container(text, out);
+    }
+    if has(" OOM encountered, victim process") {
+        kubelet_event(text, out);
     }
     if has("low on resource") {
         evicted(text, out);
@@ -500,6 +509,19 @@ fn kubernetes(text: &str, out: &mut Vec<Piece>) {
         f.opt_int("memory_limit_bytes", resource("Limits:"));
         f.opt_int("memory_request_bytes", resource("Requests:"));
         out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
+    });
+}
+
+/// The kubelet's `CgroupOOM` / `SystemOOM` event: its reason and the process the kernel killed
+/// (the pod a `kubectl describe` command names is not a fact of the block, as for `OOMKilled`).
+fn kubelet_event(text: &str, out: &mut Vec<Piece>) {
+    each(&K8S_OOM_EVENT, text, |c, s, e| {
+        let mut f = reporter("kubernetes");
+        if let Some(scope) = str_at(c, 1) {
+            f.text("reason", format!("{scope}OOM"));
+        }
+        f.opt_int("pid", int_at(c, 2));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
     });
 }
 

@@ -340,6 +340,7 @@ fn non_fatal(kind: Kind, f: &Facts) -> (Verdict, Vec<Remedy>) {
         Kind::TensorflowOom => {
             "TensorFlow says this is not a failure: it retries or takes a slower path"
         }
+        Kind::GenericOom => "the program caught it and goes on with a smaller batch",
         _ => "the autotuner skips this configuration and uses another",
     };
     (
@@ -494,6 +495,15 @@ fn other(kind: Kind, f: &Facts, ctx: &Context) -> (Verdict, Vec<Remedy>) {
                 b(f.bytes("used_bytes").unwrap_or(0)),
                 f.bytes("total_bytes").map_or("the".into(), b),
                 f.str("memory_space").unwrap_or("device")
+            ),
+        ),
+        // XLA states only what the device has, with usage past it (TPU's `Hbm usage …, exceeding
+        // available bytes: 95.74G`): the program does not fit.
+        Kind::JaxXlaOom if r.is_none() && f.bytes("total_bytes").is_some() => (
+            VerdictKind::Capacity,
+            format!(
+                "the compiled program needs more than the {} the device has: it does not fit",
+                b(f.bytes("total_bytes").unwrap_or(0))
             ),
         ),
         Kind::JaxXlaOom if r.is_none() => (
