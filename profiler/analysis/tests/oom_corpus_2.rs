@@ -1428,6 +1428,87 @@ fn blind_set_eighteen_wordings_keep_their_facts() {
     }
 }
 
+/// Blind set 18's held-out misses, looked at only after its tuning half was fixed and the other
+/// sets re-measured; one general mechanism each, from the real messages (ids in
+/// `blind-18-heldout.jsonl`), with lines each must leave alone.
+#[test]
+fn blind_set_eighteen_held_out_families_are_read() {
+    // torchrun's ChildFailedError summary of a rank ended by signal 9 (cppo-6).
+    let (kind, facts, verdict, _) = one("Root Cause (first observed failure):\n[0]:\n  time      : 2025-05-21_15:43:03\n  host      : mlxlab115rp2n7682d40d9-20250521025625-6dyyd3-8nir8b-worker\n  rank      : 0 (local_rank: 0)\n  exitcode  : -9 (pid: 14750)\n  error_file: <N/A>\n  traceback : Signal 9 (SIGKILL) received by PID 14750");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("oom_kill_report", "host_oom")
+    );
+    assert_eq!(
+        facts,
+        json!({"reporter": "torchrun", "exit_code": -9, "pid": 14750})
+    );
+    // Every rank of one job logging NCCL's failure at once (megatron-bridge-771): one failure,
+    // the first rank's.
+    let found = diagnose("[2025-09-24 16:15:28] cw-dfw-h100-001-132-026:2999605:3004403 [0] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'\n\n[2025-09-24 16:15:28] cw-dfw-h100-001-132-026:3000032:3004399 [4] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'\n\n[2025-09-24 16:15:28] cw-dfw-h100-001-132-026:2999784:3004405 [3] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'", &Context::default());
+    assert_eq!(found.len(), 1, "{found:?}");
+    // PyTorch's headline without its period at a title's end (internlm-186), and its request
+    // cut by a writer's ellipsis (coldfusion-peft).
+    let (kind, facts, _, _) =
+        one("[Bug] 使用8卡进行训练，报错：torch.cuda.OutOfMemoryError: CUDA out of memory");
+    assert_eq!(kind, "torch_cuda_oom_new");
+    assert_eq!(facts, json!({"backend": "CUDA"}));
+    let (kind, facts, _, _) = one("Then, before the first epoch even starts, you hit the wall:  RuntimeError: CUDA out of memory. Tried to allocate... This is the single most common barrier.");
+    assert_eq!(kind, "torch_cuda_oom_old");
+    assert_eq!(facts, json!({"backend": "CUDA"}));
+    // Exit 137 as a status code with its memory cause (bugbug-3906).
+    let (kind, facts, _, _) = one("Status code 137 indicates OOM error in the docker container.");
+    assert_eq!(kind, "oom_kill_report");
+    assert_eq!(facts, json!({"exit_code": 137}));
+    // The words in the other order, with a failed call's code (paddledetection-4179, Kunlun).
+    let (kind, facts, _, _) = one("ioctl() fail, (705) Device memory not enough");
+    assert_eq!(kind, "generic_oom");
+    assert_eq!(facts, json!({"error_code": 705}));
+    // More than there is (ddcap-39, Kaggle).
+    let (kind, _, verdict, _) =
+        one("Your notebook tried to allocate more memory than is available. It has restarted.");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("generic_oom", "host_oom")
+    );
+    // Ray's report cut before its figures (llamafactory-9258).
+    let (kind, facts, _, _) = one("Memory on the node (IP: 10.1.180.84, ID: ba65c80c8aec6b1c406693f640c53f85422d4d73b069747d69875d42) where the task (task ID: d221d26232c9bae05def6a6d00dbd292d4fc77cc01000000, name=head, rank=0,, pid=4503, memory used");
+    assert_eq!(kind, "oom_kill_report");
+    assert_eq!(facts, json!({"reporter": "ray", "pid": 4503}));
+    // Inductor's autotuner warning from its own module, before its table (sam2-592).
+    let (_, _, verdict, _) = one("W0306 14:40:15.993000 1719866 .venv/lib/python3.12/site-packages/torch/_inductor/select_algorithm.py:1517] [2/0] out of resource: shared memory, Required: 262144, Hardware limit: 101376. Reducing block sizes or `num_stages` may help.\nAUTOTUNE mm(16384x128, 128x256)");
+    assert_eq!(verdict, "non_fatal");
+    // XLA:TPU's allocation larger than the memory (openxla oom_debugging).
+    let (kind, facts, verdict, _) = one("XlaRuntimeError: RESOURCE_EXHAUSTED: Allocation (size=107374182400) would exceed memory (size=17179869184) :: #allocation7 [shape = 'u8[327680,327680]{1,0:T(8,128)(4,1)}', space=hbm, size = 0xffffffffffffffff, tag = 'output of xor_convert_fusion@{}'] :: <no-hlo-instruction>");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("jax_xla_oom", "request_exceeds_device")
+    );
+    assert_eq!(
+        facts,
+        json!({"requested_bytes": 107_374_182_400_u64, "total_bytes": 17_179_869_184_u64})
+    );
+    // Training in Chinese, a trainer's module, a backticked model name (uniem-136, composer-3397,
+    // bugbug-3906).
+    for text in [
+        "在微调模型中，执行 run() 方法时，未指定 batch_size，会报错 RuntimeError: No executable batch size found, reached zero. 有点奇怪",
+        "The `_is_cuda_oom` method in `trainer/trainer.py` detects CUDA OOM errors.\nIt seems the error I got has the message `CUDA error: out of memory`, so is not caught.",
+        "Status code 137 indicates OOM error in the docker container. Currently, we train the `stepstoreproduce` model on a worker.",
+    ] {
+        assert_eq!(workload_of(text), "training", "{text}");
+    }
+    // The words stay out of ordinary lines, and ranks on different hosts stay apart.
+    for line in [
+        "the pool has more memory than the request needs",
+        "exitcode  : 1 (pid: 14750)",
+        "Status code 200 OK",
+    ] {
+        assert!(diagnose(line, &Context::default()).is_empty(), "{line}");
+    }
+    let found = diagnose("hosta:11:21 [0] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'\nhostb:12:22 [0] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'", &Context::default());
+    assert_eq!(found.len(), 2, "{found:?}");
+}
+
 fn fnv1a(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)

@@ -58,6 +58,11 @@ static XLA_SPACE: Pattern = LazyLock::new(|| {
 static XLA_USAGE: Pattern = LazyLock::new(|| {
     compile(r"(?i:\bHbm usage)\b[^\n]{0,120}?\bexceeding available bytes:\s?{SIZE}")
 });
+/// XLA:TPU refusing an allocation larger than the memory (`Allocation (size=107374182400) would
+/// exceed memory (size=17179869184) :: #allocation7 [shape = …]`): the request and the total.
+static XLA_WOULD_EXCEED: Pattern = LazyLock::new(|| {
+    compile(r"Allocation \(size=([0-9]+)\) would exceed memory \(size=([0-9]+)\)")
+});
 /// XLA's status alone (`RESOURCE_EXHAUSTED: Out of memory`), when no request follows it.
 static XLA_BARE: Pattern =
     LazyLock::new(|| compile(r"(?i:RESOURCE_EXHAUSTED|Resource exhausted): Out of memory"));
@@ -184,6 +189,12 @@ fn xla(text: &str, out: &mut Vec<Piece>) {
         f.opt_text("memory_space", str_at(c, 1));
         f.opt_int("used_bytes", size_at(c, 2));
         f.opt_int("total_bytes", size_at(c, 4));
+        out.push(Piece::message(s, e, kind, f));
+    });
+    each(&XLA_WOULD_EXCEED, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_int("requested_bytes", int_at(c, 1));
+        f.opt_int("total_bytes", int_at(c, 2));
         out.push(Piece::message(s, e, kind, f));
     });
     each(&XLA_USAGE, text, |c, s, e| {

@@ -114,6 +114,11 @@ static RAY_NODE: Pattern = LazyLock::new(|| {
         r"Memory on the node \(IP: [^\n]*?where the task(?: \([^\n]*?pid=([0-9]+), memory used=([0-9.]+)\s?([KMGT]?B)\))? was running was ([0-9.]+)\s?([KMGT]?B) / ([0-9.]+)\s?([KMGT]?B)",
     )
 });
+/// Ray's report cut before its figures (`Memory on the node (IP: …) where the task (task ID: …,
+/// name=head, rank=0,, pid=4503, memory used`): the process it killed.
+static RAY_NODE_CUT: Pattern = LazyLock::new(|| {
+    compile(r"Memory on the node \(IP: [^\n]*?where the task \([^\n]*?\bpid=([0-9]+)")
+});
 static RAY_RAYLET: Pattern = LazyLock::new(|| {
     compile(r"([0-9]+) Workers \(tasks / actors\) killed due to memory pressure \(OOM\)")
 });
@@ -126,6 +131,10 @@ static RAY_ADVICE: Pattern =
 /// (pid: 14447) of binary`): the rank was SIGKILLed, on Linux almost always by the OOM killer.
 static TORCHRUN_SIGKILL: Pattern =
     LazyLock::new(|| compile(r"failed \(exitcode: -9\) local_rank: [0-9]+ \(pid: ([0-9]+)\)"));
+/// torchrun's `ChildFailedError` summary of a rank that ended by signal 9 (`exitcode  : -9 (pid:
+/// 14750)`, then `traceback : Signal 9 (SIGKILL) received by PID 14750`).
+static TORCHRUN_SUMMARY: Pattern =
+    LazyLock::new(|| compile(r"(?m)^[\t\x20]*exitcode[\t\x20]*: -9 \(pid: ([0-9]+)\)"));
 /// DeepSpeed's launcher on a rank that ended by signal 9 (`[launch.py:434:sigkill_handler] […]
 /// exits with return code = -9`), also retyped (`exits with run code= -9`).
 static DEEPSPEED_SIGKILL: Pattern =
@@ -269,6 +278,12 @@ fn ecs(text: &str, out: &mut Vec<Piece>) {
 /// and on Linux nearly always by the kernel's or a cgroup's OOM killer.
 fn launchers(text: &str, out: &mut Vec<Piece>) {
     each(&TORCHRUN_SIGKILL, text, |c, s, e| {
+        let mut f = reporter("torchrun");
+        f.int("exit_code", -9);
+        f.opt_int("pid", int_at(c, 1));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+    each(&TORCHRUN_SUMMARY, text, |c, s, e| {
         let mut f = reporter("torchrun");
         f.int("exit_code", -9);
         f.opt_int("pid", int_at(c, 1));
@@ -561,6 +576,18 @@ fn ray(text: &str, out: &mut Vec<Piece>) {
         f.opt_int("node_memory_used_bytes", size_at(c, 4));
         f.opt_int("node_memory_total_bytes", size_at(c, 6));
         out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
+    });
+    each(&RAY_NODE_CUT, text, |c, s, e| {
+        // The whole report is read by RAY_NODE.
+        if RAY_NODE
+            .as_ref()
+            .is_some_and(|re| re.find_at(text, s).is_some_and(|m| m.start() == s))
+        {
+            return;
+        }
+        let mut f = reporter("ray");
+        f.opt_int("pid", int_at(c, 1));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
     });
     each(&RAY_RAYLET, text, |c, s, e| {
         let mut f = reporter("ray");

@@ -427,10 +427,12 @@ fn other(kind: Kind, f: &Facts, ctx: &Context) -> (Verdict, Vec<Remedy>) {
             vec![remedy::shrink_request(r, None, true)],
         );
     }
-    // A request larger than the device the log names, or than any device at all.
-    let device = ctx.device_total.unwrap_or(LARGEST_DEVICE);
+    // A request larger than the device the message or the log names (XLA's `Allocation (size=R)
+    // would exceed memory (size=T)`), or than any device at all.
+    let known = f.bytes("total_bytes").or(ctx.device_total);
+    let device = known.unwrap_or(LARGEST_DEVICE);
     if let Some(r) = r.filter(|&r| r > device) {
-        let of = match ctx.device_total {
+        let of = match known {
             Some(t) => format!("the whole device ({})", b(t)),
             None => format!("any single accelerator ({})", b(LARGEST_DEVICE)),
         };
@@ -440,7 +442,7 @@ fn other(kind: Kind, f: &Facts, ctx: &Context) -> (Verdict, Vec<Remedy>) {
                 format!("the {} request is larger than {of}: a wrong size or shape, or an operation that must be split", b(r)),
             ),
             vec![
-                remedy::shrink_request(r, ctx.device_total, false),
+                remedy::shrink_request(r, known, false),
                 remedy::efficient_attention(),
                 remedy::micro_batch(None),
             ],

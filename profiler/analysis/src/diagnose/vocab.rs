@@ -81,6 +81,10 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to) (?:enlarge|grow|expand|extend) (?:the )?(?:\w+ )?(?:memory|heap)\b)",
         r"|(?i:\b(?:greater|larger) than the maximum (?:allowed )?(?:buffer|allocation) size|\bcould not be allocated\b)",
         r"|(?i:\b(?:requires?|required|needs?|needed) more (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
+        // More than there is (Kaggle's `Your notebook tried to allocate more memory than is
+        // available`), and the words in the other order (Kunlun's and Paddle's `Device memory not
+        // enough`).
+        r"|(?i:\bmore (?:\w+ ){0,2}(?:memory|ram|vram) than (?:is |was |are )?(?:available|free|allowed)\b|\b(?:memory|ram|vram) (?:is )?not enough\b)",
         // An automatic batch-size search that halved the batch on every out-of-memory error down
         // to nothing (accelerate's and the HF Trainer's `No executable batch size found, reached
         // zero.`).
@@ -307,9 +311,10 @@ static SHAPE: Pattern = LazyLock::new(|| {
 /// `ERROR 1038 (HY001): Out of …`); and a status token's code in parentheses after it
 /// (`CL_MEM_OBJECT_ALLOCATION_FAILURE (-4)`), or before it after the word that returns it (Level
 /// Zero's `Native API returns: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)`, `backend failed with
-/// error: 39 (…)`).
+/// error: 39 (…)`), and a failed call's code in parentheses after a comma (Kunlun's `ioctl() fail,
+/// (705) Device memory not enough`).
 static ERRNO: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|(?:\berror\W{1,3}|[,;{(:]\s*|^\s*)code\s?[=:]\s?'?(-?[0-9]+)\b|\berror:?\s([0-9]{3,5})(?:\s\([0-9A-Z]{5}\))?:?\s(?-i:[A-Z][a-z])|(?-i:\b[A-Z][A-Z0-9]*_[A-Z0-9_]{3,}) \((-?[0-9]+)\)|\b(?:error|returns?|status)\W{1,3}(-?[0-9]+) \((?-i:[A-Z][A-Z0-9]*_[A-Z0-9_]{3,})\)").ok()
+    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|(?:\berror\W{1,3}|[,;{(:]\s*|^\s*)code\s?[=:]\s?'?(-?[0-9]+)\b|\berror:?\s([0-9]{3,5})(?:\s\([0-9A-Z]{5}\))?:?\s(?-i:[A-Z][a-z])|(?-i:\b[A-Z][A-Z0-9]*_[A-Z0-9_]{3,}) \((-?[0-9]+)\)|\b(?:error|returns?|status)\W{1,3}(-?[0-9]+) \((?-i:[A-Z][A-Z0-9]*_[A-Z0-9_]{3,})\)|\bfail(?:ed|ure)?, \((-?[0-9]+)\)").ok()
 });
 /// A device's index: after `device` (`on device 0`, `device ordinal 1`, `device_id=2`), after an
 /// accelerator's name with or without a colon (`GPU 0`, `XPU:0`, `HPU 1`), and after any device
@@ -396,8 +401,11 @@ static RETRYING: Pattern = LazyLock::new(|| {
 });
 /// Words that make [`RETRYING`] advice to the reader rather than what the program did.
 const SUGGESTING: [&str; 6] = ["try", "please", "consider", "should", "you ", "suggest"];
-static EXIT_137: Pattern =
-    LazyLock::new(|| Regex::new(r"(?i)\bexit(?:ed)?(?: with)? (?:code|status)[ :=]*137\b").ok());
+/// Exit code 137 (SIGKILL) named as such: `exit code 137`, `exited with status 137`, `Status code
+/// 137` (a CI task's words).
+static EXIT_137: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:exit(?:ed)?(?: with)? (?:code|status)|status code)[ :=]*137\b").ok()
+});
 /// An exit code a kill report states (`exit_code=-9`, `exit code 0`, `Exit status: 9`).
 static STATED_EXIT: Pattern = LazyLock::new(|| {
     Regex::new(r"(?i)\bexit(?:ed)?[ _]?(?:with )?(?:code|status)\b[ :=]{0,3}(-?[0-9]+)\b").ok()
@@ -666,7 +674,7 @@ fn continued(text: &str, start: usize, end: usize, facts: &mut Facts) -> usize {
                 .as_ref()
                 .and_then(|re| re.captures(line))
                 .and_then(|c| {
-                    (1..=10)
+                    (1..=11)
                         .find_map(|i| c.get(i))
                         .and_then(|m| m.as_str().parse::<i128>().ok())
                 });
@@ -833,7 +841,7 @@ fn attribute(line: &str) -> (Kind, Facts) {
         f.opt_text("dtype", c.get(2).map(|m| m.as_str()));
     }
     if let Some(c) = cap(&ERRNO) {
-        let code = (1..=10)
+        let code = (1..=11)
             .find_map(|i| c.get(i))
             .and_then(|m| m.as_str().parse::<i128>().ok());
         f.opt_int("error_code", code);
