@@ -1325,6 +1325,190 @@ fn meets_thresholds(files: &[&str]) {
 }
 
 /// FNV-1a, 64-bit: the split's seeded hash (see the corpus README).
+/// Blind set 18 (83 messages, by a twelfth author; tuning half 34, held-out 49):
+/// `blind_set_is_split_by_its_seed_and_measured`. Every tuning message is found; one
+/// (fixwikihub-numpy-ndarray-prefix, a page's bulleted list of symptoms whose last bullet reads as
+/// a second kill report) is judged a label question, so the tuning half is held to every message
+/// found and 97% of them with exactly their facts.
+#[test]
+fn the_eighteenth_blind_set_is_split_by_its_seed_and_measured() {
+    blind_set_is_split_by_its_seed_and_measured(18, TuningBar::FoundAndFacts(0.97));
+}
+
+/// Blind set 18's tuning-half misses, one mechanism each, from their real messages (ids in
+/// `blind-18-tune.jsonl`): each is found once with exactly its labelled facts and verdict; and the
+/// new words stay out of ordinary lines.
+#[test]
+fn blind_set_eighteen_wordings_keep_their_facts() {
+    // A CUDA error's place in parentheses, the closing one lost (lc0-927).
+    let (kind, facts, _, _) = one("error CUDA error: out of memory (c:\\projects\\lc0\\src\\neural\\cuda\\network_cudnn.cc:442\n\nany idea what caused this?");
+    assert_eq!(kind, "cuda_driver_oom");
+    assert_eq!(
+        facts,
+        json!({"error_string": "out of memory", "location": "c:\\projects\\lc0\\src\\neural\\cuda\\network_cudnn.cc:442"})
+    );
+    // The driver call named before the status and a colon (dreyeve-23, libgpuarray).
+    let (kind, facts, _, _) = one("pygpu.gpuarray.GpuArrayException: cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: out of memory\nInputs types: [TensorType(int64, scalar), TensorType(int64, scalar)]");
+    assert_eq!(kind, "cuda_driver_oom");
+    assert_eq!(
+        facts,
+        json!({"exception_type": "pygpu.gpuarray.GpuArrayException", "failed_call": "cuMemAlloc", "cuda_error": "CUDA_ERROR_OUT_OF_MEMORY", "error_string": "out of memory"})
+    );
+    // A status's number before it (geti-1075, physical-ai-studio-440: Level Zero through SYCL).
+    for text in [
+        "    data_output = data.to(device, **kwargs)\nRuntimeError: Native API failed. Native API returns: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)",
+        "terminate called after throwing an instance of 'sycl::_V1::exception'\n  what():  Enqueue process failed.\nlevel_zero backend failed with error: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)\nFatal Python error: Aborted",
+    ] {
+        let (kind, facts, verdict, _) = one(text);
+        assert_eq!(
+            (kind.as_str(), verdict.as_str()),
+            ("generic_oom", "undetermined"),
+            "{text}"
+        );
+        assert_eq!(facts, json!({"error_code": 39}), "{text}");
+    }
+    // An automatic batch-size search that gave up (accelerate-1934): a device failure of no size.
+    let (kind, facts, verdict, _) =
+        one("RuntimeError: No executable batch size found, reached zero.");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("generic_oom", "undetermined")
+    );
+    assert_eq!(facts, json!({}));
+    // The kubelet's CgroupOOM event in a describe block (k8s-100487).
+    let (kind, facts, verdict, _) = one("Events:\n  Type     Reason     Age                From               Message\n  ----     ------     ----               ----               -------\n  Normal   Pulled     28s                kubelet            Successfully pulled image \"polinux/stress\" in 1.145060952s\n  Warning  CgroupOOM  28s                kubelet            Cgroup OOM encountered, victim process: stress, pid: 470521");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("oom_kill_report", "host_oom")
+    );
+    assert_eq!(
+        facts,
+        json!({"reporter": "kubernetes", "reason": "CgroupOOM", "pid": 470521})
+    );
+    // XLA:TPU's TensorCore and SparseCore usage past the device (openxla-e1000).
+    let (kind, facts, verdict, _) = one("RESOURCE_EXHAUSTED: TPU TensorCore Hbm usage: 34.82G, SparseCore Hbm usage 174.10G, exceeding available bytes: 95.74G");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("jax_xla_oom", "capacity")
+    );
+    assert_eq!(facts, json!({"total_bytes": 102_800_042_230_u64}));
+    // PyTorch's message cut inside the device clause, after a test's intent to cause it
+    // (pytorch-177714): the device it names; the intent is no report.
+    let (kind, facts, _, _) = one("Attempting to force OOM...\n  Allocated tensor 12: 11.00 GB total\n✓ OOM triggered at iteration 12: XPU out of memory. Tried to allocate 1024.00 MiB. GPU 0 has a");
+    assert_eq!(kind, "torch_cuda_oom_new");
+    assert_eq!(
+        facts,
+        json!({"backend": "XPU", "requested_bytes": 1_073_741_824_u64, "device_index": 0})
+    );
+    // A trainer that caught the failure and goes on with a smaller batch (dreambooth-852).
+    let (kind, _, verdict, _) = one("OOM Detected, reducing batch/grad size to 12/1.");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("generic_oom", "non_fatal")
+    );
+    // Advice to do so is no recovery.
+    let (_, _, verdict, _) =
+        one("RuntimeError: out of memory. Please try reducing the batch size to 4.");
+    assert_ne!(verdict, "non_fatal");
+    // Training told by a wish to train (easydiffusion-1027).
+    assert_eq!(
+        workload_of(
+            "I try to train in SD-WebUI，but it alwasy tell me ’CUBLAS_STATUS_ALLOC_FAILED ‘"
+        ),
+        "training"
+    );
+    // The words stay out of ordinary lines.
+    for line in [
+        "Native API returns: 0 (UR_RESULT_SUCCESS)",
+        "batch size found: 32 (reduced from 64)",
+        "kubectl describe pod -n default memory-demo-2",
+        "we force-pushed the branch to trigger the CI again",
+    ] {
+        assert!(diagnose(line, &Context::default()).is_empty(), "{line}");
+    }
+}
+
+/// Blind set 18's held-out misses, looked at only after its tuning half was fixed and the other
+/// sets re-measured; one general mechanism each, from the real messages (ids in
+/// `blind-18-heldout.jsonl`), with lines each must leave alone.
+#[test]
+fn blind_set_eighteen_held_out_families_are_read() {
+    // torchrun's ChildFailedError summary of a rank ended by signal 9 (cppo-6).
+    let (kind, facts, verdict, _) = one("Root Cause (first observed failure):\n[0]:\n  time      : 2025-05-21_15:43:03\n  host      : mlxlab115rp2n7682d40d9-20250521025625-6dyyd3-8nir8b-worker\n  rank      : 0 (local_rank: 0)\n  exitcode  : -9 (pid: 14750)\n  error_file: <N/A>\n  traceback : Signal 9 (SIGKILL) received by PID 14750");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("oom_kill_report", "host_oom")
+    );
+    assert_eq!(
+        facts,
+        json!({"reporter": "torchrun", "exit_code": -9, "pid": 14750})
+    );
+    // Every rank of one job logging NCCL's failure at once (megatron-bridge-771): one failure,
+    // the first rank's.
+    let found = diagnose("[2025-09-24 16:15:28] cw-dfw-h100-001-132-026:2999605:3004403 [0] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'\n\n[2025-09-24 16:15:28] cw-dfw-h100-001-132-026:3000032:3004399 [4] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'\n\n[2025-09-24 16:15:28] cw-dfw-h100-001-132-026:2999784:3004405 [3] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'", &Context::default());
+    assert_eq!(found.len(), 1, "{found:?}");
+    // PyTorch's headline without its period at a title's end (internlm-186), and its request
+    // cut by a writer's ellipsis (coldfusion-peft).
+    let (kind, facts, _, _) =
+        one("[Bug] 使用8卡进行训练，报错：torch.cuda.OutOfMemoryError: CUDA out of memory");
+    assert_eq!(kind, "torch_cuda_oom_new");
+    assert_eq!(facts, json!({"backend": "CUDA"}));
+    let (kind, facts, _, _) = one("Then, before the first epoch even starts, you hit the wall:  RuntimeError: CUDA out of memory. Tried to allocate... This is the single most common barrier.");
+    assert_eq!(kind, "torch_cuda_oom_old");
+    assert_eq!(facts, json!({"backend": "CUDA"}));
+    // Exit 137 as a status code with its memory cause (bugbug-3906).
+    let (kind, facts, _, _) = one("Status code 137 indicates OOM error in the docker container.");
+    assert_eq!(kind, "oom_kill_report");
+    assert_eq!(facts, json!({"exit_code": 137}));
+    // The words in the other order, with a failed call's code (paddledetection-4179, Kunlun).
+    let (kind, facts, _, _) = one("ioctl() fail, (705) Device memory not enough");
+    assert_eq!(kind, "generic_oom");
+    assert_eq!(facts, json!({"error_code": 705}));
+    // More than there is (ddcap-39, Kaggle).
+    let (kind, _, verdict, _) =
+        one("Your notebook tried to allocate more memory than is available. It has restarted.");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("generic_oom", "host_oom")
+    );
+    // Ray's report cut before its figures (llamafactory-9258).
+    let (kind, facts, _, _) = one("Memory on the node (IP: 10.1.180.84, ID: ba65c80c8aec6b1c406693f640c53f85422d4d73b069747d69875d42) where the task (task ID: d221d26232c9bae05def6a6d00dbd292d4fc77cc01000000, name=head, rank=0,, pid=4503, memory used");
+    assert_eq!(kind, "oom_kill_report");
+    assert_eq!(facts, json!({"reporter": "ray", "pid": 4503}));
+    // Inductor's autotuner warning from its own module, before its table (sam2-592).
+    let (_, _, verdict, _) = one("W0306 14:40:15.993000 1719866 .venv/lib/python3.12/site-packages/torch/_inductor/select_algorithm.py:1517] [2/0] out of resource: shared memory, Required: 262144, Hardware limit: 101376. Reducing block sizes or `num_stages` may help.\nAUTOTUNE mm(16384x128, 128x256)");
+    assert_eq!(verdict, "non_fatal");
+    // XLA:TPU's allocation larger than the memory (openxla oom_debugging).
+    let (kind, facts, verdict, _) = one("XlaRuntimeError: RESOURCE_EXHAUSTED: Allocation (size=107374182400) would exceed memory (size=17179869184) :: #allocation7 [shape = 'u8[327680,327680]{1,0:T(8,128)(4,1)}', space=hbm, size = 0xffffffffffffffff, tag = 'output of xor_convert_fusion@{}'] :: <no-hlo-instruction>");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("jax_xla_oom", "request_exceeds_device")
+    );
+    assert_eq!(
+        facts,
+        json!({"requested_bytes": 107_374_182_400_u64, "total_bytes": 17_179_869_184_u64})
+    );
+    // Training in Chinese, a trainer's module, a backticked model name (uniem-136, composer-3397,
+    // bugbug-3906).
+    for text in [
+        "在微调模型中，执行 run() 方法时，未指定 batch_size，会报错 RuntimeError: No executable batch size found, reached zero. 有点奇怪",
+        "The `_is_cuda_oom` method in `trainer/trainer.py` detects CUDA OOM errors.\nIt seems the error I got has the message `CUDA error: out of memory`, so is not caught.",
+        "Status code 137 indicates OOM error in the docker container. Currently, we train the `stepstoreproduce` model on a worker.",
+    ] {
+        assert_eq!(workload_of(text), "training", "{text}");
+    }
+    // The words stay out of ordinary lines, and ranks on different hosts stay apart.
+    for line in [
+        "the pool has more memory than the request needs",
+        "exitcode  : 1 (pid: 14750)",
+        "Status code 200 OK",
+    ] {
+        assert!(diagnose(line, &Context::default()).is_empty(), "{line}");
+    }
+    let found = diagnose("hosta:11:21 [0] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'\nhostb:12:22 [0] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'", &Context::default());
+    assert_eq!(found.len(), 2, "{found:?}");
+}
+
 fn fnv1a(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)

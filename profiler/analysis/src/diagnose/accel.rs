@@ -52,6 +52,17 @@ static XLA_SPACE: Pattern = LazyLock::new(|| {
         r"Ran out of memory in memory space ([A-Za-z0-9_]+)\.(?: Used {SIZE} of {SIZE} [A-Za-z0-9_]+)?",
     )
 });
+/// XLA on TPU checking a program's static allocations against the device: `TPU TensorCore Hbm
+/// usage: 34.82G, SparseCore Hbm usage 174.10G, exceeding available bytes: 95.74G` (the usages
+/// are stated apart, their sum is not; the available bytes are the device's).
+static XLA_USAGE: Pattern = LazyLock::new(|| {
+    compile(r"(?i:\bHbm usage)\b[^\n]{0,120}?\bexceeding available bytes:\s?{SIZE}")
+});
+/// XLA:TPU refusing an allocation larger than the memory (`Allocation (size=107374182400) would
+/// exceed memory (size=17179869184) :: #allocation7 [shape = …]`): the request and the total.
+static XLA_WOULD_EXCEED: Pattern = LazyLock::new(|| {
+    compile(r"Allocation \(size=([0-9]+)\) would exceed memory \(size=([0-9]+)\)")
+});
 /// XLA's status alone (`RESOURCE_EXHAUSTED: Out of memory`), when no request follows it.
 static XLA_BARE: Pattern =
     LazyLock::new(|| compile(r"(?i:RESOURCE_EXHAUSTED|Resource exhausted): Out of memory"));
@@ -178,6 +189,17 @@ fn xla(text: &str, out: &mut Vec<Piece>) {
         f.opt_text("memory_space", str_at(c, 1));
         f.opt_int("used_bytes", size_at(c, 2));
         f.opt_int("total_bytes", size_at(c, 4));
+        out.push(Piece::message(s, e, kind, f));
+    });
+    each(&XLA_WOULD_EXCEED, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_int("requested_bytes", int_at(c, 1));
+        f.opt_int("total_bytes", int_at(c, 2));
+        out.push(Piece::message(s, e, kind, f));
+    });
+    each(&XLA_USAGE, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_int("total_bytes", size_at(c, 1));
         out.push(Piece::message(s, e, kind, f));
     });
     each(&XLA_BARE, text, |_, s, e| {

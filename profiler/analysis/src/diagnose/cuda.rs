@@ -13,9 +13,12 @@ const DRIVER_OOM: &str = r"C\s?U\s?D\s?A\s?_\s?E\s?R\s?R\s?O\s?R\s?_\s?O\s?U\s?T
 /// An exception type before a message (`RuntimeError: `, `torch.AcceleratorError: `).
 const EXC: &str = r"(?:([A-Za-z_][A-Za-z0-9_.]*(?:Error|Exception)): )?";
 
+/// `CUDA error: out of memory`, with where it failed after `at` or in parentheses after it (Leela
+/// Chess Zero's `CUDA error: out of memory (…\network_cudnn.cc:442)`, the closing parenthesis
+/// lost where a reporter cut the line).
 static CUDA_ERROR_OOM: Pattern = LazyLock::new(|| {
     compile(&format!(
-        r"{EXC}(?i:CUDA (?:driver |runtime )?error:\s?out of memory)(?: at ([^\s:]+:[0-9]+))?(?:[\s\S]{{0,8}}?Search for `(cudaErrorMemoryAllocation)')?"
+        r"{EXC}(?i:CUDA (?:driver |runtime )?error:\s?out of memory)(?: at ([^\s:]+:[0-9]+)| \(([^()\s]+:[0-9]+)\)?)?(?:[\s\S]{{0,8}}?Search for `(cudaErrorMemoryAllocation)')?"
     ))
 });
 static CUDA_ERROR_CODE: Pattern = LazyLock::new(|| {
@@ -55,10 +58,12 @@ static GGML_DEVICE: Pattern = LazyLock::new(|| {
 /// failed call), a call with its arguments that `failed with error` the token (KeOps'
 /// `cuMemAlloc(&p_data, sizeof(TYPE *) * nargs) failed with error CUDA_ERROR_OUT_OF_MEMORY`),
 /// AMDGPU.jl's `HIPError(code hipErrorOutOfMemory, out of memory)` and CuPy's
-/// `cudaErrorMemoryAllocation: out of memory` (the error string).
+/// `cudaErrorMemoryAllocation: out of memory` (the error string); the call named before the token
+/// and a colon (libgpuarray's `GpuArrayException: cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: out of
+/// memory`).
 static ERROR_TOKEN: Pattern = LazyLock::new(|| {
     compile(&format!(
-        r"{EXC}(?:\[([0-9]+)\] )?(?:Call to (\w+) results in |((?:cuda|cu|hip)[A-Z]\w*\((?:[^()\n]|\([^()\n]*\))*\)) failed with error )?({DRIVER_OOM}|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIP_ERROR_OutOfMemory)(?:[:,] (out of memory))?"
+        r"{EXC}(?:\[([0-9]+)\] )?(?:Call to (\w+) results in |((?:cuda|cu|hip)[A-Z]\w*\((?:[^()\n]|\([^()\n]*\))*\)) failed with error |((?:cuda|cu|hip)[A-Z]\w*): )?({DRIVER_OOM}|cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIP_ERROR_OutOfMemory)(?:[:,] (out of memory))?"
     ))
 });
 static STREAM_EXECUTOR: Pattern = LazyLock::new(|| {
@@ -110,8 +115,8 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
         let mut f = Facts::default();
         f.opt_text("exception_type", str_at(c, 1));
         f.text("error_string", "out of memory");
-        f.opt_text("location", str_at(c, 2));
-        f.opt_text("cuda_error", str_at(c, 3));
+        f.opt_text("location", str_at(c, 2).or_else(|| str_at(c, 3)));
+        f.opt_text("cuda_error", str_at(c, 4));
         out.push(Piece::message(s, e, kind, f));
     });
     each(&CUDA_ERROR_CODE, text, |c, s, e| {
@@ -181,11 +186,16 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
         let mut f = Facts::default();
         f.opt_text("exception_type", str_at(c, 1));
         f.opt_int("cuda_error_code", int_at(c, 2));
-        f.opt_text("failed_call", str_at(c, 3).or_else(|| str_at(c, 4)));
-        if let Some(t) = token(c, 5) {
+        f.opt_text(
+            "failed_call",
+            str_at(c, 3)
+                .or_else(|| str_at(c, 4))
+                .or_else(|| str_at(c, 5)),
+        );
+        if let Some(t) = token(c, 6) {
             f.text("cuda_error", t);
         }
-        f.opt_text("error_string", words_at(c, 6).as_deref());
+        f.opt_text("error_string", words_at(c, 7).as_deref());
         out.push(Piece::part(s, e, kind, f, true));
     });
     each(&STREAM_EXECUTOR, text, |c, s, e| {

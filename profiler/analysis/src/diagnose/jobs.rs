@@ -1,10 +1,10 @@
 //! Reports of a process killed for memory by whatever runs it (`oom_kill_report`): Slurm's
 //! `oom-kill event(s)` lines (old and new wording), Kubernetes' `OOMKilled` (`kubectl get pods`
-//! rows, `kubectl describe pod` blocks and pod-status YAML), PyTorch's `DataLoader worker (pid N)
-//! is killed by signal: Killed`, Ray's memory monitor, YARN's container kills, and a distributed
-//! launcher's report of a rank it started that died of SIGKILL (torchrun's elastic agent,
-//! DeepSpeed's launcher; gunicorn's arbiter, Airflow's task runner), and Amazon ECS's stopped-task
-//! reason for a container its memory ended.
+//! rows, `kubectl describe pod` blocks and pod-status YAML) and the kubelet's `CgroupOOM` events,
+//! PyTorch's `DataLoader worker (pid N) is killed by signal: Killed`, Ray's memory monitor, YARN's
+//! container kills, and a distributed launcher's report of a rank it started that died of SIGKILL
+//! (torchrun's elastic agent, DeepSpeed's launcher; gunicorn's arbiter, Airflow's task runner),
+//! and Amazon ECS's stopped-task reason for a container its memory ended.
 
 use super::facts::{Fact, Facts};
 use super::scan::{
@@ -61,6 +61,12 @@ static K8S_STATE_137: Pattern = LazyLock::new(|| {
         r"(?m)^[\t\x20]*Reason:[\t\x20]*([A-Za-z]+)[\t\x20]*\r?\n[\t\x20]*Exit Code:[\t\x20]*137\b",
     )
 });
+/// The kubelet's own OOM events (`Warning  CgroupOOM  28s  kubelet  Cgroup OOM encountered,
+/// victim process: stress, pid: 470521`; `SystemOOM` for the node's): the event's reason and the
+/// process the kernel killed.
+static K8S_OOM_EVENT: Pattern = LazyLock::new(|| {
+    compile(r"\b(Cgroup|System) OOM encountered, victim process: [^,\n]+, pid: ([0-9]+)")
+});
 static K8S_EXIT: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"(?m)^[\t ]*(?:Exit Code|exitCode):[\t ]*(-?[0-9]+)").ok());
 static K8S_RESTARTS: LazyLock<Option<Regex>> =
@@ -108,6 +114,11 @@ static RAY_NODE: Pattern = LazyLock::new(|| {
         r"Memory on the node \(IP: [^\n]*?where the task(?: \([^\n]*?pid=([0-9]+), memory used=([0-9.]+)\s?([KMGT]?B)\))? was running was ([0-9.]+)\s?([KMGT]?B) / ([0-9.]+)\s?([KMGT]?B)",
     )
 });
+/// Ray's report cut before its figures (`Memory on the node (IP: …) where the task (task ID: …,
+/// name=head, rank=0,, pid=4503, memory used`): the process it killed.
+static RAY_NODE_CUT: Pattern = LazyLock::new(|| {
+    compile(r"Memory on the node \(IP: [^\n]*?where the task \([^\n]*?\bpid=([0-9]+)")
+});
 static RAY_RAYLET: Pattern = LazyLock::new(|| {
     compile(r"([0-9]+) Workers \(tasks / actors\) killed due to memory pressure \(OOM\)")
 });
@@ -120,6 +131,10 @@ static RAY_ADVICE: Pattern =
 /// (pid: 14447) of binary`): the rank was SIGKILLed, on Linux almost always by the OOM killer.
 static TORCHRUN_SIGKILL: Pattern =
     LazyLock::new(|| compile(r"failed \(exitcode: -9\) local_rank: [0-9]+ \(pid: ([0-9]+)\)"));
+/// torchrun's `ChildFailedError` summary of a rank that ended by signal 9 (`exitcode  : -9 (pid:
+/// 14750)`, then `traceback : Signal 9 (SIGKILL) received by PID 14750`).
+static TORCHRUN_SUMMARY: Pattern =
+    LazyLock::new(|| compile(r"(?m)^[\t\x20]*exitcode[\t\x20]*: -9 \(pid: ([0-9]+)\)"));
 /// DeepSpeed's launcher on a rank that ended by signal 9 (`[launch.py:434:sigkill_handler] […]
 /// exits with return code = -9`), also retyped (`exits with run code= -9`).
 static DEEPSPEED_SIGKILL: Pattern =
@@ -178,6 +193,9 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     }
     if has("Exit Code:") {
         killed_container(text, out);
+    }
+    if has(" OOM encountered, victim process") {
+        kubelet_event(text, out);
     }
     if has("low on resource") {
         evicted(text, out);
@@ -260,6 +278,12 @@ fn ecs(text: &str, out: &mut Vec<Piece>) {
 /// and on Linux nearly always by the kernel's or a cgroup's OOM killer.
 fn launchers(text: &str, out: &mut Vec<Piece>) {
     each(&TORCHRUN_SIGKILL, text, |c, s, e| {
+        let mut f = reporter("torchrun");
+        f.int("exit_code", -9);
+        f.opt_int("pid", int_at(c, 1));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+    each(&TORCHRUN_SUMMARY, text, |c, s, e| {
         let mut f = reporter("torchrun");
         f.int("exit_code", -9);
         f.opt_int("pid", int_at(c, 1));
@@ -503,6 +527,19 @@ fn kubernetes(text: &str, out: &mut Vec<Piece>) {
     });
 }
 
+/// The kubelet's `CgroupOOM` / `SystemOOM` event: its reason and the process the kernel killed
+/// (the pod a `kubectl describe` command names is not a fact of the block, as for `OOMKilled`).
+fn kubelet_event(text: &str, out: &mut Vec<Piece>) {
+    each(&K8S_OOM_EVENT, text, |c, s, e| {
+        let mut f = reporter("kubernetes");
+        if let Some(scope) = str_at(c, 1) {
+            f.text("reason", format!("{scope}OOM"));
+        }
+        f.opt_int("pid", int_at(c, 2));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
+    });
+}
+
 /// A container's last state killed by SIGKILL (exit code 137) under a reason other than
 /// `OOMKilled`, which [`kubernetes`] reads with its block.
 fn killed_container(text: &str, out: &mut Vec<Piece>) {
@@ -539,6 +576,18 @@ fn ray(text: &str, out: &mut Vec<Piece>) {
         f.opt_int("node_memory_used_bytes", size_at(c, 4));
         f.opt_int("node_memory_total_bytes", size_at(c, 6));
         out.push(Piece::part(s, e, Kind::OomKillReport, f, true));
+    });
+    each(&RAY_NODE_CUT, text, |c, s, e| {
+        // The whole report is read by RAY_NODE.
+        if RAY_NODE
+            .as_ref()
+            .is_some_and(|re| re.find_at(text, s).is_some_and(|m| m.start() == s))
+        {
+            return;
+        }
+        let mut f = reporter("ray");
+        f.opt_int("pid", int_at(c, 1));
+        out.push(Piece::message(s, e, Kind::OomKillReport, f));
     });
     each(&RAY_RAYLET, text, |c, s, e| {
         let mut f = reporter("ray");

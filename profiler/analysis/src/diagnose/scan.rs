@@ -37,6 +37,20 @@ fn retried_smaller(first: &Facts, later: &Facts) -> bool {
             .all(|(n, v)| n == "requested_bytes" || first.get(n) == Some(v))
 }
 
+/// Facts that name one process of a job rather than its failure: which process, thread and device.
+const PER_PROCESS: [&str; 4] = ["pid", "tid", "cuda_device", "device_index"];
+
+/// Whether `later` is `first` told by another process of the same job on the same host (each rank
+/// of a distributed job logging NCCL's `host:pid:tid [dev] … Cuda failure 2 'out of memory'` at
+/// once): the host is named and every fact but the process's own agrees.
+fn other_rank(first: &Facts, later: &Facts) -> bool {
+    first.str("host").is_some()
+        && first.len() == later.len()
+        && later
+            .iter()
+            .all(|(n, v)| PER_PROCESS.contains(&n) || first.get(n) == Some(v))
+}
+
 /// A matched part of a message.
 pub(crate) struct Piece {
     pub start: usize,
@@ -185,10 +199,13 @@ pub(crate) fn line_end(text: &str, at: usize) -> usize {
 
 /// Phrases with which a runtime says an out-of-memory event is not a failure: TensorFlow's BFC
 /// allocator retries, Inductor's autotuner drops the configuration and uses another.
-const NON_FATAL: [&str; 3] = [
+const NON_FATAL: [&str; 5] = [
     "not a failure",
     "Ignoring this choice",
     "error during autotuning",
+    // Inductor's autotuner warning from its own module, and the table of the choices it timed.
+    "_inductor/select_algorithm.py",
+    "\nAUTOTUNE ",
 ];
 
 /// Longest stretch of text looked at around a match for its context.
@@ -441,7 +458,9 @@ pub(crate) fn scan(original: &str) -> Vec<Found> {
                 let f = &prev.found.finding;
                 let gap = lines_between(text, prev.end, p.start);
                 let retry = f.kind == p.kind && gap <= 1 && retried_smaller(&f.facts, &p.facts);
-                if retry {
+                // The ranks of one job failing together: the first rank's report stands for them.
+                let rank = f.kind == p.kind && gap <= 2 && other_rank(&f.facts, &p.facts);
+                if retry || rank {
                     prev.end = p.end;
                     continue;
                 }

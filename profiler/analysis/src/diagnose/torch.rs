@@ -28,15 +28,28 @@ static OLD: LazyLock<Option<Regex>> = LazyLock::new(|| {
 /// type before it — PyTorch ≤ 2.0 raised a `RuntimeError`, ≥ 2.1 its own `OutOfMemoryError` —
 /// and without one it is taken as the current one, with the two facts it states.
 /// Also retyped with an article (`CUDA out of the memory. Tried to allocate 360.00 MiB`), which the
-/// vocabulary reads as the same words.
+/// vocabulary reads as the same words; cut inside the device clause, the device it names (`…
+/// Tried to allocate 1024.00 MiB. GPU 0 has a`).
+/// A message whose request a writer cut with an ellipsis (`RuntimeError: CUDA out of memory. Tried
+/// to allocate... This is the single most common barrier`): the backend, its wording told as for
+/// [`CUT`].
+static ELIDED: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    compile(
+        r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of (?:the )?memory\. Tried to allocate[\t\x20]?(?:\.\.\.|…)",
+    )
+});
 static CUT: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    compile(r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of (?:the )?memory\. Tried to allocate {SIZE}")
+    compile(
+        r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of (?:the )?memory\. Tried to allocate {SIZE}(?:\. GPU:?\s?([0-9]+)\s?has\b)?",
+    )
 });
 /// PyTorch's own exception with only its first sentence (`torch.cuda.OutOfMemoryError: CUDA out of
 /// memory.`, quoted in prose or a title): the ≥ 2.1 wording, since only ≥ 2.1 raises that type,
-/// with its backend. The message starts at the backend, where [`CUT`] and the full wordings start.
-static HEADLINE: LazyLock<Option<Regex>> =
-    LazyLock::new(|| compile(r"\bOutOfMemoryError: ((CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory)\."));
+/// with its backend, also without its period where a title ends. The message starts at the
+/// backend, where [`CUT`] and the full wordings start.
+static HEADLINE: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    compile(r"(?m)\bOutOfMemoryError: ((CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory)(?:\.|[\t\x20]*$)")
+});
 /// PyTorch's wording for a request too large to print.
 static EXABYTE: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(r"(CUDA|HIP|XPU|NPU|MLU|MUSA) out of memory\. Tried to allocate more than 1EB memory")
@@ -78,6 +91,17 @@ pub(crate) fn find(text: &str, out: &mut Vec<Piece>) {
     each(&CUT, text, |c, s, e| {
         let mut f = Facts::default();
         backend_and_request(c, &mut f);
+        f.opt_int("device_index", int_at(c, 4));
+        let kind = if text[..s].ends_with("RuntimeError: ") {
+            Kind::TorchCudaOomOld
+        } else {
+            Kind::TorchCudaOomNew
+        };
+        out.push(Piece::message(s, e, kind, f));
+    });
+    each(&ELIDED, text, |c, s, e| {
+        let mut f = Facts::default();
+        f.opt_text("backend", str_at(c, 1));
         let kind = if text[..s].ends_with("RuntimeError: ") {
             Kind::TorchCudaOomOld
         } else {

@@ -340,6 +340,7 @@ fn non_fatal(kind: Kind, f: &Facts) -> (Verdict, Vec<Remedy>) {
         Kind::TensorflowOom => {
             "TensorFlow says this is not a failure: it retries or takes a slower path"
         }
+        Kind::GenericOom => "the program caught it and goes on with a smaller batch",
         _ => "the autotuner skips this configuration and uses another",
     };
     (
@@ -426,10 +427,12 @@ fn other(kind: Kind, f: &Facts, ctx: &Context) -> (Verdict, Vec<Remedy>) {
             vec![remedy::shrink_request(r, None, true)],
         );
     }
-    // A request larger than the device the log names, or than any device at all.
-    let device = ctx.device_total.unwrap_or(LARGEST_DEVICE);
+    // A request larger than the device the message or the log names (XLA's `Allocation (size=R)
+    // would exceed memory (size=T)`), or than any device at all.
+    let known = f.bytes("total_bytes").or(ctx.device_total);
+    let device = known.unwrap_or(LARGEST_DEVICE);
     if let Some(r) = r.filter(|&r| r > device) {
-        let of = match ctx.device_total {
+        let of = match known {
             Some(t) => format!("the whole device ({})", b(t)),
             None => format!("any single accelerator ({})", b(LARGEST_DEVICE)),
         };
@@ -439,7 +442,7 @@ fn other(kind: Kind, f: &Facts, ctx: &Context) -> (Verdict, Vec<Remedy>) {
                 format!("the {} request is larger than {of}: a wrong size or shape, or an operation that must be split", b(r)),
             ),
             vec![
-                remedy::shrink_request(r, ctx.device_total, false),
+                remedy::shrink_request(r, known, false),
                 remedy::efficient_attention(),
                 remedy::micro_batch(None),
             ],
@@ -494,6 +497,15 @@ fn other(kind: Kind, f: &Facts, ctx: &Context) -> (Verdict, Vec<Remedy>) {
                 b(f.bytes("used_bytes").unwrap_or(0)),
                 f.bytes("total_bytes").map_or("the".into(), b),
                 f.str("memory_space").unwrap_or("device")
+            ),
+        ),
+        // XLA states only what the device has, with usage past it (TPU's `Hbm usage …, exceeding
+        // available bytes: 95.74G`): the program does not fit.
+        Kind::JaxXlaOom if r.is_none() && f.bytes("total_bytes").is_some() => (
+            VerdictKind::Capacity,
+            format!(
+                "the compiled program needs more than the {} the device has: it does not fit",
+                b(f.bytes("total_bytes").unwrap_or(0))
             ),
         ),
         Kind::JaxXlaOom if r.is_none() => (

@@ -81,6 +81,14 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|(?i:\b(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to) (?:enlarge|grow|expand|extend) (?:the )?(?:\w+ )?(?:memory|heap)\b)",
         r"|(?i:\b(?:greater|larger) than the maximum (?:allowed )?(?:buffer|allocation) size|\bcould not be allocated\b)",
         r"|(?i:\b(?:requires?|required|needs?|needed) more (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
+        // More than there is (Kaggle's `Your notebook tried to allocate more memory than is
+        // available`), and the words in the other order (Kunlun's and Paddle's `Device memory not
+        // enough`).
+        r"|(?i:\bmore (?:\w+ ){0,2}(?:memory|ram|vram) than (?:is |was |are )?(?:available|free|allowed)\b|\b(?:memory|ram|vram) (?:is )?not enough\b)",
+        // An automatic batch-size search that halved the batch on every out-of-memory error down
+        // to nothing (accelerate's and the HF Trainer's `No executable batch size found, reached
+        // zero.`).
+        r"|(?i:\bno (?:executable |usable |valid |working )?batch size (?:found|fits|that fits)\b)",
         r"|(?i:\bexceeds? (?:the )?(?:available|free|total) (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
         r"|(?i:\b(?:does not|doesn't|won't|will not|cannot|can't|could not|couldn't) fit (?:in|into|on) (?:the )?(?:\w+ ){0,2}(?:memory|ram|vram)\b)",
         r"|(?i:\bexhausted (?:all )?(?:the )?(?:available )?(?:\w+ )?(?:memory|ram|vram)\b|\bmemory (?:is|was|has been) exhausted)",
@@ -131,6 +139,16 @@ const ADVICE: &[&str] = &[
     "is enabled",
     "enable_",
     "oom_score",
+    // A test or a reporter setting out to cause one (`Attempting to force OOM...`), not a report.
+    "force oom",
+    "forcing oom",
+    "force an oom",
+    "trigger oom",
+    "trigger an oom",
+    "simulate oom",
+    "simulate an oom",
+    "induce oom",
+    "induce an oom",
 ];
 
 /// Words that put a generic finding on a device rather than in host memory.
@@ -290,10 +308,13 @@ static SHAPE: Pattern = LazyLock::new(|| {
 /// `error: (-5)`, and a field named `code` (`Vulkan Error, code=-2`, an error object's `ERROR',
 /// code: '53200'`, `{code: 12`): after the error's name or a separator, so `exit code: 1` is not
 /// one; a database's numbered error (MySQL's `Memory allocation error: 1038 Out of sort memory`,
-/// `ERROR 1038 (HY001): Out of …`); and a status token's code in parentheses after it (`CL_MEM_OBJECT_ALLOCATION_FAILURE
-/// (-4)`).
+/// `ERROR 1038 (HY001): Out of …`); and a status token's code in parentheses after it
+/// (`CL_MEM_OBJECT_ALLOCATION_FAILURE (-4)`), or before it after the word that returns it (Level
+/// Zero's `Native API returns: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)`, `backend failed with
+/// error: 39 (…)`), and a failed call's code in parentheses after a comma (Kunlun's `ioctl() fail,
+/// (705) Device memory not enough`).
 static ERRNO: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|(?:\berror\W{1,3}|[,;{(:]\s*|^\s*)code\s?[=:]\s?'?(-?[0-9]+)\b|\berror:?\s([0-9]{3,5})(?:\s\([0-9A-Z]{5}\))?:?\s(?-i:[A-Z][a-z])|(?-i:\b[A-Z][A-Z0-9]*_[A-Z0-9_]{3,}) \((-?[0-9]+)\)").ok()
+    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|(?:\berror\W{1,3}|[,;{(:]\s*|^\s*)code\s?[=:]\s?'?(-?[0-9]+)\b|\berror:?\s([0-9]{3,5})(?:\s\([0-9A-Z]{5}\))?:?\s(?-i:[A-Z][a-z])|(?-i:\b[A-Z][A-Z0-9]*_[A-Z0-9_]{3,}) \((-?[0-9]+)\)|\b(?:error|returns?|status)\W{1,3}(-?[0-9]+) \((?-i:[A-Z][A-Z0-9]*_[A-Z0-9_]{3,})\)|\bfail(?:ed|ure)?, \((-?[0-9]+)\)").ok()
 });
 /// A device's index: after `device` (`on device 0`, `device ordinal 1`, `device_id=2`), after an
 /// accelerator's name with or without a colon (`GPU 0`, `XPU:0`, `HPU 1`), and after any device
@@ -363,8 +384,28 @@ static KILLED: Pattern = LazyLock::new(|| {
     ))
     .ok()
 });
-static EXIT_137: Pattern =
-    LazyLock::new(|| Regex::new(r"(?i)\bexit(?:ed)?(?: with)? (?:code|status)[ :=]*137\b").ok());
+/// An automatic batch-size search that gave up (accelerate's `No executable batch size found`): it
+/// retries on an accelerator's out-of-memory errors, so the failure is the device's, its size
+/// unknown.
+static BATCH_SEARCH: Pattern = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\bno (?:executable |usable |valid |working )?batch size (?:found|fits|that fits)\b",
+    )
+    .ok()
+});
+/// A program that caught the failure and goes on with a smaller batch (the Dreambooth trainer's
+/// `OOM Detected, reducing batch/grad size to 12/1.`): it recovered, unless the line only advises
+/// doing so (`try reducing the batch size to 8`).
+static RETRYING: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:reducing|lowering|halving|decreasing|retrying with)\b[^\n]{0,30}?\bbatch(?:[/_-]?[a-z]+)?[ _]size\b[^\n]{0,20}?\bto [0-9]").ok()
+});
+/// Words that make [`RETRYING`] advice to the reader rather than what the program did.
+const SUGGESTING: [&str; 6] = ["try", "please", "consider", "should", "you ", "suggest"];
+/// Exit code 137 (SIGKILL) named as such: `exit code 137`, `exited with status 137`, `Status code
+/// 137` (a CI task's words).
+static EXIT_137: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:exit(?:ed)?(?: with)? (?:code|status)|status code)[ :=]*137\b").ok()
+});
 /// An exit code a kill report states (`exit_code=-9`, `exit code 0`, `Exit status: 9`).
 static STATED_EXIT: Pattern = LazyLock::new(|| {
     Regex::new(r"(?i)\bexit(?:ed)?[ _]?(?:with )?(?:code|status)\b[ :=]{0,3}(-?[0-9]+)\b").ok()
@@ -480,8 +521,15 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
         let told = &text[h.start..end];
         let lower = said.to_ascii_lowercase();
         p.notes.device = DEVICE_WORDS.iter().any(|w| has_word(said, &lower, w))
-            || p.facts.get("device_index").is_some();
+            || p.facts.get("device_index").is_some()
+            || BATCH_SEARCH.as_ref().is_some_and(|re| re.is_match(l));
         p.notes.negative_size = NEGATIVE_SIZE.as_ref().is_some_and(|re| re.is_match(l));
+        p.notes.non_fatal = RETRYING.as_ref().is_some_and(|re| {
+            re.find(l).is_some_and(|m| {
+                let before = l[..m.start()].to_ascii_lowercase();
+                !SUGGESTING.iter().any(|w| before.contains(w))
+            })
+        });
         p.notes.host_words = HOST_WORDS.iter().any(|w| lower.contains(w));
         p.notes.free_bytes = FREE.iter().find_map(|re| first_size(re, told));
         p.notes.total_bytes = first_size(&TOTAL, told);
@@ -626,7 +674,7 @@ fn continued(text: &str, start: usize, end: usize, facts: &mut Facts) -> usize {
                 .as_ref()
                 .and_then(|re| re.captures(line))
                 .and_then(|c| {
-                    (1..=9)
+                    (1..=11)
                         .find_map(|i| c.get(i))
                         .and_then(|m| m.as_str().parse::<i128>().ok())
                 });
@@ -793,7 +841,7 @@ fn attribute(line: &str) -> (Kind, Facts) {
         f.opt_text("dtype", c.get(2).map(|m| m.as_str()));
     }
     if let Some(c) = cap(&ERRNO) {
-        let code = (1..=9)
+        let code = (1..=11)
             .find_map(|i| c.get(i))
             .and_then(|m| m.as_str().parse::<i128>().ok());
         f.opt_int("error_code", code);

@@ -36,8 +36,10 @@ pub enum Workload {
 /// Words end where an ASCII word does (`\b` is ASCII), so text in another script may follow one
 /// (`training代码`), and a count may be plural (`after few epochs`). Training also shows as a
 /// training script (`train_zh.py`, `train_is.sh`), DeepSpeed's classes (`DeepSpeedZeRoOffload`)
-/// and the verb with what it trains (`to train classifier`, `train a model`); a traceback through
-/// `torch/optim/` is an optimizer's step.
+/// and the verb with what it trains (`to train classifier`, `train a model`, `train the
+/// \`stepstoreproduce\` model`) or after a wish to (`I try to train in SD-WebUI`), a trainer's module
+/// (`trainer/trainer.py`) and the word in Chinese, Japanese or Korean (`训练`, `微调`, `学習`,
+/// `학습`); a traceback through `torch/optim/` is an optimizer's step.
 static SIGNS: LazyLock<Option<Regex>> = LazyLock::new(|| {
     regex::RegexBuilder::new(concat!(
         r"(?P<vllm>(?i:vllm)|EngineCore|gpu[_-]memory[_-]utilization|max[_-]num[_-]seqs|LLMEngine|",
@@ -46,7 +48,7 @@ static SIGNS: LazyLock<Option<Regex>> = LazyLock::new(|| {
         r"|(?P<llama>llama\.cpp|ggml_|GGML_|llama_model|llm_load|(?i:ollama)|n_gpu_layers|n-gpu-layers)",
         r"|(?P<comfy>(?i:comfy)|KSampler|This error means you ran out of memory on your GPU)",
         r"|(?P<ort>(?i:onnxruntime))",
-        r"|(?P<train>\.backward\(|backward\(\)|\bTrainer\b|train\.py|\btrain[_-][\w-]*\.(?:py|sh)\b|training_step|optimizer\.step|torch[/\\]optim[/\\]|train_step|[Tt]rainer\.(?:train|fit)\(|\bfinetune|fine-tun|\bDeepSpeed[A-Z]\w*|(?i:\bdeepspeed\b|\bepochs?\b|\btraining\b|\btrain(?:ing)? (?:an? |the |my |our |your |this )?(?:\w+ )?(?:model|classifier|network|detector)s?\b))",
+        r"|(?P<train>\.backward\(|backward\(\)|\bTrainer\b|train\.py|\btrain[_-][\w-]*\.(?:py|sh)\b|training_step|optimizer\.step|torch[/\\]optim[/\\]|train_step|[Tt]rainer\.(?:train|fit)\(|\bfinetune|fine-tun|\bDeepSpeed[A-Z]\w*|(?i:\bdeepspeed\b|\bepochs?\b|\btraining\b|\btrain(?:ing)? (?:an? |the |my |our |your |this )?(?:`?\w+`? )?(?:model|classifier|network|detector)s?\b|\btrainer\.py\b|训练|微调|訓練|学習|학습|\b(?:try|tried|trying|want|wanted|attempt|attempted|attempting) to train\b))",
         r"|(?P<rust>panicked at|RUST_BACKTRACE|\.rs:[0-9]+|memory allocation of [0-9]+ bytes failed)",
         r"|(?P<infer>\.generate\(|\bgenerate\(|pipeline\(|(?i:\binference\b)|inference_mode|no_grad|diffusers|TRT-LLM|tensorrt_llm|sglang)",
     ))
