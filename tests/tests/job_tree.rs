@@ -659,6 +659,12 @@ fn pool_end(then_exit: &str) {
     );
     let main = r.report["job"]["pid"].as_u64().unwrap_or(0);
     assert_ne!(pm["cause"], "killed", "{pm}");
+    // The pool's resource tracker ends with the job: it was not left running.
+    assert!(
+        !r.out.contains("still ran") && !r.report["sources"].to_string().contains("left running"),
+        "{}",
+        r.out
+    );
     let rows = r.report["processes"]
         .as_array()
         .cloned()

@@ -197,3 +197,53 @@ fn a_command_that_cannot_start_is_a_clear_error() {
     assert_eq!(r.code, 2);
     assert!(r.err.contains("not an interval"), "{}", r.err);
 }
+
+/// A launcher that starts the program in the background and exits (`bash -c 'prog &'`): memsight
+/// stops watching when the job's first process ends, and its report described the launcher alone
+/// (0.3 MiB of heap, `exited with code 0`) without a word of the program still running. Now
+/// standard error and the report's sources name it; the job's exit code is still the launcher's.
+#[test]
+fn a_program_left_running_by_its_launcher_is_named() {
+    let dir = scratch("sidecar-left-running");
+    let report = dir.join("r.json");
+    let r = run_memsight(
+        &[
+            "run",
+            "--report",
+            report.to_str().unwrap(),
+            "--",
+            "bash",
+            "-c",
+            "sleep 30 >/dev/null 2>&1 & echo \"background pid $!\"",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    let pid = r
+        .out
+        .lines()
+        .chain(r.err.lines())
+        .find_map(|l| l.strip_prefix("background pid "))
+        .and_then(|p| p.trim().parse::<i32>().ok())
+        .unwrap_or_else(|| panic!("no pid printed: {}{}", r.out, r.err));
+    // SAFETY: kill has no memory effects; the pid is the background sleep's.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert!(
+        r.err.contains(&format!(
+            "1 process of the job still ran (pid {pid} `sleep 30`)"
+        )),
+        "{}",
+        r.err
+    );
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).expect("a report")).expect("JSON");
+    let sources = v["sources"].as_array().cloned().unwrap_or_default();
+    assert!(
+        sources.iter().any(|s| s["name"] == "processes left running"
+            && s["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains(&format!("pid {pid}")))),
+        "{sources:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -14,6 +14,7 @@ mod delivery;
 pub mod inject;
 mod job;
 mod kmsg;
+mod left_running;
 pub mod metrics;
 mod oomwatch;
 mod outputs;

@@ -144,6 +144,11 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
         kernel: &mut kernel,
     };
     let (status, died_unix_ms) = follow(child, opts, &mut watching);
+    let left_running =
+        crate::left_running::describe(&crate::left_running::after_grace(&ring_prefix));
+    if let Some(said) = &left_running {
+        eprintln!("memsight: {said}");
+    }
     drop(stops);
     kernel.poll();
     let oom_kills = oom.kills();
@@ -179,6 +184,13 @@ pub fn run(opts: &RunOptions) -> Result<RunOutcome, SidecarError> {
     };
     let rank_errors = ranks.write_rank_reports(&mut report);
     ranks.describe_job(&mut report);
+    if let Some(detail) = left_running {
+        report.sources.push(memsight::collect::SourceStatus {
+            name: "processes left running".into(),
+            available: false,
+            detail,
+        });
+    }
     job.remove_member_reports();
     outputs.end(&report);
     let report_error = deliver(&report, &report_path).err();
