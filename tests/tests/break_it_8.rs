@@ -316,3 +316,76 @@ fn a_launcher_that_drops_root_runs_its_program() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The post-mortem's finding for a failed allocation, with what `memsight run` printed.
+fn alloc_finding(report: &Value) -> &Value {
+    &report["post_mortem"]["findings"][0]
+}
+
+/// A job under an address-space limit (`ulimit -v`, `prlimit --as`, `resource.setrlimit`) whose
+/// allocation the limit refused: the verdict was `host_oom` ("reached the machine's or its
+/// limit's memory", remedy "keep fewer CPU tensors alive") with GiBs free. It names the limit now,
+/// with the value the process had (read by the process at the failure), and the remedies raise
+/// the limit or reserve less address space. A PyTorch job that limits itself, and a C program
+/// under `prlimit`.
+#[test]
+fn an_allocation_refused_by_an_address_space_limit_names_the_limit() {
+    if let Some((report, truth, out, code)) = run_env_job("rlimit", &[("ACTION", "rlimit")]) {
+        assert_eq!(code, 3, "{out}");
+        let limit = truth["rlimit_as"].as_u64().expect("the job's limit");
+        let f = alloc_finding(&report);
+        assert_eq!(f["verdict"], "allocator_limit", "{f}\n{out}");
+        let evidence = f["evidence"].as_str().unwrap_or_default();
+        let said = memsight_format::units::fmt_bytes(limit);
+        assert!(
+            evidence.contains("address-space limit") && evidence.contains(&said),
+            "{evidence} (limit {said})"
+        );
+        let remedies = f["remedies"].to_string();
+        assert!(
+            f["remedies"][0]
+                .as_str()
+                .is_some_and(|r| r.contains("raise or remove the address-space limit"))
+                && remedies.contains("MALLOC_ARENA_MAX"),
+            "{remedies}"
+        );
+        let description = report["post_mortem"]["description"].as_str().unwrap_or("");
+        assert!(
+            description.contains("address-space limit") && description.contains(&said),
+            "{description}"
+        );
+    }
+    if !preload_built() {
+        return;
+    }
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        println!("SKIP: prlimit is not installed (util-linux)");
+        return;
+    }
+    let dir = scratch("break8-prlimit-as");
+    // Reserves 64 MiB blocks until one is refused, and says how many it got.
+    let source = "#include <stdio.h>\n#include <stdlib.h>\n\
+        int main(void) { int n = 0; while (malloc(64 << 20)) n++;\n\
+        printf(\"refused after %d blocks\\n\", n); fflush(stdout); return 3; }\n";
+    let Some(prog) = memsight_e2e::c_program(&dir, "reserve", source, &["-O1"]) else {
+        return;
+    };
+    let prog = prog.to_string_lossy().into_owned();
+    let r = run_job(
+        &dir,
+        &[],
+        &["prlimit", "--as=1073741824", prog.as_str()],
+        &[],
+    );
+    assert_eq!(r.code, 3, "{}", r.out);
+    assert!(r.out.contains("refused after"), "{}", r.out);
+    let report: Value = serde_json::from_str(&r.report).expect("a JSON report");
+    let f = alloc_finding(&report);
+    assert_eq!(f["verdict"], "allocator_limit", "{f}\n{}", r.out);
+    let evidence = f["evidence"].as_str().unwrap_or_default();
+    assert!(
+        evidence.contains("64.00 MiB") && evidence.contains("of 1.00 GiB"),
+        "{evidence}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -19,7 +19,7 @@ use std::fmt;
 /// Incompatible format changes bump this; readers reject other majors.
 pub const MAJOR: u16 = 1;
 /// Additive changes (new record types, new optional fields) bump this.
-pub const MINOR: u16 = 7;
+pub const MINOR: u16 = 8;
 
 /// One thing the job tells its watchers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
