@@ -389,3 +389,91 @@ fn an_allocation_refused_by_an_address_space_limit_names_the_limit() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A `ProcessPoolExecutor` job whose workers hold 48 and 96 MiB at once while the parent holds
+/// 3 MiB: the report's host peak was the parent's 2.93 MiB and `check --max-host-peak 10MiB` said
+/// every budget holds. The job's heap — its measured processes' heaps at one moment — is the host
+/// peak now (`peaks.job_heap_peak`), at least what the workers said they held and no more than
+/// the processes' own peaks added up; the parent's own figure is unchanged.
+#[test]
+fn a_job_whose_memory_is_in_its_pool_workers_is_gated_on_it() {
+    let Some(py) = torch_python() else {
+        println!("SKIP: no torch venv (the set-up script creates it; make build runs it)");
+        return;
+    };
+    if !preload_built() {
+        return;
+    }
+    let job = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python_jobs/pool_workers.py");
+    for method in ["forkserver", "spawn"] {
+        let dir = scratch(&format!("break8-pool-{method}"));
+        let truth_path = dir.join("truth.json");
+        let r = run_job(
+            &dir,
+            &[],
+            &[
+                py.as_os_str(),
+                job.as_os_str(),
+                truth_path.as_os_str(),
+                method.as_ref(),
+            ],
+            &[],
+        );
+        assert_eq!(r.code, 0, "{method}: {}", r.out);
+        let truth: Value =
+            serde_json::from_str(&std::fs::read_to_string(&truth_path).expect("truth"))
+                .expect("truth JSON");
+        let held: u64 = truth["workers"]
+            .as_array()
+            .expect("workers")
+            .iter()
+            .map(|w| w[1].as_u64().expect("bytes"))
+            .sum();
+        let report: Value = serde_json::from_str(&r.report).expect("a JSON report");
+        let own = report["peaks"]["heap_peak_bytes"].as_u64().unwrap_or(0);
+        let rows: u64 = report["processes"]
+            .as_array()
+            .expect("process rows")
+            .iter()
+            .map(|p| p["heap_peak_bytes"].as_u64().unwrap_or(0))
+            .sum();
+        let job_peak = report["peaks"]["job_heap_peak"]["bytes"]
+            .as_u64()
+            .unwrap_or(0);
+        assert!(
+            own < 10 << 20,
+            "{method}: the parent's own heap peak {own} is its own"
+        );
+        assert!(
+            job_peak >= held && job_peak <= rows,
+            "{method}: job heap {:.1} MiB, workers held {:.1} MiB, the rows add up to {:.1} MiB",
+            job_peak as f64 / MIB,
+            held as f64 / MIB,
+            rows as f64 / MIB
+        );
+        let check = |budget: &str| {
+            memsight_e2e::run_memsight(
+                &[
+                    "check".as_ref(),
+                    dir.join("r.json").as_os_str(),
+                    "--max-host-peak".as_ref(),
+                    budget.as_ref(),
+                ],
+                None,
+            )
+        };
+        let c = check("10MiB");
+        assert_eq!(c.code, 1, "{method}: {}{}", c.out, c.err);
+        let said = memsight_format::units::fmt_bytes(job_peak);
+        assert!(
+            c.out.contains(&format!("host peak {said}"))
+                && c.out.contains("the job's processes' heaps at one moment"),
+            "{method}: {}",
+            c.out
+        );
+        let above = format!("{}B", job_peak + (1 << 20));
+        let c = check(&above);
+        assert_eq!(c.code, 0, "{method}: {}{}", c.out, c.err);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
