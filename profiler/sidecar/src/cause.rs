@@ -157,8 +157,8 @@ impl Seen {
                 ),
                 None => match refused_by_limit(failed_bytes, w) {
                     Some(space) => format!(
-                        "the job reached its address-space limit: a {} allocation failed{} \
-                         under RLIMIT_AS {}{}; it {how}",
+                        "the job ran out of memory under its address-space limit: a {} \
+                         allocation failed{} under RLIMIT_AS {}{}; it {how}",
                         fmt_bytes(failed_bytes),
                         self.place,
                         fmt_bytes(space.limit_bytes),

@@ -162,13 +162,14 @@ fn judge_kind(kind: Kind, f: &Facts, ctx: &Context, notes: Notes) -> (Verdict, V
     } else {
         workload::rank(workload, (verdict, remedies))
     };
+    // A job that grows runs into whatever holds it: the machine, the device, or an address-space
+    // limit (the limit stays named in the evidence); the growth is what to fix first.
+    let grew_into = matches!(
+        verdict.verdict,
+        VerdictKind::Capacity | VerdictKind::HostOom | VerdictKind::Undetermined
+    ) || (verdict.verdict == VerdictKind::AllocatorLimit && address_space(f).is_some());
     match ctx.leaking() {
-        Some(slope)
-            if matches!(
-                verdict.verdict,
-                VerdictKind::Capacity | VerdictKind::HostOom | VerdictKind::Undetermined
-            ) =>
-        {
+        Some(slope) if grew_into => {
             let lead = remedy::find_leak(slope);
             let mut rs = vec![lead];
             rs.extend(remedies);
