@@ -167,7 +167,8 @@ fn judge_kind(kind: Kind, f: &Facts, ctx: &Context, notes: Notes) -> (Verdict, V
     let grew_into = matches!(
         verdict.verdict,
         VerdictKind::Capacity | VerdictKind::HostOom | VerdictKind::Undetermined
-    ) || (verdict.verdict == VerdictKind::AllocatorLimit && address_space(f).is_some());
+    ) || (verdict.verdict == VerdictKind::AllocatorLimit
+        && address_space(f).is_some());
     match ctx.leaking() {
         Some(slope) if grew_into => {
             let lead = remedy::find_leak(slope);
