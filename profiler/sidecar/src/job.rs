@@ -432,23 +432,26 @@ impl JobRings {
     pub(crate) fn heap_series(&self) -> Vec<memsight_format::report::HeapSeries> {
         self.members
             .iter()
-            .map(|m| {
-                let start = m.watch.ring_start_unix_ms.unwrap_or(0);
-                memsight_format::report::HeapSeries {
-                    samples: m
-                        .watch
-                        .timeline
-                        .samples()
-                        .iter()
-                        .map(|s| {
-                            (
-                                start.saturating_add(s.t_ms),
-                                s.heap.live_bytes.saturating_sub(m.info.inherited_bytes),
-                            )
-                        })
-                        .collect(),
-                    end_unix_ms: m.ended_unix_ms,
-                }
+            .map(|m| memsight_format::report::HeapSeries {
+                // Samples are timed from the ring's start: without it, none can be placed.
+                samples: m
+                    .watch
+                    .ring_start_unix_ms
+                    .map(|start| {
+                        m.watch
+                            .timeline
+                            .samples()
+                            .iter()
+                            .map(|s| {
+                                (
+                                    start.saturating_add(s.t_ms),
+                                    s.heap.live_bytes.saturating_sub(m.info.inherited_bytes),
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                end_unix_ms: m.ended_unix_ms,
             })
             .collect()
     }
