@@ -43,6 +43,7 @@ pub fn end_training_by(by: &str) -> bool {
         heap_peak_bytes: heap.run_peak_bytes.max(heap.peak_bytes),
         rss_peak_bytes,
         tensor_peak_bytes: tensors::stats().map(|t| t.peak_bytes),
+        job_heap_peak: None,
     };
     *ended = Some(Ended {
         window,

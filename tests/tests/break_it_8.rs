@@ -295,3 +295,164 @@ fn a_launcher_that_drops_root_runs_its_program() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The post-mortem's finding for a failed allocation, with what `memsight run` printed.
+fn alloc_finding(report: &Value) -> &Value {
+    &report["post_mortem"]["findings"][0]
+}
+
+/// A job under an address-space limit (`ulimit -v`, `prlimit --as`, `resource.setrlimit`) whose
+/// allocation the limit refused: the verdict was `host_oom` ("reached the machine's or its
+/// limit's memory", remedy "keep fewer CPU tensors alive") with GiBs free. It names the limit now,
+/// with the value the process had (read by the process at the failure), and the remedies raise
+/// the limit or reserve less address space. A PyTorch job that limits itself, and a C program
+/// under `prlimit`.
+#[test]
+fn an_allocation_refused_by_an_address_space_limit_names_the_limit() {
+    if let Some((report, truth, out, code)) = run_env_job("rlimit", &[("ACTION", "rlimit")]) {
+        assert_eq!(code, 3, "{out}");
+        let limit = truth["rlimit_as"].as_u64().expect("the job's limit");
+        let f = alloc_finding(&report);
+        assert_eq!(f["verdict"], "allocator_limit", "{f}\n{out}");
+        let evidence = f["evidence"].as_str().unwrap_or_default();
+        let said = memsight_format::units::fmt_bytes(limit);
+        assert!(
+            evidence.contains("address-space limit") && evidence.contains(&said),
+            "{evidence} (limit {said})"
+        );
+        let remedies = f["remedies"].to_string();
+        assert!(
+            f["remedies"][0]
+                .as_str()
+                .is_some_and(|r| r.contains("raise or remove the address-space limit"))
+                && remedies.contains("MALLOC_ARENA_MAX"),
+            "{remedies}"
+        );
+        let description = report["post_mortem"]["description"].as_str().unwrap_or("");
+        assert!(
+            description.contains("address-space limit") && description.contains(&said),
+            "{description}"
+        );
+    }
+    if !preload_built() {
+        return;
+    }
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        println!("SKIP: prlimit is not installed (util-linux)");
+        return;
+    }
+    let dir = scratch("break8-prlimit-as");
+    // Reserves 64 MiB blocks until one is refused, and says how many it got.
+    let source = "#include <stdio.h>\n#include <stdlib.h>\n\
+        int main(void) { int n = 0; while (malloc(64 << 20)) n++;\n\
+        printf(\"refused after %d blocks\\n\", n); fflush(stdout); return 3; }\n";
+    let Some(prog) = memsight_e2e::c_program(&dir, "reserve", source, &["-O1"]) else {
+        return;
+    };
+    let prog = prog.to_string_lossy().into_owned();
+    let r = run_job(
+        &dir,
+        &[],
+        &["prlimit", "--as=1073741824", prog.as_str()],
+        &[],
+    );
+    assert_eq!(r.code, 3, "{}", r.out);
+    assert!(r.out.contains("refused after"), "{}", r.out);
+    let report: Value = serde_json::from_str(&r.report).expect("a JSON report");
+    let f = alloc_finding(&report);
+    assert_eq!(f["verdict"], "allocator_limit", "{f}\n{}", r.out);
+    let evidence = f["evidence"].as_str().unwrap_or_default();
+    assert!(
+        evidence.contains("64.00 MiB") && evidence.contains("of 1.00 GiB"),
+        "{evidence}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A `ProcessPoolExecutor` job whose workers hold 48 and 96 MiB at once while the parent holds
+/// 3 MiB: the report's host peak was the parent's 2.93 MiB and `check --max-host-peak 10MiB` said
+/// every budget holds. The job's heap — its measured processes' heaps at one moment — is the host
+/// peak now (`peaks.job_heap_peak`), at least what the workers said they held and no more than
+/// the processes' own peaks added up; the parent's own figure is unchanged.
+#[test]
+fn a_job_whose_memory_is_in_its_pool_workers_is_gated_on_it() {
+    let Some(py) = torch_python() else {
+        println!("SKIP: no torch venv (the set-up script creates it; make build runs it)");
+        return;
+    };
+    if !preload_built() {
+        return;
+    }
+    let job = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python_jobs/pool_workers.py");
+    for method in ["forkserver", "spawn"] {
+        let dir = scratch(&format!("break8-pool-{method}"));
+        let truth_path = dir.join("truth.json");
+        let r = run_job(
+            &dir,
+            &[],
+            &[
+                py.as_os_str(),
+                job.as_os_str(),
+                truth_path.as_os_str(),
+                method.as_ref(),
+            ],
+            &[],
+        );
+        assert_eq!(r.code, 0, "{method}: {}", r.out);
+        let truth: Value =
+            serde_json::from_str(&std::fs::read_to_string(&truth_path).expect("truth"))
+                .expect("truth JSON");
+        let held: u64 = truth["workers"]
+            .as_array()
+            .expect("workers")
+            .iter()
+            .map(|w| w[1].as_u64().expect("bytes"))
+            .sum();
+        let report: Value = serde_json::from_str(&r.report).expect("a JSON report");
+        let own = report["peaks"]["heap_peak_bytes"].as_u64().unwrap_or(0);
+        let rows: u64 = report["processes"]
+            .as_array()
+            .expect("process rows")
+            .iter()
+            .map(|p| p["heap_peak_bytes"].as_u64().unwrap_or(0))
+            .sum();
+        let job_peak = report["peaks"]["job_heap_peak"]["bytes"]
+            .as_u64()
+            .unwrap_or(0);
+        assert!(
+            own < 10 << 20,
+            "{method}: the parent's own heap peak {own} is its own"
+        );
+        assert!(
+            job_peak >= held && job_peak <= rows,
+            "{method}: job heap {:.1} MiB, workers held {:.1} MiB, the rows add up to {:.1} MiB",
+            job_peak as f64 / MIB,
+            held as f64 / MIB,
+            rows as f64 / MIB
+        );
+        let check = |budget: &str| {
+            memsight_e2e::run_memsight(
+                &[
+                    "check".as_ref(),
+                    dir.join("r.json").as_os_str(),
+                    "--max-host-peak".as_ref(),
+                    budget.as_ref(),
+                ],
+                None,
+            )
+        };
+        let c = check("10MiB");
+        assert_eq!(c.code, 1, "{method}: {}{}", c.out, c.err);
+        let said = memsight_format::units::fmt_bytes(job_peak);
+        assert!(
+            c.out.contains(&format!("host peak {said}"))
+                && c.out.contains("the job's processes' heaps at one moment"),
+            "{method}: {}",
+            c.out
+        );
+        let above = format!("{}B", job_peak + (1 << 20));
+        let c = check(&above);
+        assert_eq!(c.code, 0, "{method}: {}{}", c.out, c.err);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -11,7 +11,8 @@ use std::process::ExitCode;
 pub struct Args {
     /// The JSON report to check.
     report: PathBuf,
-    /// Peak live process heap: every allocation of the job, Rust and C/C++ (e.g. 512MiB, 4GiB).
+    /// Peak live heap: every allocation of the job, Rust and C/C++; of a job of several measured
+    /// processes, their heaps at one moment where that is higher (e.g. 512MiB, 4GiB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_host_peak: Option<u64>,
     /// Peak RSS (e.g. 6GiB).

@@ -150,17 +150,25 @@ impl Budgets {
                     Report::HEAP_NOT_MEASURED,
                     fmt_bytes(max)
                 ));
-            } else if p.heap_peak_bytes > max {
-                out.push(format!(
-                    "host peak {} exceeds budget {}{}",
-                    fmt_bytes(p.heap_peak_bytes),
-                    fmt_bytes(max),
-                    if r.heap_peaked_outside_marks() {
-                        format!(" (peaked {})", memsight_format::report::OUTSIDE_MARKS)
-                    } else {
-                        location(p.heap_peak_step, p.heap_peak_phase.as_deref())
-                    }
-                ));
+            } else {
+                let host = r.host_peak();
+                if host.bytes > max {
+                    out.push(format!(
+                        "host peak {}{} exceeds budget {}{}",
+                        fmt_bytes(host.bytes),
+                        if host.of_job {
+                            " (the job's processes' heaps at one moment)"
+                        } else {
+                            ""
+                        },
+                        fmt_bytes(max),
+                        if !host.of_job && r.heap_peaked_outside_marks() {
+                            format!(" (peaked {})", memsight_format::report::OUTSIDE_MARKS)
+                        } else {
+                            location(host.step, host.phase.as_deref())
+                        }
+                    ));
+                }
             }
         }
         if let Some(max) = self.max_rss_peak {

@@ -82,6 +82,16 @@ fn metrics(s: &mut String, r: &Report) {
             at(p.tensor_peak_step, p.tensor_peak_phase.as_deref())
         );
     }
+    let host = r.host_peak();
+    if host.of_job {
+        let _ = writeln!(
+            s,
+            "| job heap | {} | {} | the heaps of the job's {} measured processes at one moment, each its own: what `check --max-host-peak` gates |",
+            fmt_bytes(host.bytes),
+            at(host.step, host.phase.as_deref()),
+            r.processes.iter().filter(|p| p.heap_peak_bytes > 0).count()
+        );
+    }
     if r.heap_measured() {
         let _ = writeln!(
             s,

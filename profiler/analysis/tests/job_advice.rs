@@ -139,3 +139,35 @@ fn an_oom_kill_advises_fewer_workers_only_to_a_job_that_has_workers() {
     let four = judged(Kind::LinuxOomKiller, kill(), &python_job(true, 4));
     assert_eq!(ids(&four)[0], "data_loader", "{four}");
 }
+
+/// Break-it pass 8's F4: a failed host allocation under the process's address-space limit
+/// (`RLIMIT_AS`) that left no room for it is the limit's doing (`allocator_limit`, raise the limit
+/// or reserve less address space), not the machine's memory; with room left under the limit it
+/// is judged as before.
+#[test]
+fn a_request_an_address_space_limit_refused_names_the_limit() {
+    let job = python_job(true, 0);
+    let mib = 1u64 << 20;
+    let facts = |virtual_bytes: u64| {
+        let mut f = Facts::default();
+        f.int("requested_bytes", 128 * mib);
+        f.int("address_space_limit_bytes", 3 * GIB);
+        f.int("virtual_bytes", virtual_bytes);
+        f
+    };
+    let v = judged(Kind::TorchCpuOom, facts(3 * GIB - 64 * mib), &job);
+    assert_eq!(v["verdict"], "allocator_limit", "{v}");
+    let evidence = v["evidence"].as_str().unwrap();
+    assert!(
+        evidence.contains("address-space limit") && evidence.contains("of 3.00 GiB"),
+        "{evidence}"
+    );
+    assert_eq!(
+        ids(&v),
+        ["address_space_limit", "virtual_size", "torch_host_memory"],
+        "{v}"
+    );
+    // 1 GiB mapped of 3 GiB: the limit had room, so it is not named.
+    let v = judged(Kind::TorchCpuOom, facts(GIB), &job);
+    assert_eq!(v["verdict"], "host_oom", "{v}");
+}

@@ -10,6 +10,29 @@ use memsight_format::units::fmt_bytes;
 use std::path::Path;
 use std::process::ExitStatus;
 
+/// What the diagnosis engine is told of a failed allocation of `bytes`: its size, and the
+/// address-space limit it met (with the process's virtual size then) when the process had one.
+fn failure_facts(bytes: u64, w: &Watch) -> Facts {
+    let mut f = Facts::default();
+    f.int("requested_bytes", bytes);
+    if let Some(space) = w.failed_space {
+        f.int("address_space_limit_bytes", space.limit_bytes);
+        if let Some(v) = space.virtual_bytes {
+            f.int("virtual_bytes", v);
+        }
+    }
+    f
+}
+
+/// The address-space limit that refused a failed allocation of `bytes`: the process had one, and
+/// its virtual size (when read) left no room for the request under it.
+fn refused_by_limit(
+    bytes: u64,
+    w: &Watch,
+) -> Option<memsight_format::wire::ring::FailedAddressSpace> {
+    w.failed_space.filter(|s| s.refuses(bytes))
+}
+
 /// How watching ended.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum End {
@@ -103,9 +126,7 @@ impl Seen {
         // ended: it is said beside the exit, and the judge's finding stays for the reader.
         let survived = failures > 0 && self.signal.is_none() && self.code() == Some(0);
         let (cause, description) = if survived {
-            let mut f = Facts::default();
-            f.int("requested_bytes", failed_bytes);
-            findings.push(finding(failed_kind, f, &ctx));
+            findings.push(finding(failed_kind, failure_facts(failed_bytes, w), &ctx));
             let (cause, text) = self.plain_end();
             let what = match failures {
                 1 => format!("an allocation of {} failed", fmt_bytes(failed_bytes)),
@@ -116,9 +137,7 @@ impl Seen {
             };
             (cause, format!("{text}; {what} and the job went on"))
         } else if failures > 0 {
-            let mut f = Facts::default();
-            f.int("requested_bytes", failed_bytes);
-            findings.push(finding(failed_kind, f, &ctx));
+            findings.push(finding(failed_kind, failure_facts(failed_bytes, w), &ctx));
             let how = self.after_failure("aborted with");
             let job = ctx.job.as_ref();
             let limit = job.and_then(|j| j.limit_bytes);
@@ -136,11 +155,24 @@ impl Seen {
                         format!("this machine's {} of memory and swap", fmt_bytes(m))
                     }
                 ),
-                None => format!(
-                    "the job ran out of memory: a {} allocation failed{}; it {how}",
-                    fmt_bytes(failed_bytes),
-                    self.place
-                ),
+                None => match refused_by_limit(failed_bytes, w) {
+                    Some(space) => format!(
+                        "the job ran out of memory under its address-space limit: a {} \
+                         allocation failed{} under RLIMIT_AS {}{}; it {how}",
+                        fmt_bytes(failed_bytes),
+                        self.place,
+                        fmt_bytes(space.limit_bytes),
+                        space.virtual_bytes.map_or(String::new(), |v| format!(
+                            " with {} already mapped",
+                            fmt_bytes(v)
+                        ))
+                    ),
+                    None => format!(
+                        "the job ran out of memory: a {} allocation failed{}; it {how}",
+                        fmt_bytes(failed_bytes),
+                        self.place
+                    ),
+                },
             };
             ("out_of_memory", description)
         } else if let Some(o) = report.device_ooms.last() {

@@ -427,6 +427,35 @@ impl JobRings {
         self.principal.map(|i| &self.members[i])
     }
 
+    /// Each member's heap over time (its own: a forked worker's less what it inherited) and its
+    /// end, as the job's heap adds them up (`memsight_format::report::job_heap_peak`).
+    pub(crate) fn heap_series(&self) -> Vec<memsight_format::report::HeapSeries> {
+        self.members
+            .iter()
+            .map(|m| memsight_format::report::HeapSeries {
+                // Samples are timed from the ring's start: without it, none can be placed.
+                samples: m
+                    .watch
+                    .ring_start_unix_ms
+                    .map(|start| {
+                        m.watch
+                            .timeline
+                            .samples()
+                            .iter()
+                            .map(|s| {
+                                (
+                                    start.saturating_add(s.t_ms),
+                                    s.heap.live_bytes.saturating_sub(m.info.inherited_bytes),
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                end_unix_ms: m.ended_unix_ms,
+            })
+            .collect()
+    }
+
     /// Each member's heap and role by pid, for the process tree viewers and reports show.
     pub(crate) fn annotations(&self) -> HashMap<u32, (Option<u64>, String)> {
         self.members

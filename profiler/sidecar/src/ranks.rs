@@ -371,6 +371,9 @@ impl Assembly<'_> {
         if self.job.members.len() > 1 || !report.ranks.is_empty() || !unmeasured.is_empty() {
             report.processes = self.job.members.iter().map(|m| self.row(m, None)).collect();
         }
+        if self.job.members.len() > 1 {
+            self.add_job_heap(report);
+        }
         if !unmeasured.is_empty() {
             let names: Vec<String> = unmeasured
                 .iter()
@@ -443,6 +446,24 @@ impl Assembly<'_> {
             pm.findings.splice(0..0, findings);
         } else if pm.cause == "exited" || pm.cause == "signaled" {
             pm.cause = row.end.kind.clone();
+        }
+    }
+
+    /// The job's heap peak (the highest total of its measured processes' live heaps at one
+    /// moment), over the run and over the training window, placed at the report's process's step
+    /// and phase then.
+    fn add_job_heap(&self, report: &mut Report) {
+        use memsight_format::report::job_heap_peak;
+        let series = self.job.heap_series();
+        report.peaks.job_heap_peak =
+            job_heap_peak(&series, None).map(|(t, b)| report.job_heap_peak_at(t, b));
+        let window = report
+            .training
+            .as_ref()
+            .and_then(|w| job_heap_peak(&series, Some(w.end_unix_ms)))
+            .map(|(t, b)| report.job_heap_peak_at(t, b));
+        if let Some(w) = report.training.as_mut() {
+            w.job_heap_peak = window;
         }
     }
 

@@ -27,6 +27,8 @@ pub(crate) struct Watch {
     /// Ring drops already told to viewers.
     dropped_told: u64,
     pub alloc_failures: (u64, u64),
+    /// The address-space limit its first failed allocation met (`RLIMIT_AS`), if it had one.
+    pub failed_space: Option<memsight_format::wire::ring::FailedAddressSpace>,
     pub ring_error: Option<String>,
     /// Sources the sidecar read itself (a job sampled from outside).
     pub sources: Vec<memsight::collect::SourceStatus>,
@@ -61,6 +63,7 @@ impl Watch {
             notes: std::collections::HashMap::new(),
             finished: false,
             alloc_failures: (0, 0),
+            failed_space: None,
             ring_error: None,
             sources: Vec::new(),
             phases: Vec::new(),
@@ -124,6 +127,7 @@ impl Watch {
         self.tell_drops(r, out);
         self.dropped = r.dropped();
         self.alloc_failures = r.alloc_failures();
+        self.failed_space = r.failed_address_space();
     }
 
     /// Tells viewers everything kept so far (a process they follow from now on): its greeting and

@@ -288,3 +288,37 @@ pub fn torch_host_memory() -> Remedy {
         saving_bytes: None,
     }
 }
+
+/// Raise or remove the process's address-space limit (`RLIMIT_AS`) that refused a request.
+pub fn address_space_limit(limit: u128) -> Remedy {
+    Remedy {
+        id: "address_space_limit",
+        action: "raise or remove the address-space limit (`ulimit -v unlimited` in the script \
+                 that starts the job, `prlimit --as=unlimited`, the launcher's or scheduler's \
+                 virtual-memory setting, a `resource.setrlimit(RLIMIT_AS, …)` in the code); to \
+                 cap memory, use a memory cgroup (`systemd-run -p MemoryMax=…`, the container's \
+                 memory limit) instead"
+            .into(),
+        why: format!(
+            "the process's address-space limit is {}: it counts every mapping the process \
+             reserves (thread stacks, allocator arenas, libraries), not the memory it uses, so it \
+             refuses allocations while the machine has memory free",
+            b(limit)
+        ),
+        saving_bytes: None,
+    }
+}
+
+/// Reserve less address space: fewer allocator arenas and fewer threads.
+pub fn virtual_size() -> Remedy {
+    Remedy {
+        id: "virtual_size",
+        action: "reserve less address space: `MALLOC_ARENA_MAX=2` (glibc), fewer threads \
+                 (`OMP_NUM_THREADS`, `torch.set_num_threads`)"
+            .into(),
+        why: "glibc reserves 64 MiB of address space per malloc arena (up to 8 per core) and \
+              every thread an 8 MiB stack, reserved whether used or not"
+            .into(),
+        saving_bytes: None,
+    }
+}

@@ -9,6 +9,7 @@ use super::{dataloader, families, gpu, Kind};
 use memsight_format::job_context::JobContext;
 use memsight_format::report::leak::LeakEstimate;
 use memsight_format::units::fmt_bytes;
+use memsight_format::wire::ring::FailedAddressSpace;
 use serde::{Deserialize, Serialize};
 
 /// What caused the OOM.
@@ -161,13 +162,15 @@ fn judge_kind(kind: Kind, f: &Facts, ctx: &Context, notes: Notes) -> (Verdict, V
     } else {
         workload::rank(workload, (verdict, remedies))
     };
+    // A job that grows runs into whatever holds it: the machine, the device, or an address-space
+    // limit (the limit stays named in the evidence); the growth is what to fix first.
+    let grew_into = matches!(
+        verdict.verdict,
+        VerdictKind::Capacity | VerdictKind::HostOom | VerdictKind::Undetermined
+    ) || (verdict.verdict == VerdictKind::AllocatorLimit
+        && address_space(f).is_some());
     match ctx.leaking() {
-        Some(slope)
-            if matches!(
-                verdict.verdict,
-                VerdictKind::Capacity | VerdictKind::HostOom | VerdictKind::Undetermined
-            ) =>
-        {
+        Some(slope) if grew_into => {
             let lead = remedy::find_leak(slope);
             let mut rs = vec![lead];
             rs.extend(remedies);
@@ -229,6 +232,33 @@ fn host_request(kind: Kind, f: &Facts, job: Option<&JobContext>) -> (Verdict, Ve
             rs,
         );
     }
+    // The process's address-space limit, not the machine's memory, refused it (a post-mortem
+    // reads the limit and the virtual size the process had then).
+    if let Some(space) =
+        address_space(f).filter(|s| s.refuses(u64::try_from(r).unwrap_or(u64::MAX)))
+    {
+        let mapped = space.virtual_bytes.map_or(String::new(), |v| {
+            format!(" with {} already mapped", b(u128::from(v)))
+        });
+        let mut rs = vec![
+            remedy::address_space_limit(u128::from(space.limit_bytes)),
+            remedy::virtual_size(),
+        ];
+        if torch {
+            rs.push(remedy::torch_host_memory());
+        }
+        return (
+            v(
+                VerdictKind::AllocatorLimit,
+                format!(
+                    "a {} host allocation failed under the process's address-space limit (RLIMIT_AS, `ulimit -v`) of {}{mapped}: the limit refused it, not the machine's memory",
+                    b(r),
+                    b(u128::from(space.limit_bytes))
+                ),
+            ),
+            rs,
+        );
+    }
     let mut rs = Vec::new();
     if torch {
         rs.push(remedy::torch_host_memory());
@@ -246,6 +276,16 @@ fn host_request(kind: Kind, f: &Facts, job: Option<&JobContext>) -> (Verdict, Ve
         ),
         rs,
     )
+}
+
+/// The address-space limit a failed host allocation met, from its facts
+/// (`address_space_limit_bytes`, `virtual_bytes`: a post-mortem's).
+fn address_space(f: &Facts) -> Option<FailedAddressSpace> {
+    let limit = u64::try_from(f.bytes("address_space_limit_bytes")?).ok()?;
+    Some(FailedAddressSpace {
+        limit_bytes: limit,
+        virtual_bytes: f.bytes("virtual_bytes").and_then(|v| u64::try_from(v).ok()),
+    })
 }
 
 /// The training remedies for a job whose own allocations fill the device.

@@ -85,6 +85,7 @@ pub fn build(p: Parts) -> Report {
             tensor_peak_bytes,
             tensor_peak_step,
             tensor_peak_phase,
+            job_heap_peak: None,
         },
         fragmentation,
         process_tree: sp.tree.clone().map(|(at, tree)| TreePeak { at, tree }),

@@ -6,12 +6,14 @@
 pub mod build;
 mod error;
 pub mod job_context;
+pub mod job_heap;
 pub mod leak;
 mod postmortem;
 pub mod tips;
 mod training;
 
 pub use error::ReportError;
+pub use job_heap::{job_heap_peak, HeapSeries, HostPeak};
 pub use training::{TrainingWindow, SHUTDOWN_PHASE};
 
 /// How `check` and `summary` say where a peak was when [`Report::heap_peaked_outside_marks`].
@@ -188,6 +190,12 @@ pub struct Peaks {
     /// The innermost phase whose window held the tensor peak.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensor_peak_phase: Option<String>,
+    /// The job's heap peak, in the report of a job of several measured processes (`memsight
+    /// run`): the highest total of their live heaps at one moment (each process's latest sample
+    /// then; a forked worker's less the heap it inherited), placed at this report's process's
+    /// step and phase then. [`Report::host_peak`] takes it where it is above `heap_peak_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_heap_peak: Option<PeakAt>,
 }
 
 /// The run's heap fragmentation — its one definition, used by the report, the summary, the viewer

@@ -30,6 +30,10 @@ pub struct TrainingWindow {
     /// The tensor peak up to the end (with a tensor backend installed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensor_peak_bytes: Option<u64>,
+    /// The job's heap peak up to the end (`peaks.job_heap_peak`'s figure over the window), in the
+    /// report of a job of several measured processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_heap_peak: Option<crate::timeline::PeakAt>,
 }
 
 impl Report {
@@ -84,6 +88,9 @@ impl Report {
             crate::units::max_opt(w.rss_peak_bytes, sampled_rss.as_ref().map(|a| a.bytes))
                 .or(p.rss_peak_bytes);
         p.rss_peak_sample = sampled_rss.or(p.rss_peak_sample.take());
+        if p.job_heap_peak.is_some() {
+            p.job_heap_peak = w.job_heap_peak.clone();
+        }
         if let Some((t, step, phase)) = tensor_at {
             p.tensor_peak_bytes = Some(t);
             (p.tensor_peak_step, p.tensor_peak_phase) = (step, phase);

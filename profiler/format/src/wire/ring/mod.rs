@@ -61,6 +61,12 @@ const OFF_UNWRITTEN: usize = 88;
 const OFF_EXIT: usize = 96;
 /// The flag that marks [`OFF_EXIT`] as said.
 const EXIT_SAID: u64 = 1 << 32;
+/// The process's address-space limit at its first failed allocation (1.8): `RLIMIT_AS`'s soft
+/// limit in bytes, 0 when it had none.
+const OFF_FAILED_SPACE_LIMIT: usize = 104;
+/// The process's virtual size (every mapping) just after its first failed allocation, under such
+/// a limit (1.8): bytes, 0 when unread.
+const OFF_FAILED_VIRTUAL: usize = 112;
 /// Slot payload kind: a JSON-encoded [`Record`] whole in one slot.
 const KIND_JSON: u16 = 1;
 /// Slot payload kind (1.5): the first part of a JSON record spread over consecutive slots; the
@@ -207,15 +213,106 @@ pub fn forget_in_forked_child(ring: Option<&RingWriter>) {
 
 /// Records a failed allocation of `size` bytes in the open ring's header, if any: the count, and
 /// the size of the first failure — the request that started the end, not whatever the dying
-/// process (its backtrace printer, say) failed to allocate afterwards. Called on the allocator's
-/// failure path: it never allocates, locks or blocks.
+/// process (its backtrace printer, say) failed to allocate afterwards — with the address space
+/// the process had then: its `RLIMIT_AS` and, under one, its virtual size (the limit, not the
+/// machine's memory, refuses a request that would take the process past it). Called on the
+/// allocator's failure path: it never allocates, locks or blocks (two system calls and a read of
+/// `/proc/self/statm` into the stack, on the first failure only).
 pub fn note_alloc_failure(size: usize) {
     if let Some(count) = own_word(&ALLOC_FAILURE_WORDS) {
         let p: *const AtomicU64 = count;
         // SAFETY: the count is followed by the first failure's size, the next header word.
         let first = unsafe { &*p.add(1) };
-        let _ = first.compare_exchange(0, size as u64, Ordering::Relaxed, Ordering::Relaxed);
+        let is_first = first
+            .compare_exchange(0, size as u64, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok();
+        if is_first {
+            if let Some(limit) = address_space_limit() {
+                // SAFETY: header words of the same mapping, at their documented offsets from the
+                // count (OFF_ALLOC_FAILURES).
+                let (l, v) = unsafe {
+                    (
+                        &*p.add((OFF_FAILED_SPACE_LIMIT - OFF_ALLOC_FAILURES) / 8),
+                        &*p.add((OFF_FAILED_VIRTUAL - OFF_ALLOC_FAILURES) / 8),
+                    )
+                };
+                v.store(virtual_size().unwrap_or(0), Ordering::Relaxed);
+                l.store(limit, Ordering::Relaxed);
+            }
+        }
         count.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// This process's address-space limit (`RLIMIT_AS`'s soft limit, as `ulimit -v` and `prlimit
+/// --as` set it), when it has one. Async-signal-safe: one system call.
+fn address_space_limit() -> Option<u64> {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we pass; no allocation.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut rl) } == 0;
+    (ok && rl.rlim_cur != libc::RLIM_INFINITY).then_some(rl.rlim_cur)
+}
+
+/// This process's virtual size in bytes (the first field of `/proc/self/statm`, in pages), read
+/// into a buffer on the stack: no allocation, lock or wait (async-signal-safe calls only).
+fn virtual_size() -> Option<u64> {
+    let mut buf = [0u8; 96];
+    // SAFETY: a NUL-terminated path; the descriptor is ours and closed below.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/statm".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: reads at most the buffer's length into it.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: closes the descriptor opened above.
+    unsafe { libc::close(fd) };
+    let text = buf.get(..usize::try_from(n).ok()?)?;
+    let pages = text
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .try_fold(0u64, |acc, b| {
+            acc.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+        })?;
+    // SAFETY: sysconf has no preconditions (the page size comes from the auxiliary vector).
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages.checked_mul(u64::try_from(page).ok()?)
+}
+
+/// The address space of a process whose allocation failed under an address-space limit (wire
+/// 1.8): what the ring's header says of its first failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailedAddressSpace {
+    /// Its `RLIMIT_AS` (soft limit) then, in bytes.
+    pub limit_bytes: u64,
+    /// Its virtual size just after the failure, when it could be read.
+    pub virtual_bytes: Option<u64>,
+}
+
+impl FailedAddressSpace {
+    /// Whether this limit is what refused a request of `bytes`: the process's virtual size (when
+    /// read) left no room for it under the limit. An allocator maps a little more than it was
+    /// asked (headers, alignment), so a request that fits only just is taken as refused too.
+    pub fn refuses(&self, bytes: u64) -> bool {
+        const SLACK: u64 = 1 << 20;
+        self.virtual_bytes
+            .is_none_or(|v| v.saturating_add(bytes).saturating_add(SLACK) > self.limit_bytes)
+    }
+
+    /// From the header's two words: none when the process had no such limit (or wrote an older
+    /// header).
+    fn from_words(limit: u64, virtual_bytes: u64) -> Option<Self> {
+        (limit > 0).then_some(FailedAddressSpace {
+            limit_bytes: limit,
+            virtual_bytes: (virtual_bytes > 0).then_some(virtual_bytes),
+        })
     }
 }
 
@@ -394,6 +491,16 @@ impl RingWriter {
     /// Failed allocations recorded in the header, and the size of the first one.
     pub fn alloc_failures(&self) -> (u64, u64) {
         self.map.alloc_failures()
+    }
+
+    /// The address-space limit the first failed allocation met, if the process had one.
+    pub fn failed_address_space(&self) -> Option<FailedAddressSpace> {
+        FailedAddressSpace::from_words(
+            self.map
+                .atomic(OFF_FAILED_SPACE_LIMIT)
+                .load(Ordering::Acquire),
+            self.map.atomic(OFF_FAILED_VIRTUAL).load(Ordering::Acquire),
+        )
     }
 
     /// Records not written because they did not fit the ring.

@@ -145,6 +145,15 @@ impl RingReader {
         )
     }
 
+    /// The address-space limit the job's first failed allocation met (wire 1.8; any time, also
+    /// after the job died): `None` when it had no such limit, or none failed.
+    pub fn failed_address_space(&self) -> Option<FailedAddressSpace> {
+        FailedAddressSpace::from_words(
+            u64_at(&self.file, OFF_FAILED_SPACE_LIMIT).unwrap_or(0),
+            u64_at(&self.file, OFF_FAILED_VIRTUAL).unwrap_or(0),
+        )
+    }
+
     /// Records lost so far: overwritten before this reader got to them, torn or unreadable, and
     /// those the writer could not write at all (too large for the ring, counted in its header).
     pub fn dropped(&self) -> u64 {
