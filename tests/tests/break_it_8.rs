@@ -237,8 +237,8 @@ fn an_allocator_put_before_memsight_is_named_as_why_the_heap_is_not_measured() {
 /// entry point dropping root): setpriv changes the uid first, keeping its capabilities on its own
 /// thread only (`PR_SET_KEEPCAPS`, `capset`), then the gid, which the C library applies to every
 /// thread. The job's first process started its session with a thread at once; that thread had no
-/// `CAP_SETGID` left, so the C library aborted setpriv (exit 134) before PROG ran. The first
-/// process's sampler thread now waits as a helper's start does (100 ms, or 1 MiB held).
+/// `CAP_SETGID` left, so the C library aborted setpriv (exit 134) before PROG ran. The preloaded
+/// library now pauses its sampler thread around each credential change.
 #[test]
 fn a_launcher_that_drops_root_runs_its_program() {
     if !preload_built() {

@@ -163,10 +163,8 @@ extern "C" fn on_load(_argc: c_int, _argv: *const *const c_char, _envp: *const *
     MEASURED.store(pid(), Ordering::Relaxed);
     memsight::alloc::foreign::on_slow_alloc(on_slow_alloc);
     if memsight::process::writes_user_report() {
-        // The job's first process: measured from its first instant, however short it runs. Its
-        // sampler thread waits as a helper's start does: a launcher that changes its credentials
-        // and execs (`setpriv`, `su`) must have no thread of memsight's then.
-        start_first();
+        // The job's first process: measured from its first instant, however short it runs.
+        start_here();
     } else {
         start_soon();
     }
@@ -232,12 +230,8 @@ fn start_soon() {
 #[link_section = ".text.hot.memsight"]
 fn on_slow_alloc() {
     settle_fork();
-    if EXITING.load(Ordering::Relaxed) {
-        return;
-    }
-    start_sampler_when_due();
     let due = DUE_AT.load(Ordering::Relaxed);
-    if due == 0 {
+    if due == 0 || EXITING.load(Ordering::Relaxed) {
         return;
     }
     let now = now_ns();
@@ -275,44 +269,24 @@ fn start_here() {
     start_session(Session::builder());
 }
 
-/// When the first process's sampler thread is due, in `CLOCK_MONOTONIC` nanoseconds (0: none
-/// pending).
-static SAMPLER_DUE_AT: AtomicU64 = AtomicU64::new(0);
-
-/// Starts the job's first process's session at once, its sampler thread once the process has
-/// lived [`START_AFTER`] or holds [`WORTH_A_REPORT`] (the counters' slow path takes it up).
-fn start_first() {
-    start_session(Session::builder().sampler_later());
-    if owned_here() {
-        let due = now_ns().saturating_add(START_AFTER.as_nanos() as u64);
-        SAMPLER_DUE_AT.store(due.max(1), Ordering::Relaxed);
+/// Runs `change` (a credential change the C library applies to every thread) with this process's
+/// sampler thread paused, when its session runs ([`crate::credentials`]).
+pub(crate) fn with_sampler_paused<R>(change: impl FnOnce() -> R) -> R {
+    if !owned_here() {
+        return change();
     }
-}
-
-/// The counters' slow path: starts the first process's sampler thread once it is due (see
-/// [`start_first`]). Tried again later when the session is busy on another thread.
-#[link_section = ".text.hot.memsight"]
-fn start_sampler_when_due() {
-    let due = SAMPLER_DUE_AT.load(Ordering::Relaxed);
-    if due == 0 || !owned_here() {
-        return;
-    }
-    if now_ns() < due && memsight::alloc::run_peak() < WORTH_A_REPORT {
-        return;
-    }
-    if SAMPLER_DUE_AT
-        .compare_exchange(due, 0, Ordering::Relaxed, Ordering::Relaxed)
-        .is_err()
-    {
-        return;
-    }
-    let Ok(mut slot) = SESSION.try_lock() else {
-        SAMPLER_DUE_AT.store(due, Ordering::Relaxed);
-        return;
+    let Ok(mut slot) = SESSION.lock() else {
+        return change();
     };
-    if let Some(Err(e)) = slot.as_mut().map(Session::start_sampler) {
-        eprintln!("memsight: the sampler thread did not start: {e}");
+    let Some(session) = slot.as_mut() else {
+        return change();
+    };
+    session.pause_sampler();
+    let done = change();
+    if let Err(e) = session.start_sampler() {
+        eprintln!("memsight: the sampler thread did not start again: {e}");
     }
+    done
 }
 
 /// Starts the session `builder` describes, unless one runs.
@@ -373,7 +347,6 @@ fn settle_fork() {
     }
     FORK_PENDING.store(0, Ordering::Relaxed);
     OWNER.store(0, Ordering::Relaxed);
-    SAMPLER_DUE_AT.store(0, Ordering::Relaxed);
     if let Ok(mut slot) = SESSION.try_lock() {
         // Not dropped: finishing it is the parent's.
         std::mem::forget(slot.take());

@@ -7,6 +7,7 @@
 //! Direction: `malloc` ← `cxx`; `malloc` ← `job` ← `ffi`, `cuda` (each uses only those before it); all sit on the
 //! `memsight` crate, built without jemalloc.
 
+mod credentials;
 mod cuda;
 mod cxx;
 mod ffi;

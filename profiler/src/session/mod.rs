@@ -103,8 +103,6 @@ pub struct SessionBuilder {
     /// In a job started by hand: the user's path keeps this report only if no process of the job
     /// that is more its main process wrote one (`by_hand`).
     offered: bool,
-    /// The sampler thread waits for [`Session::start_sampler`].
-    sampler_later: bool,
 }
 
 /// Where the session's flight recorder goes.
@@ -128,7 +126,6 @@ impl Default for SessionBuilder {
             ring: RingChoice::Default,
             report_from_env: false,
             offered: false,
-            sampler_later: false,
         }
     }
 }
@@ -173,15 +170,6 @@ impl SessionBuilder {
     /// ```
     pub fn quiet(mut self) -> Self {
         self.quiet = true;
-        self
-    }
-
-    /// Starts no thread: the session writes its ring and first snapshot, and its sampler thread
-    /// waits for [`Session::start_sampler`]. For a process that may change its credentials before
-    /// it runs for long (`setpriv`, `su`): the C library applies a uid or gid change to every
-    /// thread, and aborts the process when a thread that lost its capabilities refuses it.
-    pub fn sampler_later(mut self) -> Self {
-        self.sampler_later = true;
         self
     }
 
@@ -374,14 +362,10 @@ impl SessionBuilder {
             eprint!("{}", first.render_block("session start"));
         }
         shared.record(first);
-        let sampler = if cfg.sampler_later {
-            None
-        } else {
-            Some(spawn_sampler(&shared, cfg.interval).map_err(|e| {
-                ACTIVE.store(false, Ordering::SeqCst);
-                SessionError::Spawn(e)
-            })?)
-        };
+        let sampler = Some(spawn_sampler(&shared, cfg.interval).map_err(|e| {
+            ACTIVE.store(false, Ordering::SeqCst);
+            SessionError::Spawn(e)
+        })?);
         *lock(&CURRENT) = Some(Arc::clone(&shared));
         flight::install(ring, started, hello);
         Ok(Session {
@@ -500,8 +484,22 @@ impl Session {
         heapprof::report_section(dumps, &dir)
     }
 
-    /// Starts the sampler thread of a session built with [`SessionBuilder::sampler_later`]; does
-    /// nothing when it runs or the session finished.
+    /// Stops the sampler thread until [`Session::start_sampler`] (the session keeps its ring and
+    /// timeline): for the moment a program changes its credentials (`setresuid`, `setgroups`…),
+    /// which the C library applies to every thread of the process, aborting it when one refuses;
+    /// memsight's thread may lack a capability the program kept on its own thread (`setpriv`).
+    pub fn pause_sampler(&mut self) {
+        let Some(h) = self.sampler.take() else {
+            return;
+        };
+        *lock(&self.shared.stop) = true;
+        self.shared.wake.notify_all();
+        let _ = h.join();
+        *lock(&self.shared.stop) = false;
+    }
+
+    /// Starts the sampler thread again after [`Session::pause_sampler`]; does nothing when it runs
+    /// or the session finished.
     pub fn start_sampler(&mut self) -> Result<(), SessionError> {
         if self.finished || self.sampler.is_some() {
             return Ok(());
