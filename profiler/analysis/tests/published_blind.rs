@@ -152,11 +152,41 @@ fn blind_est3_fms_acceleration_both_halves() {
 /// set). The test keeps that level: a fix raises it, a regression fails it.
 #[test]
 fn est3_suggested_micro_batches_are_below_the_ones_that_ran_out_of_memory() {
-    let dir = dir("published-est3");
+    let (held, n) = fit_checks("published-est3");
+    assert!(n >= 8, "{n} fit checks");
+    assert!(
+        held + 1 >= n,
+        "{held} of {n} hold, recorded {} (all but the two-GPU Llama-2-70B QLoRA row)",
+        n - 1
+    );
+}
+
+/// Task est4's out-of-memory runs (added after its blind run, not blind): the Qwen README's 7B
+/// full fine-tune on two GPUs at 2048+ tokens and Qwen-72B LoRA under ZeRO-2 on four GPUs did not
+/// fit an 80 GB A100 at micro-batch 1, so the suggestion must be 0. The two ZeRO-2 checks hold;
+/// the three ZeRO-3 full fine-tunes do not (suggested 7, 3 and 1): their estimate is the flat
+/// optimizer step, where the source grows about 15 MB per token per GPU from 256 to 1024 tokens
+/// (docs/estimate.md, the est4 blind set). The test keeps that level: a fix raises it, a
+/// regression fails it.
+#[test]
+fn est4_suggested_micro_batches_are_below_the_ones_that_ran_out_of_memory() {
+    let (held, n) = fit_checks("published-est4");
+    assert!(n >= 5, "{n} fit checks");
+    assert!(
+        held >= 2,
+        "{held} of {n} hold, recorded 2 (the ZeRO-2 72B LoRA checks)"
+    );
+}
+
+/// Prints the fit checks of fixture directory `name` and returns how many hold and how many
+/// there are: each is a micro-batch per device that ran out of memory, and the largest
+/// suggested micro-batch must be below it.
+fn fit_checks(name: &str) -> (usize, usize) {
+    let dir = dir(name);
     let fx: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("peaks.json")).unwrap()).unwrap();
     let checks = fx["fit_checks"].as_array().unwrap();
-    assert!(checks.len() >= 8, "{} fit checks", checks.len());
+    assert!(checks.len() >= 4, "{} fit checks", checks.len());
     let mut held = 0;
     for c in checks {
         let a = &c["args"];
@@ -184,12 +214,7 @@ fn est3_suggested_micro_batches_are_below_the_ones_that_ran_out_of_memory() {
         "{held} of {} suggestions below the micro-batch that ran out of memory",
         checks.len()
     );
-    assert!(
-        held + 1 >= checks.len(),
-        "{held} of {} hold, recorded {} (all but the two-GPU Llama-2-70B QLoRA row)",
-        checks.len(),
-        checks.len() - 1
-    );
+    (held, checks.len())
 }
 
 /// Task est4's blind set: the Qwen (v1) README's memory and speed profile (LoRA on one GPU, full
