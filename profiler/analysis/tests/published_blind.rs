@@ -1,8 +1,9 @@
 //! The estimator against blind sets of published measured peaks, each committed before the
 //! estimator ever ran on it and split by FNV-1a 64 of its seed + id (odd = held out): task est2's
 //! (`tests/fixtures/published-blind/`, LitGPT's config-hub table) and task est3's
-//! (`tests/fixtures/published-est3/`, fms-acceleration's A100 benchmark table). Prints both halves
-//! of each with their errors (docs/estimate.md, "A blind set of published peaks") and checks the
+//! (`tests/fixtures/published-est3/`, fms-acceleration's A100 benchmark table) and task est4's
+//! (`tests/fixtures/published-est4/`, the Qwen (v1) README's memory profile). Prints both halves
+//! of each with their errors, each row against the figure its source measured (docs/estimate.md, "A blind set of published peaks") and checks the
 //! recorded level of each half.
 
 mod published_rows;
@@ -55,11 +56,14 @@ fn rows(name: &str, seed: &str) -> Vec<Row> {
                 Some(half),
                 "{id}: the recorded half is the hash's"
             );
-            assert_eq!(
-                row["figure"], "allocated",
-                "{id}: every row is max_memory_allocated"
-            );
             let e = train::estimate(&arch(&dir, a["config"].as_str().unwrap()), &recipe(a));
+            // Each row is compared with the figure its source measured.
+            let estimated = match row["figure"].as_str() {
+                Some("allocated") => e.figures.allocated,
+                Some("reserved") => e.figures.reserved,
+                Some("nvidia-smi") => e.figures.nvidia_smi,
+                other => panic!("{id}: unknown figure {other:?}"),
+            };
             if std::env::var_os("MEMSIGHT_MOMENTS").is_some() {
                 println!("{id}:");
                 for m in &e.moments {
@@ -73,7 +77,7 @@ fn rows(name: &str, seed: &str) -> Vec<Row> {
                 id,
                 held_out: half,
                 measured: row["measured_gb"].as_f64().unwrap() * 1e9,
-                estimated: e.figures.allocated as f64,
+                estimated: estimated as f64,
             }
         })
         .collect()
@@ -148,11 +152,41 @@ fn blind_est3_fms_acceleration_both_halves() {
 /// set). The test keeps that level: a fix raises it, a regression fails it.
 #[test]
 fn est3_suggested_micro_batches_are_below_the_ones_that_ran_out_of_memory() {
-    let dir = dir("published-est3");
+    let (held, n) = fit_checks("published-est3");
+    assert!(n >= 8, "{n} fit checks");
+    assert!(
+        held + 1 >= n,
+        "{held} of {n} hold, recorded {} (all but the two-GPU Llama-2-70B QLoRA row)",
+        n - 1
+    );
+}
+
+/// Task est4's out-of-memory runs (added after its blind run, not blind): the Qwen README's 7B
+/// full fine-tune on two GPUs at 2048+ tokens and Qwen-72B LoRA under ZeRO-2 on four GPUs did not
+/// fit an 80 GB A100 at micro-batch 1, so the suggestion must be 0. The two ZeRO-2 checks hold;
+/// the three ZeRO-3 full fine-tunes do not (suggested 7, 3 and 1): their estimate is the flat
+/// optimizer step, where the source grows about 15 MB per token per GPU from 256 to 1024 tokens
+/// (docs/estimate.md, the est4 blind set). The test keeps that level: a fix raises it, a
+/// regression fails it.
+#[test]
+fn est4_suggested_micro_batches_are_below_the_ones_that_ran_out_of_memory() {
+    let (held, n) = fit_checks("published-est4");
+    assert!(n >= 5, "{n} fit checks");
+    assert!(
+        held >= 2,
+        "{held} of {n} hold, recorded 2 (the ZeRO-2 72B LoRA checks)"
+    );
+}
+
+/// Prints the fit checks of fixture directory `name` and returns how many hold and how many
+/// there are: each is a micro-batch per device that ran out of memory, and the largest
+/// suggested micro-batch must be below it.
+fn fit_checks(name: &str) -> (usize, usize) {
+    let dir = dir(name);
     let fx: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("peaks.json")).unwrap()).unwrap();
     let checks = fx["fit_checks"].as_array().unwrap();
-    assert!(checks.len() >= 8, "{} fit checks", checks.len());
+    assert!(checks.len() >= 4, "{} fit checks", checks.len());
     let mut held = 0;
     for c in checks {
         let a = &c["args"];
@@ -180,10 +214,26 @@ fn est3_suggested_micro_batches_are_below_the_ones_that_ran_out_of_memory() {
         "{held} of {} suggestions below the micro-batch that ran out of memory",
         checks.len()
     );
+    (held, checks.len())
+}
+
+/// Task est4's blind set: the Qwen (v1) README's memory and speed profile (LoRA on one GPU, full
+/// fine-tunes under DeepSpeed ZeRO-3 on one and two GPUs, LoRA under ZeRO-2 on four and ZeRO-3 on
+/// four, 256 to 8192 tokens), compared with nvidia-smi (docs/estimate.md, "A third blind set").
+#[test]
+fn blind_est4_qwen_readme_both_halves() {
+    let rows = rows("published-est4", "memsight-blind-est4/");
+    let (tw, tn) = report(&rows, false);
+    let (hw, hn) = report(&rows, true);
+    println!("\nest4: tuning {tw}/{tn}, held-out {hw}/{hn} within ±10%");
+    assert!(tn >= 16 && hn >= 16, "both halves need rows: {tn}, {hn}");
+    // The recorded level (docs/estimate.md, "A third blind set"): the blind run had 6 of 19
+    // tuning rows and 9 of 20 held-out rows within ±10%, nearly every miss low; after mixed
+    // precision's fp32 masters and gradient copy (DeepSpeed's ZeRO optimizers), 8 of 19 and 10 of
+    // 20. A change that loses a row fails here.
+    assert!(tw >= 8, "tuning half: {tw} of {tn} within ±10%, recorded 8");
     assert!(
-        held + 1 >= checks.len(),
-        "{held} of {} hold, recorded {} (all but the two-GPU Llama-2-70B QLoRA row)",
-        checks.len(),
-        checks.len() - 1
+        hw >= 10,
+        "held-out half: {hw} of {hn} within ±10%, recorded 10"
     );
 }

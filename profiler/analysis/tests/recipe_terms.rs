@@ -2,7 +2,9 @@
 //! no master weights and mixed precision has 4 bytes more per parameter; NF4 stores 0.5 byte and
 //! its constants; ZeRO stages shard states; a paged optimizer leaves the allocator's figures;
 //! chunked cross-entropy and checkpointing cut activations; a quantised head is stored in 4 bits
-//! and dequantised whole; a fused qkv makes one LoRA dropout copy; the three figures are ordered.
+//! and dequantised whole; a fused qkv makes one LoRA dropout copy; mixed precision keeps fp32
+//! masters and moments of 2-byte adapters and steps from an fp32 copy of the gradients (one
+//! ZeRO-3 sub-group at a time); the three figures are ordered.
 
 use memsight_analysis::estimate::hf;
 use memsight_analysis::estimate::lora::{Lora, Targets};
@@ -234,4 +236,41 @@ fn the_largest_suggested_micro_batch_fits_with_the_margin() {
     at.batch += 1;
     let next = train::estimate(&a, &at).figures.nvidia_smi as f64;
     assert!(next * (1.0 + f.margin) > device as f64 * 0.9);
+}
+
+#[test]
+fn mixed_precision_steps_fp32_masters_from_an_fp32_gradient_copy() {
+    let a = llama();
+    let p = a.params();
+    let mut r = Recipe::new(512);
+    r.precision = Precision::Mixed;
+    r.foreach = false;
+    // ZeRO-2 on 4 GPUs: the step's transient adds 4 bytes per parameter of the partition
+    // (DeepSpeed's `flat_grad_partition.to(fp32)`) to the per-tensor AdamW transient.
+    r.parallel.zero = 2;
+    r.parallel.dp = 4;
+    let zero2 = term(&train::estimate(&a, &r), "optimizer step transient");
+    r.precision = Precision::Bf16;
+    let bf16 = term(&train::estimate(&a, &r), "optimizer step transient");
+    assert_eq!(zero2, p.div_ceil(4) * 4 + bf16 * 2);
+    // ZeRO-3 on one GPU: one sub-group of at most 1e9 elements at a time.
+    r.precision = Precision::Mixed;
+    r.parallel.zero = 3;
+    r.parallel.dp = 1;
+    let zero3 = term(&train::estimate(&a, &r), "optimizer step transient");
+    assert_eq!(zero3 - bf16 * 2, 4_000_000_000);
+    // 2-byte LoRA adapters under mixed precision: an fp32 master and two fp32 moments (12 bytes
+    // per adapter parameter in the optimizer state), where pure bf16 keeps two 2-byte moments (4).
+    r.parallel.zero = 0;
+    r.lora = Some(Lora {
+        rank: 64,
+        targets: Targets::parse("all-linear").unwrap(),
+        dora: false,
+    });
+    r.adapter_bytes = 2;
+    let mixed = term(&train::estimate(&a, &r), "optimizer state");
+    r.precision = Precision::Bf16;
+    let pure = term(&train::estimate(&a, &r), "optimizer state");
+    assert!(pure > 0);
+    assert_eq!(mixed, pure * 3);
 }

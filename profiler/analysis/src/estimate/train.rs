@@ -239,6 +239,10 @@ struct States {
     dequant: u128,
 }
 
+/// DeepSpeed's default `sub_group_size` (elements): ZeRO-3 steps the optimizer one sub-group of
+/// parameters at a time (`deepspeed/runtime/zero/config.py`).
+const DEEPSPEED_SUB_GROUP: u128 = 1_000_000_000;
+
 fn states(arch: &Arch, r: &Recipe) -> States {
     let p = r.precision;
     let par = r.parallel;
@@ -269,8 +273,17 @@ fn states(arch: &Arch, r: &Recipe) -> States {
         (None, true) => arch.params(),
     };
     let t = f(trainable) / tp;
+    // Mixed precision (DeepSpeed's bf16/fp16 and its ZeRO optimizers) steps an fp32 master copy
+    // of whatever trains, adapters included, so the moments are fp32 whatever the adapters' dtype.
     let (grad_b, state_b) = if r.lora.is_some() {
-        (f(r.adapter_bytes), f(r.adapter_bytes))
+        (
+            f(r.adapter_bytes),
+            if p == Precision::Mixed {
+                4
+            } else {
+                f(r.adapter_bytes)
+            },
+        )
     } else {
         (
             wb,
@@ -297,13 +310,35 @@ fn states(arch: &Arch, r: &Recipe) -> States {
         Optim::SgdMomentum => state_b * t,
         Optim::Sgd | Optim::None => 0,
     };
-    let master = if training && r.lora.is_none() && p == Precision::Mixed {
+    // The fp32 master copy (`single_partition_of_fp32_groups` in DeepSpeed's ZeRO-1/2,
+    // `fp32_partitioned_groups_flat` in ZeRO-3) of every trainable tensor kept in fewer bytes:
+    // the weights, or 2-byte adapters.
+    let trained_b = if r.lora.is_some() {
+        f(r.adapter_bytes)
+    } else {
+        wb
+    };
+    let master = if training && p == Precision::Mixed && trained_b < 4 {
         4 * t
     } else {
         0
     };
     let zero = par.zero;
     let shard = |v: u128, stage: u8| if zero >= stage { v.div_ceil(dp) } else { v };
+    // At the step the master weights are updated from an fp32 copy of the gradients
+    // (`flat_grad_partition.to(fp32)` in ZeRO-1/2's `step`, `_prepare_fp32_grad_for_sub_group`
+    // in ZeRO-3, one sub-group of at most `sub_group_size` elements, DeepSpeed's default 1e9, at a
+    // time), alive while the optimizer steps.
+    let fp32_grads = if master > 0 {
+        let part = shard(t, 1);
+        4 * if zero >= 3 {
+            part.min(DEEPSPEED_SUB_GROUP)
+        } else {
+            part
+        }
+    } else {
+        0
+    };
     let mut optimizer = shard(moments + master, 1);
     let mut paged = 0;
     if par.offload_optimizer {
@@ -319,12 +354,13 @@ fn states(arch: &Arch, r: &Recipe) -> States {
     } else {
         shard(t * grad_b, 2)
     };
-    let transient = match (r.optimizer, r.foreach) {
-        (Optim::Adamw | Optim::AdamwBf16, true) => shard(t * state_b, 1),
-        (Optim::Adamw | Optim::AdamwBf16, false) => 2 * largest * state_b,
-        (Optim::Adafactor, _) => 3 * largest * 4,
-        _ => 0,
-    };
+    let transient = fp32_grads
+        + match (r.optimizer, r.foreach) {
+            (Optim::Adamw | Optim::AdamwBf16, true) => shard(t * state_b, 1),
+            (Optim::Adamw | Optim::AdamwBf16, false) => 2 * largest * state_b,
+            (Optim::Adafactor, _) => 3 * largest * 4,
+            _ => 0,
+        };
     let block_params: u128 = arch
         .stacks()
         .map(|s| f(s.block_params(arch.hidden, arch.norm)))
