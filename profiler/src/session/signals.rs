@@ -47,29 +47,36 @@ pub(crate) fn forget_inherited() {
     WRITTEN.store(TAKEN.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
-/// The notes taken since the last call, as records, in the order taken (one being written as this
-/// runs waits for the next call). Called by the session's sampler and at its finish.
+/// The notes taken since the last call, as records: the latest to each process, in the order
+/// taken (one being written as this runs waits for the next call), so a program that signals one
+/// process often costs its ring one record per sample. Called by the session's sampler and at its
+/// finish.
 pub(crate) fn drain() -> Vec<Record> {
     let end = TAKEN.load(Ordering::Acquire);
     let mut n = WRITTEN
         .load(Ordering::Relaxed)
         .max(end.saturating_sub(ROOM));
-    let mut out = Vec::new();
+    let mut latest: Vec<(u32, i32, u64)> = Vec::new();
     while n < end {
         let slot = n % ROOM;
         if SEQ[slot].load(Ordering::Acquire) != n + 1 {
             break;
         }
         let note = NOTES[slot].load(Ordering::Relaxed);
-        out.push(Record::SignalSent {
-            pid: (note >> 32) as u32,
-            signal: note as u32 as i32,
-            unix_ms: TIMES[slot].load(Ordering::Relaxed),
-        });
+        let pid = (note >> 32) as u32;
+        latest.retain(|&(p, _, _)| p != pid);
+        latest.push((pid, note as u32 as i32, TIMES[slot].load(Ordering::Relaxed)));
         n += 1;
     }
     WRITTEN.store(n, Ordering::Relaxed);
-    out
+    latest
+        .into_iter()
+        .map(|(pid, signal, unix_ms)| Record::SignalSent {
+            pid,
+            signal,
+            unix_ms,
+        })
+        .collect()
 }
 
 /// Whether `signal`'s default action ends the process (signal(7)): all but those that continue,
@@ -116,7 +123,7 @@ mod tests {
     }
 
     #[test]
-    fn signals_that_end_a_process_are_kept_in_order_once_and_the_oldest_give_way() {
+    fn signals_that_end_a_process_are_kept_once_the_latest_per_process_the_oldest_giving_way() {
         sent(4242, libc::SIGTERM);
         sent(4242, libc::SIGCONT);
         sent(0, libc::SIGKILL);
@@ -127,6 +134,16 @@ mod tests {
         assert_eq!(
             targets(&drain()),
             [(4242, libc::SIGTERM), (4243, libc::SIGKILL)]
+        );
+        // Many to one process between two samples: its latest alone.
+        for _ in 0..100 {
+            sent(4244, libc::SIGUSR1);
+        }
+        sent(4245, libc::SIGTERM);
+        sent(4244, libc::SIGTERM);
+        assert_eq!(
+            targets(&drain()),
+            [(4245, libc::SIGTERM), (4244, libc::SIGTERM)]
         );
         assert!(!pending());
         assert!(drain().is_empty());
