@@ -6,19 +6,8 @@
 //! memsight's thread, without `CAP_SETGID`, refuse the second change, and be aborted before it ran
 //! its program. Paused, the thread is not there; started again, it has the new credentials.
 
-use std::ffi::{c_int, CStr};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-/// The next definition of `name` after this library's (the C library's), found once.
-fn real(cache: &AtomicUsize, name: &CStr) -> usize {
-    let mut f = cache.load(Ordering::Relaxed);
-    if f == 0 {
-        // SAFETY: a NUL-terminated name; RTLD_NEXT finds the definition after this library's.
-        f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-        cache.store(f, Ordering::Relaxed);
-    }
-    f
-}
+use std::ffi::c_int;
+use std::sync::atomic::AtomicUsize;
 
 /// Defines `$name` over the C library's, with the sampler paused around the call.
 macro_rules! paused {
@@ -31,7 +20,7 @@ macro_rules! paused {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
             static REAL: AtomicUsize = AtomicUsize::new(0);
-            let f = real(&REAL, $c_name);
+            let f = crate::next_definition(&REAL, $c_name);
             if f == 0 {
                 // SAFETY: errno is this thread's.
                 unsafe { *libc::__errno_location() = libc::ENOSYS };

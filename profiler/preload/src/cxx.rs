@@ -25,7 +25,7 @@
 use crate::malloc::{free, malloc, posix_memalign};
 use std::cell::Cell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 
 /// `operator new(size_t)` and its kin, as the next library defines them.
 type NewFn = unsafe extern "C-unwind" fn(usize) -> *mut c_void;
@@ -79,11 +79,7 @@ unsafe fn counted_block(size: usize, align: usize) -> *mut c_void {
 #[cold]
 #[inline(never)]
 unsafe fn next_operator(slot: &AtomicUsize, name: &std::ffi::CStr) -> usize {
-    let mut f = slot.load(Ordering::Relaxed);
-    if f == 0 {
-        f = libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) as usize;
-        slot.store(f, Ordering::Relaxed);
-    }
+    let f = crate::next_definition(slot, name);
     if f == 0 {
         const MSG: &[u8] = b"memsight: no C++ allocation operator after the preloaded library \
 to hand this one to\n";

@@ -13,3 +13,16 @@ mod cxx;
 mod ffi;
 mod job;
 mod malloc;
+
+/// The next definition of `name` after this library's (the C library's, or another preloaded
+/// allocator's), looked up once into `slot`; 0 where there is none.
+fn next_definition(slot: &std::sync::atomic::AtomicUsize, name: &std::ffi::CStr) -> usize {
+    use std::sync::atomic::Ordering;
+    let mut f = slot.load(Ordering::Relaxed);
+    if f == 0 {
+        // SAFETY: a NUL-terminated name; RTLD_NEXT finds the definition after this library's.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+        slot.store(f, Ordering::Relaxed);
+    }
+    f
+}

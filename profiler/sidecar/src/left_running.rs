@@ -60,29 +60,22 @@ fn find(prefix: &Path) -> Vec<LeftRunning> {
 
 /// Whether `pid` has ended and waits to be reaped (or is gone).
 fn zombie(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return true;
-    };
-    // The state follows the command's closing parenthesis (the command may hold any byte).
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.trim_start().chars().next())
-        .is_none_or(|state| state == 'Z' || state == 'X')
+    !crate::job::still_runs(pid)
 }
 
 /// `pid`'s command line, its arguments joined by spaces (its name when it has none).
 fn command_of(pid: u32) -> String {
-    let line = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let words: Vec<String> = line
-        .split(|&b| b == 0)
-        .filter(|w| !w.is_empty())
-        .map(|w| String::from_utf8_lossy(w).into_owned())
-        .collect();
+    let words = memsight::collect::procfs::command_line(pid);
     if words.is_empty() {
         std::fs::read_to_string(format!("/proc/{pid}/comm"))
             .map(|c| c.trim().to_string())
             .unwrap_or_default()
     } else {
-        words.join(" ")
+        words
+            .iter()
+            .map(|w| w.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
