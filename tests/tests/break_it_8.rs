@@ -301,6 +301,42 @@ fn alloc_finding(report: &Value) -> &Value {
     &report["post_mortem"]["findings"][0]
 }
 
+/// F3: a failed allocation was placed where the job was at its last sample (`a 128.00 MiB
+/// allocation failed at step 2 in phase shutdown` for a block refused in the third iteration,
+/// between its forward and backward). The process notes its place as the failure happens, so the
+/// post-mortem says the step the job had reached and the phase it was in: inside the forward (a
+/// forward hook took the block), and outside any phase.
+#[test]
+fn a_failed_allocation_is_placed_at_its_step_and_phase() {
+    for (hold_in, phase) in [("forward", " in phase forward"), ("", "")] {
+        let tag = format!(
+            "place-{}",
+            if hold_in.is_empty() {
+                "between"
+            } else {
+                hold_in
+            }
+        );
+        let Some((report, truth, out, code)) =
+            run_env_job(&tag, &[("ACTION", "rlimit"), ("HOLD_IN", hold_in)])
+        else {
+            return;
+        };
+        assert_eq!(code, 3, "{out}");
+        // Steps are counted from 0 by the optimizer's steps: the failing iteration's step is the
+        // number of steps the job had taken.
+        let taken = truth["steps"]
+            .as_u64()
+            .expect("the steps taken before the failure");
+        let description = report["post_mortem"]["description"].as_str().unwrap_or("");
+        let said = format!("failed at step {taken}{phase} under RLIMIT_AS");
+        assert!(
+            description.contains(&said),
+            "{description} (expected {said:?})\n{out}"
+        );
+    }
+}
+
 /// A job under an address-space limit (`ulimit -v`, `prlimit --as`, `resource.setrlimit`) whose
 /// allocation the limit refused: the verdict was `host_oom` ("reached the machine's or its
 /// limit's memory", remedy "keep fewer CPU tensors alive") with GiBs free. It names the limit now,

@@ -91,6 +91,18 @@ impl Seen {
         }
     }
 
+    /// ` at step N in phase P` where the first failed allocation happened, as the process said it
+    /// (wire 1.10); else the last sample's place.
+    fn failure_place(&self, w: &Watch) -> String {
+        match &w.failed_at {
+            Some((step, phase)) => format!(
+                " at {}",
+                crate::postmortem::step_and_phase(*step, phase.as_deref())
+            ),
+            None => self.place.clone(),
+        }
+    }
+
     /// How the job ended after a memory failure: `{by_signal} SIGABRT (signal 6)` when a signal
     /// ended it, else its exit.
     fn after_failure(&self, by_signal: &str) -> String {
@@ -128,15 +140,17 @@ impl Seen {
         let (cause, description) = if survived {
             findings.push(finding(failed_kind, failure_facts(failed_bytes, w), &ctx));
             let (cause, text) = self.plain_end();
+            let place = self.failure_place(w);
             let what = match failures {
-                1 => format!("an allocation of {} failed", fmt_bytes(failed_bytes)),
+                1 => format!("an allocation of {} failed{place}", fmt_bytes(failed_bytes)),
                 n => format!(
-                    "{n} allocations failed (the first of {})",
+                    "{n} allocations failed (the first of {}{place})",
                     fmt_bytes(failed_bytes)
                 ),
             };
             (cause, format!("{text}; {what} and the job went on"))
         } else if failures > 0 {
+            let place = self.failure_place(w);
             findings.push(finding(failed_kind, failure_facts(failed_bytes, w), &ctx));
             let how = self.after_failure("aborted with");
             let job = ctx.job.as_ref();
@@ -148,7 +162,7 @@ impl Seen {
                     "a single {} allocation failed{}, more than {}: a request that can never \
                      fit here; it {how}",
                     fmt_bytes(failed_bytes),
-                    self.place,
+                    place,
                     if limit == Some(m) {
                         format!("the memory cgroup's limit of {}", fmt_bytes(m))
                     } else {
@@ -160,7 +174,7 @@ impl Seen {
                         "the job ran out of memory under its address-space limit: a {} \
                          allocation failed{} under RLIMIT_AS {}{}; it {how}",
                         fmt_bytes(failed_bytes),
-                        self.place,
+                        place,
                         fmt_bytes(space.limit_bytes),
                         space.virtual_bytes.map_or(String::new(), |v| format!(
                             " with {} already mapped",
@@ -170,7 +184,7 @@ impl Seen {
                     None => format!(
                         "the job ran out of memory: a {} allocation failed{}; it {how}",
                         fmt_bytes(failed_bytes),
-                        self.place
+                        place
                     ),
                 },
             };

@@ -27,6 +27,8 @@ pub(crate) struct Watch {
     /// Ring drops already told to viewers.
     dropped_told: u64,
     pub alloc_failures: (u64, u64),
+    /// Where the process was when an allocation first failed (wire 1.10): its step and phase.
+    pub failed_at: Option<(u64, Option<String>)>,
     /// The address-space limit its first failed allocation met (`RLIMIT_AS`), if it had one.
     pub failed_space: Option<memsight_format::wire::ring::FailedAddressSpace>,
     pub ring_error: Option<String>,
@@ -63,6 +65,7 @@ impl Watch {
             notes: std::collections::HashMap::new(),
             finished: false,
             alloc_failures: (0, 0),
+            failed_at: None,
             failed_space: None,
             ring_error: None,
             sources: Vec::new(),
@@ -193,6 +196,9 @@ impl Watch {
                     self.heap_dumps
                         .retain(|o| o.path != d.path && std::path::Path::new(&o.path).exists());
                     self.heap_dumps.push(d);
+                }
+                Record::FailedAt { step, phase } => {
+                    self.failed_at.get_or_insert((step, phase));
                 }
                 Record::SignalSent {
                     pid,

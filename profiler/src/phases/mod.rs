@@ -103,6 +103,7 @@ pub(crate) fn reset() {
     st.step_open = false;
     st.said_backwards = false;
     steps::STEP.store(0, Relaxed);
+    publish_place(&st);
 }
 
 /// The innermost open phase of the calling thread, if any.
@@ -121,11 +122,23 @@ pub(crate) fn process_phase() -> Option<String> {
     if let Some(s) = st.stacks.iter().find(|s| s.thread == me) {
         return s.frames.last().map(|f| f.path.clone());
     }
+    latest_phase(&st).map(str::to_owned)
+}
+
+/// The innermost frame of the phase opened last, on any thread.
+fn latest_phase(st: &State) -> Option<&str> {
     st.stacks
         .iter()
         .filter_map(|s| s.frames.last())
         .max_by_key(|f| f.id)
-        .map(|f| f.path.clone())
+        .map(|f| f.path.as_str())
+}
+
+/// Keeps the process's place (its step, the innermost of the phase opened last) ready for a
+/// failed allocation to say where it happened (`memsight_format::wire::ring::note_place`). Called
+/// under the state's lock at every change, so one writer at a time.
+fn publish_place(st: &State) {
+    memsight_format::wire::ring::note_place(steps::STEP.load(Relaxed), latest_phase(st));
 }
 
 /// What a phase measured when it closed.
@@ -219,6 +232,7 @@ fn enter(name: &str, print: bool) -> PhaseGuard {
         outer_window,
         outer_tensor_window,
     });
+    publish_place(&st);
     PhaseGuard {
         id,
         print,
@@ -289,6 +303,7 @@ fn close(id: u64) -> Option<PhaseMeasurement> {
         tensors::PHASE_WINDOWS.release(w);
         st.stacks.swap_remove(s);
     }
+    publish_place(&st);
     let m = PhaseMeasurement {
         path: frame.path,
         elapsed: frame.start.elapsed(),

@@ -3,7 +3,7 @@
 //! restarted loop) are kept as they are and said once on stderr; the report's leak slope reads
 //! them as a new run of steps (`memsight_format::report::leak`).
 
-use super::{live_now, state, State};
+use super::{live_now, publish_place, state, State};
 use crate::alloc::counters::{self, Tracker};
 use crate::tensors;
 pub use memsight_format::phase::StepStats;
@@ -57,6 +57,7 @@ pub fn step(n: u64) {
     }
     st.step_open = true;
     STEP.store(n, Relaxed);
+    publish_place(&st);
     drop(st);
     crate::heapprof::on_step(n);
 }

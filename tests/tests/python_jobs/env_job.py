@@ -13,7 +13,9 @@ block was held (tcmalloc's, jemalloc's or glibc's), and its own maximum resident
   block at `HOLD_STEP` raises (a `RuntimeError` from PyTorch's allocator, or `MemoryError`); the
   job then exits 3 after recording the failure (with `RAISE` set, the error is raised again:
   exit 1 with a traceback).
-`STEPS` (default 6), `HOLD_STEP` (3), `HOLD_MIB` (128), `STEP_SLEEP` (seconds, 0.05).
+`STEPS` (default 6), `HOLD_STEP` (3), `HOLD_MIB` (128), `STEP_SLEEP` (seconds, 0.05); `HOLD_IN=forward`
+takes the block inside the model's forward instead (a forward hook of its ReLU), so a failure
+happens in the forward phase.
 """
 import ctypes
 import json
@@ -80,23 +82,42 @@ elif action == "rlimit":
     truth["rlimit_as"] = limit
 
 taken = 0
+hold_in = os.environ.get("HOLD_IN", "")
+current = {"step": 0, "block": None}
+
+
+def take_block(step):
+    """The known block of `hold_mib` MiB, or the recorded failure and exit 3 (raise with RAISE)."""
+    try:
+        return torch.ones(hold_mib << 18)  # float32: hold_mib MiB
+    except (RuntimeError, MemoryError) as e:
+        truth["failed"] = {"step": step, "in": hold_in or "between", "error": type(e).__name__,
+                           "message": str(e)[:200]}
+        truth["steps"] = taken
+        with open(truth_path, "w") as f:
+            json.dump(truth, f)
+        print(f"step {step}: {type(e).__name__}: {str(e)[:120]}", flush=True)
+        if os.environ.get("RAISE"):
+            raise
+        sys.exit(3)
+
+
+if hold_in == "forward":
+    def hold_hook(module, inputs, output):
+        if current["step"] == hold_step:
+            current["block"] = take_block(current["step"])
+
+    model[1].register_forward_hook(hold_hook)
+
 for step in range(1, steps + 1):
     x = data[(step * 32) % 512:][:32]
     y = labels[(step * 32) % 512:][:32]
+    current["step"] = step
     block = None
     out = model(x)
     if step == hold_step:
-        try:
-            block = torch.ones(hold_mib << 18)  # float32: hold_mib MiB
-        except (RuntimeError, MemoryError) as e:
-            truth["failed"] = {"step": step, "error": type(e).__name__, "message": str(e)[:200]}
-            truth["steps"] = taken
-            with open(truth_path, "w") as f:
-                json.dump(truth, f)
-            print(f"step {step}: {type(e).__name__}: {str(e)[:120]}", flush=True)
-            if os.environ.get("RAISE"):
-                raise
-            sys.exit(3)
+        block = current["block"] if hold_in == "forward" else take_block(step)
+        current["block"] = None
         truth["held"] = {"step": step, "bytes": block.numel() * 4, "allocator": allocator_in_use()}
     loss = torch.nn.functional.cross_entropy(out, y)
     opt.zero_grad()

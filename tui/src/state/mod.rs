@@ -278,7 +278,10 @@ impl ViewerState {
                 }
                 self.last_heap_dump = Some(d);
             }
-            Record::Finished { .. } | Record::SignalSent { .. } | Record::Unknown => {}
+            Record::Finished { .. }
+            | Record::SignalSent { .. }
+            | Record::FailedAt { .. }
+            | Record::Unknown => {}
         }
     }
 

@@ -19,7 +19,7 @@ use std::fmt;
 /// Incompatible format changes bump this; readers reject other majors.
 pub const MAJOR: u16 = 1;
 /// Additive changes (new record types, new optional fields) bump this.
-pub const MINOR: u16 = 9;
+pub const MINOR: u16 = 10;
 
 /// One thing the job tells its watchers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -105,6 +105,16 @@ pub enum Record {
         signal: i32,
         /// When it was sent, in Unix milliseconds.
         unix_ms: u64,
+    },
+    /// Where the process was when an allocation first failed: its step and phase then (added in
+    /// 1.10; written by the allocator's failure path, encoded beforehand by
+    /// [`ring::note_place`]).
+    FailedAt {
+        /// The training step.
+        step: u64,
+        /// The phase (a nested path), when one was open.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        phase: Option<String>,
     },
     /// A record type from a newer minor version: skipped by this reader.
     #[serde(other)]

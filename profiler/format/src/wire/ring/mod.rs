@@ -14,10 +14,12 @@
 //! under them as a short read.
 
 mod guard;
+mod place;
 mod reader;
 mod request;
 
 pub use guard::ring_lost;
+pub use place::note_place;
 
 pub use reader::{RingInfo, RingReader};
 pub use request::{request_heap, HeapRequest};
@@ -171,6 +173,10 @@ impl Drop for Map {
 /// (count, then size), or null when no ring is open. Set once per ring, never unmapped after.
 static ALLOC_FAILURE_WORDS: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
 
+/// The session's ring, for the failure path's record of where the first failure happened; null
+/// when no ring is open.
+static FAILURE_RING: AtomicPtr<RingWriter> = AtomicPtr::new(std::ptr::null_mut());
+
 /// Where the process says its exit code: the header word of the session's ring, or null.
 static EXIT_WORD: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
 /// The process that installed the header words above: a forked child that has not yet forgotten
@@ -204,6 +210,7 @@ pub fn note_exit(code: i32) {
 pub fn forget_in_forked_child(ring: Option<&RingWriter>) {
     ALLOC_FAILURE_WORDS.store(std::ptr::null_mut(), Ordering::Release);
     EXIT_WORD.store(std::ptr::null_mut(), Ordering::Release);
+    FAILURE_RING.store(std::ptr::null_mut(), Ordering::Release);
     if let Some(r) = ring {
         // SAFETY: closes the child's copy of a descriptor the leaked writer owns; the writer is
         // never dropped (it is `'static`), so the number is never closed twice through it.
@@ -215,9 +222,11 @@ pub fn forget_in_forked_child(ring: Option<&RingWriter>) {
 /// the size of the first failure — the request that started the end, not whatever the dying
 /// process (its backtrace printer, say) failed to allocate afterwards — with the address space
 /// the process had then: its `RLIMIT_AS` and, under one, its virtual size (the limit, not the
-/// machine's memory, refuses a request that would take the process past it). Called on the
-/// allocator's failure path: it never allocates, locks or blocks (two system calls and a read of
-/// `/proc/self/statm` into the stack, on the first failure only).
+/// machine's memory, refuses a request that would take the process past it) — and where the
+/// process was, as a [`Record::FailedAt`] in the ring ([`note_place`]). Called on the allocator's
+/// failure path: it never allocates, locks or blocks (two system calls, a read of
+/// `/proc/self/statm` into the stack and one record copied into the ring, on the first failure
+/// only).
 pub fn note_alloc_failure(size: usize) {
     if let Some(count) = own_word(&ALLOC_FAILURE_WORDS) {
         let p: *const AtomicU64 = count;
@@ -227,6 +236,7 @@ pub fn note_alloc_failure(size: usize) {
             .compare_exchange(0, size as u64, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok();
         if is_first {
+            write_failure_place();
             if let Some(limit) = address_space_limit() {
                 // SAFETY: header words of the same mapping, at their documented offsets from the
                 // count (OFF_ALLOC_FAILURES).
@@ -241,6 +251,26 @@ pub fn note_alloc_failure(size: usize) {
             }
         }
         count.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// Writes the noted place ([`note_place`]) into this process's ring, if it has one. No allocation,
+/// lock or wait: a copy onto the stack, one atomic add and a slot's bytes.
+fn write_failure_place() {
+    let p = FAILURE_RING.load(Ordering::Acquire);
+    // SAFETY: getpid has no preconditions (async-signal-safe).
+    let me = unsafe { libc::getpid() } as u32;
+    if p.is_null() || WORDS_OWNER.load(Ordering::Relaxed) != me {
+        return;
+    }
+    // SAFETY: a leaked writer, never dropped (`install_alloc_failure_words`).
+    let ring = unsafe { &*p };
+    let mut buf = [0u8; place::MAX_PLACE];
+    if let Some(n) = place::copy(&mut buf) {
+        if n <= ring.slot_size - SLOT_HEADER {
+            let at = ring.map.atomic(OFF_NEXT).fetch_add(1, Ordering::AcqRel);
+            ring.write_slot(at, KIND_JSON, 0, &buf[..n]);
+        }
     }
 }
 
@@ -412,6 +442,7 @@ impl RingWriter {
         ALLOC_FAILURE_WORDS.store(p, Ordering::Release);
         let e = w.map.atomic(OFF_EXIT) as *const AtomicU64 as *mut AtomicU64;
         EXIT_WORD.store(e, Ordering::Release);
+        FAILURE_RING.store(w as *const RingWriter as *mut RingWriter, Ordering::Release);
         w
     }
 
