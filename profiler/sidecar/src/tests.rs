@@ -182,8 +182,12 @@ fn the_grafana_dashboard_queries_only_exported_metrics() {
                 .collect();
             assert!(!names.is_empty(), "{expr} queries no memsight metric");
             for n in names {
+                // A counter's samples are its family's name with `_total` (OpenMetrics).
+                let counter = n
+                    .strip_suffix("_total")
+                    .is_some_and(|family| exported.contains(&format!("# TYPE {family} counter\n")));
                 assert!(
-                    exported.contains(&format!("# TYPE {n} ")),
+                    counter || exported.contains(&format!("# TYPE {n} ")),
                     "{n} (in {expr}) is not exported"
                 );
             }
@@ -282,9 +286,9 @@ fn the_reports_headline_peaks_and_oom_counts_have_gauges() {
         "memsight_device_reserved_peak_bytes{job=\"t\",device=\"0\"} 200\n",
         "memsight_device_allocated_peak_bytes{job=\"t\",device=\"0\"} 150\n",
         "memsight_device_fragmentation_ratio{job=\"t\",device=\"0\"} 0.25\n",
-        "memsight_oom_events{job=\"t\",kind=\"cgroup_oom_kill\"} 1\n",
-        "memsight_oom_events{job=\"t\",kind=\"device\"} 1\n",
-        "memsight_oom_events{job=\"t\",kind=\"allocation_failure\"} 2\n",
+        "memsight_oom_events_total{job=\"t\",kind=\"cgroup_oom_kill\"} 1\n",
+        "memsight_oom_events_total{job=\"t\",kind=\"device\"} 1\n",
+        "memsight_oom_events_total{job=\"t\",kind=\"allocation_failure\"} 2\n",
     ] {
         assert!(text.contains(line), "{line} missing in\n{text}");
     }
@@ -300,8 +304,8 @@ fn the_reports_headline_peaks_and_oom_counts_have_gauges() {
     outputs.end(&report);
     let text = m.encode();
     for line in [
-        "memsight_oom_events{job=\"t\",kind=\"cgroup_oom_kill\"} 3\n",
-        "memsight_oom_events{job=\"t\",kind=\"device\"} 2\n",
+        "memsight_oom_events_total{job=\"t\",kind=\"cgroup_oom_kill\"} 3\n",
+        "memsight_oom_events_total{job=\"t\",kind=\"device\"} 2\n",
     ] {
         assert!(text.contains(line), "{line} missing in\n{text}");
     }

@@ -10,6 +10,7 @@ use memsight_format::report::{Fragmentation, Report};
 use memsight_format::snapshot::Snapshot;
 use memsight_format::timeline::{raise_resident, PeakAt};
 use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -56,7 +57,10 @@ pub struct Metrics {
     cgroup_usage: IntGauge,
     cgroup_usage_peak: IntGauge,
     cgroup_limit: IntGauge,
-    ooms: IntGauge,
+    /// Out-of-memory events by kind: a counter (`memsight_oom_events_total`), raised to each
+    /// count the sidecar learns under `oom_counts`' lock.
+    ooms: Family<Labels, Counter>,
+    oom_counts: Mutex<()>,
     fragmentation: FloatGauge,
     /// Every sample's peaks so far (the report's own fold: fragmentation at the resident peak,
     /// device peaks, the tree's PSS peak).
@@ -79,7 +83,7 @@ struct Peaks {
     device_oom_events: u64,
 }
 
-/// The `kind` label of `memsight_oom_events`.
+/// The `kind` label of `memsight_oom_events_total`.
 const OOM_DEVICE: &str = "device";
 const OOM_ALLOC: &str = "allocation_failure";
 const OOM_KILL: &str = "cgroup_oom_kill";
@@ -221,9 +225,11 @@ impl Metrics {
             "memsight_cgroup_limit_bytes",
             "The job's effective cgroup memory limit (absent when unlimited)",
         );
-        let ooms = int(
+        let ooms = Family::<Labels, Counter>::default();
+        registry.register(
             "memsight_oom_events",
             "Out-of-memory events of the run, by kind: device (OOMs the job's allocator observer caught), allocation_failure (heap allocations that returned null), cgroup_oom_kill (OOM kills in the job's cgroup since watching began)",
+            ooms.clone(),
         );
         let mut float = |name: &str, help: &str| {
             let g = FloatGauge::default();
@@ -269,6 +275,7 @@ impl Metrics {
             cgroup_usage_peak,
             cgroup_limit,
             ooms,
+            oom_counts: Mutex::new(()),
             fragmentation,
             peaks: Mutex::new(Peaks::default()),
         }
@@ -280,10 +287,15 @@ impl Metrics {
         l
     }
 
+    /// Raises the count of `kind` to `n` (a count never goes down: a lower one, from a source
+    /// that saw less, is ignored).
     fn set_ooms(&self, kind: &str, n: u64) {
-        self.ooms
-            .get_or_create(&self.with("kind", kind))
-            .set(clamp(n));
+        let _one_at_a_time = crate::lock(&self.oom_counts);
+        let c = self.ooms.get_or_create(&self.with("kind", kind));
+        let now = c.get();
+        if n > now {
+            c.inc_by(n - now);
+        }
     }
 
     /// A device OOM the job's observer caught.
