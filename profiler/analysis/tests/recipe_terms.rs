@@ -4,7 +4,8 @@
 //! chunked cross-entropy and checkpointing cut activations; a quantised head is stored in 4 bits
 //! and dequantised whole; a fused qkv makes one LoRA dropout copy; mixed precision keeps fp32
 //! masters and moments of 2-byte adapters and steps from an fp32 copy of the gradients (one
-//! ZeRO-3 sub-group at a time); the three figures are ordered.
+//! ZeRO-3 sub-group at a time); ZeRO-3/FSDP holds gathered blocks in the forward and backward
+//! but none at the optimizer step; the three figures are ordered.
 
 use memsight_analysis::estimate::hf;
 use memsight_analysis::estimate::lora::{Lora, Targets};
@@ -166,6 +167,32 @@ fn zero_stages_shard_optimizer_then_gradients_then_weights() {
     r.parallel.zero = 2;
     r.parallel.offload_optimizer = true;
     assert_eq!(term(&train::estimate(&a, &r), "optimizer state"), 0);
+}
+
+/// ZeRO-3 (FSDP full shard) gathers blocks for the forward and the backward and reshards every
+/// one before the optimizer steps (DeepSpeed's `step` calls `_partition_all_parameters()`
+/// first; FSDP reshards each unit in its post-backward): the step's moment is the sharded states,
+/// their gradients, the step's transient and the batch, and a block's backward holds the
+/// gathered blocks on top of the sharded states.
+#[test]
+fn zero3_holds_gathered_blocks_in_the_backward_and_none_at_the_optimizer_step() {
+    let a = llama();
+    let mut r = Recipe::new(1024);
+    r.precision = Precision::Mixed;
+    r.checkpointing = Checkpointing::Full;
+    r.parallel.zero = 3;
+    r.parallel.dp = 2;
+    let e = train::estimate(&a, &r);
+    let moment = |name: &str| e.moments.iter().find(|m| m.name == name).unwrap().bytes;
+    let gathered = term(&e, "ZeRO-3/FSDP gathered blocks");
+    assert!(gathered > 0);
+    let states = term(&e, "weights") + term(&e, "optimizer state (with master weights)");
+    let batch = 16 * 1024;
+    assert_eq!(
+        moment("optimizer step"),
+        states + term(&e, "gradients") + term(&e, "optimizer step transient") + batch
+    );
+    assert!(moment("backward, first block") > states + gathered + term(&e, "gradients"));
 }
 
 #[test]

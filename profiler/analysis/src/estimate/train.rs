@@ -229,7 +229,8 @@ struct States {
     paged: u128,
     transient: u128,
     largest_grad: u128,
-    /// Gathered full blocks under ZeRO-3 (two, with prefetch) and one block's full gradients.
+    /// Gathered full blocks under ZeRO-3 (two, with prefetch) and one block's full gradients,
+    /// alive in the forward and the backward, not at the optimizer step.
     gather: u128,
     trainable: u64,
     head_grad: u128,
@@ -554,6 +555,12 @@ pub fn estimate(arch: &Arch, r: &Recipe) -> ArchEstimate {
         0
     };
     let data = tokens * 16 + kept_logits;
+    // Model states and the batch, with what ZeRO-3/FSDP holds gathered while the forward and
+    // the backward run. The optimizer step has no gathered unit: DeepSpeed's ZeRO-3 `step`
+    // calls `_partition_all_parameters()` before it updates the first sub-group
+    // (`deepspeed/runtime/zero/stage3.py`), and FSDP reshards every unit, the root included,
+    // once its gradients are reduce-scattered (`torch/distributed/fsdp/_runtime_utils.py`,
+    // `_post_backward_hook` → `_post_backward_reshard`; FSDP2's post-backward likewise).
     let base = st.weights + st.optimizer + data + st.gather + st.dequant;
     let acc = if (r.grad_accumulation > 1 || r.grads_persist) && training {
         st.gradients
@@ -600,7 +607,7 @@ pub fn estimate(arch: &Arch, r: &Recipe) -> ArchEstimate {
         push("backward, first block", first);
         push(
             "optimizer step",
-            base - st.dequant + st.gradients + st.transient,
+            base - st.dequant - st.gather + st.gradients + st.transient,
         );
     }
     let (peak_moment, allocated) = moments

@@ -39,6 +39,7 @@ pub fn recipe(a: &Value) -> Recipe {
     }
     r.foreach = a.get("foreach").and_then(Value::as_bool).unwrap_or(true);
     r.paged = b("paged");
+    r.keep_logits = b("keep_logits");
     if let Some(l) = s("loss") {
         r.loss = Loss::parse(l).unwrap();
     }
@@ -72,6 +73,8 @@ pub fn recipe(a: &Value) -> Recipe {
         r.parallel.zero = u8::try_from(z).unwrap();
     }
     r.parallel.dp = u("gpus").unwrap_or(1);
+    r.parallel.offload_params = b("offload_params");
+    r.parallel.offload_optimizer = b("offload_optimizer");
     if let Some(c) = u("cuda_context_mib") {
         r.device.context = c << 20;
     }
