@@ -38,6 +38,9 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         // /user.slice/…`): it only kills for memory pressure or swap.
         r"|\bsystemd-oomd\[[0-9]+\]: (?:Killed /|oomd attempting to kill [0-9]+)",
         r"|(?i:\bbeyond (?:the )?(?:physical|virtual) memory limit)",
+        // A userspace OOM killer's low-memory state (earlyoom's `low memory! at or below SIGTERM
+        // limits`): a failure only where the kill it leads to follows ([`monitor_kill_after`]).
+        r"|(?i:\blow (?:on )?memory\W{0,3} (?:at or )?below\b)",
         // A batch system's kill for memory (HTCondor's `Job killed by HTCondor due to excessive
         // memory use`) and a job past its maximum memory figure (WMAgent's `Job has exceeded
         // maxPSS: 16000 MB`, a `max RSS` or `maximum VSS`).
@@ -50,7 +53,10 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         // Windows' memory error codes: not enough memory (8), out of memory (14), the commit
         // limit (1455: the paging file is too small), whatever language the message is in.
         r"|(?i:\[winerror (?:8|14|1455)\]|\bos error (?:8|14|1455)\b|\berrno[= ]1455\b)",
-        r"|\bMemoryError\b|\bbad_alloc\b|\bBadAlloc\b",
+        // `MemoryError` also ends a library's own exception type (Arrow's `ArrowMemoryError`,
+        // numpy's `_ArrayMemoryError`), and `std::bad_alloc` says `bad allocation` under MSVC's
+        // standard library (LightGBM's `LightGBMError: bad allocation` on Windows).
+        r"|\b[A-Za-z_]*MemoryError\b|\bbad_alloc\b|\bBadAlloc\b|(?i:\bbad allocation\b)",
         r"|(?i:\b(?:insufficient|not enough|no available|no free|low on|ran out of|running out of|run out of|runs out of) (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
         r"|(?i:\b(?:used|using|use) all (?:the )?available (?:memory|ram|vram)\b)",
         // Nothing left for what comes next (SGLang's `Loaded weights leave no GPU memory for the
@@ -61,8 +67,9 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|(?i:\binvalid (?:memory )?alloc(?:ation)? request size\b)",
         r"|(?i:\bmemory allocation\b[^\n]{0,40}?\bfailed)",
         // An allocation of a stated size that failed (Gaudi's `workspace Allocation of size
-        // ::14493741952 failed`).
-        r"|(?i:\ballocation\b[^\n]{0,40}?\bsize\b[^\n]{0,40}?\bfail(?:ed|s|ure)\b|\ballocation fail(?:ed|s|ure)\b[^\n]{0,40}?\bsize\b)",
+        // ::14493741952 failed`), also named by the C allocator's call (Arrow's `realloc of size
+        // 2172846080 failed`).
+        r"|(?i:\b(?:allocation|(?:m|c|re)?alloc)\b[^\n]{0,40}?\bsize\b[^\n]{0,40}?\bfail(?:ed|s|ure)\b|\ballocation fail(?:ed|s|ure)\b[^\n]{0,40}?\bsize\b)",
         // An allocation of a stated number of bytes that failed, either order (`malloc: failed on
         // request for 72 bytes`, Go's `VirtualAlloc of 1703936 bytes failed with errno=487`).
         r"|(?i:\b(?:m|c|re)?alloc\w*\b[^\n]{0,30}?\bfail(?:ed|s|ure)?\b[^\n]{0,40}?\b[0-9]+ ?bytes\b|alloc\w*\b[^\n]{0,12}?\b[0-9]+ ?bytes\b[^\n]{0,20}?\bfailed\b)",
@@ -243,6 +250,50 @@ fn is_code_or_setting(lower: &str) -> bool {
         || (lower.contains("+0x") && lower.contains("/0x"))
 }
 
+/// Whether a (lower-cased) line is systemd's record of a unit starting or stopping (`systemd[1]:
+/// Started Early OOM Daemon.`): the unit's description may name memory, but nothing failed.
+fn is_unit_lifecycle(lower: &str) -> bool {
+    lower.find("systemd[").is_some_and(|i| {
+        lower[i..].find("]: ").is_some_and(|j| {
+            let rest = &lower[i + j + 3..];
+            ["started ", "starting ", "stopped ", "stopping ", "reached "]
+                .iter()
+                .any(|w| rest.starts_with(w))
+        })
+    })
+}
+
+/// The vocabulary's wording of an allocation that could not be made (`failed to allocate …`,
+/// `cannot allocate …`), as matched at the start of a vocabulary hit.
+static ALLOC_FAILED: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)^(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to|fails? to) (?:[a-z]+ )?(?:(?:re)?allocate|(?:re)?alloc|map|commit|reserve)\b").ok()
+});
+
+/// Whether the vocabulary hit `from..to` of `line` is an allocation failure that states another
+/// cause than memory: past a colon after it, the line says what went wrong in words that are
+/// none of the vocabulary's, not a figure (`failed to allocate pinned system memory: CUDA driver version is
+/// insufficient for CUDA runtime version`, `failed to allocate 1900,00 MiB of pinned memory:
+/// invalid argument`, `… : no pinned memory pool`). A cause that is memory's (`: out of
+/// memory`, `: CUDA_ERROR_OUT_OF_MEMORY`, `: errno=12`) keeps the failure.
+fn failed_for_another_cause(line: &str, from: usize, to: usize) -> bool {
+    let (Some(alloc), Some(vocabulary)) = (ALLOC_FAILED.as_ref(), VOCABULARY.as_ref()) else {
+        return false;
+    };
+    let (Some(hit), Some(rest)) = (line.get(from..to), line.get(to..)) else {
+        return false;
+    };
+    if !alloc.is_match(hit) {
+        return false;
+    }
+    let Some(colon) = rest.find(": ") else {
+        return false;
+    };
+    // A cause is words (`invalid argument`); a figure after a colon (`total memory: 24 GiB`) is
+    // a field of the report, not its cause.
+    let cause = rest[colon + 2..].trim();
+    cause.starts_with(char::is_alphabetic) && !vocabulary.is_match(cause)
+}
+
 /// A line within this many lines of a specific reader's message belongs to that message.
 const NEAR: usize = 6;
 
@@ -260,7 +311,7 @@ static SIZE_AFTER: Pattern = LazyLock::new(|| {
 /// Gaudi's `Allocation of size ::14493741952`, `Allocation failed for size::234881024`,
 /// PostgreSQL's `alloc request size 1225135280`): bytes when no unit follows.
 static SIZE_OF: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:(?:buffer|block|array|tensor|chunk|region|allocation|vector|request) of|(?:failed|fails|failure) for|alloc(?:ation)? request) size\s*:*\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT]b|B)?\b").ok()
+    Regex::new(r"(?i)\b(?:(?:buffer|block|array|tensor|chunk|region|allocation|(?:m|c|re)?alloc|vector|request) of|(?:failed|fails|failure) for|alloc(?:ation)? request) size\s*:*\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT]b|B)?\b").ok()
 });
 /// A size before what it sizes, in parentheses (`alloc failed for tensor-span:105 (1792.00 MiB
 /// chunk)`).
@@ -314,7 +365,7 @@ static SHAPE: Pattern = LazyLock::new(|| {
 /// error: 39 (…)`), and a failed call's code in parentheses after a comma (Kunlun's `ioctl() fail,
 /// (705) Device memory not enough`).
 static ERRNO: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|(?:\berror\W{1,3}|[,;{(:]\s*|^\s*)code\s?[=:]\s?'?(-?[0-9]+)\b|\berror:?\s([0-9]{3,5})(?:\s\([0-9A-Z]{5}\))?:?\s(?-i:[A-Z][a-z])|(?-i:\b[A-Z][A-Z0-9]*_[A-Z0-9_]{3,}) \((-?[0-9]+)\)|\b(?:error|returns?|status)\W{1,3}(-?[0-9]+) \((?-i:[A-Z][A-Z0-9]*_[A-Z0-9_]{3,})\)|\bfail(?:ed|ure)?, \((-?[0-9]+)\)").ok()
+    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code (-?[0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|(?:\berror\W{1,3}|[,;{(:]\s*|^\s*)code\s?[=:]\s?'?(-?[0-9]+)\b|\berror:?\s([0-9]{3,5})(?:\s\([0-9A-Z]{5}\))?:?\s(?-i:[A-Z][a-z])|(?-i:\b[A-Z][A-Z0-9]*_[A-Z0-9_]{3,}) \((-?[0-9]+)\)|\b(?:error|returns?|status)\W{1,3}(-?[0-9]+) \((?-i:[A-Z][A-Z0-9]*_[A-Z0-9_]{3,})\)|\bfail(?:ed|ure)?, \((-?[0-9]+)\)").ok()
 });
 /// A device's index: after `device` (`on device 0`, `device ordinal 1`, `device_id=2`), after an
 /// accelerator's name with or without a colon (`GPU 0`, `XPU:0`, `HPU 1`), and after any device
@@ -470,7 +521,11 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
         // (`… memory arrays. Either (1) compile with …, which prevents some optimizations` is
         // the runtime's advice after its report, not advice about memory in general).
         let framed = &lower[..sentence_end(&lower, e.min(end).saturating_sub(start))];
-        if ADVICE.iter().any(|a| framed.contains(a)) || is_code_or_setting(&lower) {
+        if ADVICE.iter().any(|a| framed.contains(a))
+            || is_code_or_setting(&lower)
+            || is_unit_lifecycle(&lower)
+            || failed_for_another_cause(&text[start..end], s - start, e.min(end) - start)
+        {
             continue;
         }
         hits.push(Line {
@@ -494,6 +549,13 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
             continue;
         }
         let l = &text[h.start..h.end];
+        // A userspace OOM killer's low-memory state is a failure where its kill follows.
+        if LOW_MEMORY.as_ref().is_some_and(|re| re.is_match(l)) {
+            if let Some((to, facts)) = monitor_kill_after(text, h.end) {
+                out.push(Piece::part(h.start, to, Kind::OomKillReport, facts, true));
+            }
+            continue;
+        }
         let (kind, mut facts) = attribute(l);
         let mut end = h.end;
         // A message that goes on in indented lines (`CudaCustomAllocator out of memory` then
@@ -763,6 +825,58 @@ fn killed_pid_after(text: &str, end: usize) -> Option<(usize, i128)> {
     Some((to, c.get(1)?.as_str().parse().ok()?))
 }
 
+/// A userspace OOM killer's low-memory state (earlyoom's `low memory! at or below SIGTERM limits:
+/// mem 10 %`, its older `Low Memory! At or below sigterm limits`).
+static LOW_MEMORY: Pattern =
+    LazyLock::new(|| Regex::new(r"(?i)\blow (?:on )?memory\W{0,3}\s(?:at or )?below\b").ok());
+/// The kill a memory monitor then sends (`sending SIGTERM to process 397 uid 61876 "earlyoom"`,
+/// `killing process 28367 "python3" with signal 15`, `Killing process 'bash' with signal 15, pid:
+/// 5874`): the process it names, by number or by a `pid:` field.
+static MONITOR_KILL: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:sending\s+sig[a-z0-9]+\s+to|killing|terminating|signall?ing)\s+process(?:\s+([0-9]+)\b|[^\n]*?\bpid:?\s*([0-9]+)\b)").ok()
+});
+/// The resident memory of the process a monitor kills (`VmRSS 11793 MiB`, `VmRSS: 3160 MiB`).
+static VMRSS: Pattern =
+    LazyLock::new(|| Regex::new(r"(?i)\bvmrss:?\s*([0-9]+)(\.[0-9]+)?\s?([KMGTP]i?B|kB)\b").ok());
+/// Lines read after a memory monitor's low-memory state for the kill it leads to (earlyoom may
+/// print its memory status between them).
+const MONITOR_LINES: usize = 2;
+
+/// The kill a memory monitor reports within [`MONITOR_LINES`] lines after `end` (its low-memory
+/// line's end): the killed process's pid and resident memory, with the kill line's end.
+fn monitor_kill_after(text: &str, end: usize) -> Option<(usize, Facts)> {
+    let re = MONITOR_KILL.as_ref()?;
+    let mut at = end;
+    for _ in 0..MONITOR_LINES {
+        let from = at + 1;
+        if from >= text.len() {
+            return None;
+        }
+        let to = super::scan::line_end(text, from);
+        at = to;
+        let line = &text[from..to];
+        let Some(c) = re.captures(line) else {
+            continue;
+        };
+        let mut f = Facts::default();
+        f.opt_int(
+            "pid",
+            c.get(1)
+                .or_else(|| c.get(2))
+                .and_then(|m| m.as_str().parse().ok()),
+        );
+        f.opt_int(
+            "process_memory_bytes",
+            VMRSS
+                .as_ref()
+                .and_then(|re| re.captures(line))
+                .and_then(|c| size_of(&c)),
+        );
+        return Some((to, f));
+    }
+    None
+}
+
 /// `line` without the logger's prefixes: parenthesized or bracketed groups before the text.
 fn strip_log_prefix(line: &str) -> &str {
     let mut rest = line.trim_start();
@@ -918,6 +1032,10 @@ mod tests {
             &EXIT_137,
             &STATED_EXIT,
             &KILLED_PROCESS,
+            &ALLOC_FAILED,
+            &LOW_MEMORY,
+            &MONITOR_KILL,
+            &VMRSS,
         ] {
             assert!(p.is_some());
         }
