@@ -1400,6 +1400,56 @@ fn blind_set_nineteen_wordings_keep_their_facts() {
     assert_eq!(kind, "cuda_driver_oom");
 }
 
+/// The families blind set 19's held-out misses revealed, one mechanism each, from their real
+/// messages (ids in `blind-19-heldout.jsonl`; the set is no longer blind since).
+#[test]
+fn blind_set_nineteen_held_out_families_are_read() {
+    // The kernel's page allocation failure (systemd-36434).
+    let (kind, _, verdict, _) = one("[638074.104526] kernel: kswapd0: page allocation failure: order:0, mode:0x40cc0(GFP_KERNEL|__GFP_COMP), nodemask=(null),cpuset=/,mems_allowed=0");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("generic_oom", "host_oom")
+    );
+    // Java's `error=N` (openj9-14353).
+    let (_, facts, _, _) = one("win2012-x86-1 CreateProcess error=1455, The paging file is too small for this operation to complete");
+    assert_eq!(facts, json!({"error_code": 1455}));
+    // A size labelled `byte size`, and a runtime that falls back or retries another way
+    // (triton-1765, fooocus-1032).
+    let (_, facts, verdict, _) = one("Failed to allocate CUDA memory with byte size 78643200 on GPU 0: CNMEM_STATUS_OUT_OF_MEMORY, falling back to pinned system memory");
+    assert_eq!(
+        facts,
+        json!({"requested_bytes": 78643200, "device_index": 0})
+    );
+    assert_eq!(verdict, "non_fatal");
+    let (_, _, verdict, _) = one(
+        "Warning: Ran out of memory when regular VAE decoding, retrying with tiled VAE decoding.",
+    );
+    assert_eq!(verdict, "non_fatal");
+    // A failure to lock memory is the lock limit: only the kill counts (earlyoom-131).
+    let found = diagnose("Could not lock memory - continuing anyway: Cannot allocate memory\nlow memory! at or below SIGTERM limits: mem 50 %, swap 10 %\nsending SIGTERM to process 12006 \"python3\": badness 209, VmRSS 2891 MiB", &Context::default());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        found[0].facts.get("pid"),
+        Some(&memsight_analysis::diagnose::Fact::Int(12006))
+    );
+    // A shell prompt's host name is no sign of training; an inference script is inference
+    // (propainter-10).
+    assert_eq!(
+        workload_of("(propainter) [root@l-ai-training-server1.int.prod.ten.dm ProPainter]# python inference_propainter.py\nRuntimeError: [enforce fail at CPUAllocator.cpp:64] . DefaultCPUAllocator: can't allocate memory: you tried to allocate 10230727680 bytes. Error code 12 (Cannot allocate memory)"),
+        "inference"
+    );
+    for negative in [
+        // Docker's state without quotes (cloudcmd-440), a writer's denial (pytorch-7129), a
+        // case considered (dask-2694).
+        "`State:{\nExitCode:137,\nOOMKilled:false,\nStatus:\"exited\"\n}`",
+        "Meanwhile I watched GPU memery with nvidia-smi, it's not a problem about OOM.",
+        "* if they're running out of memory the nanny will kill them and return `KilledWorker`",
+    ] {
+        let found = diagnose(negative, &Context::default());
+        assert!(found.is_empty(), "{negative}\n{found:?}");
+    }
+}
+
 /// Blind set 18's tuning-half misses, one mechanism each, from their real messages (ids in
 /// `blind-18-tune.jsonl`): each is found once with exactly its labelled facts and verdict; and the
 /// new words stay out of ordinary lines.

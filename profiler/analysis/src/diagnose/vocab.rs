@@ -38,6 +38,9 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         // /user.slice/…`): it only kills for memory pressure or swap.
         r"|\bsystemd-oomd\[[0-9]+\]: (?:Killed /|oomd attempting to kill [0-9]+)",
         r"|(?i:\bbeyond (?:the )?(?:physical|virtual) memory limit)",
+        // The kernel's warning that a page allocation failed (`kswapd0: page allocation failure:
+        // order:0, mode:0x40cc0(GFP_KERNEL|__GFP_COMP)`).
+        r"|(?i:\bpage allocation failure\b)",
         // A userspace OOM killer's low-memory state (earlyoom's `low memory! at or below SIGTERM
         // limits`): a failure only where the kill it leads to follows ([`monitor_kill_after`]).
         r"|(?i:\blow (?:on )?memory\W{0,3} (?:at or )?below\b)",
@@ -54,9 +57,10 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         // limit (1455: the paging file is too small), whatever language the message is in.
         r"|(?i:\[winerror (?:8|14|1455)\]|\bos error (?:8|14|1455)\b|\berrno[= ]1455\b)",
         // `MemoryError` also ends a library's own exception type (Arrow's `ArrowMemoryError`,
-        // numpy's `_ArrayMemoryError`), and `std::bad_alloc` says `bad allocation` under MSVC's
+        // numpy's `_ArrayMemoryError`: a capital or an underscore opens the type's name, so a
+        // word glued to it, `solveMemoryError`, is not one), and `std::bad_alloc` says `bad allocation` under MSVC's
         // standard library (LightGBM's `LightGBMError: bad allocation` on Windows).
-        r"|\b[A-Za-z_]*MemoryError\b|\bbad_alloc\b|\bBadAlloc\b|(?i:\bbad allocation\b)",
+        r"|\b(?:[A-Z_][A-Za-z_]*)?MemoryError\b|\bbad_alloc\b|\bBadAlloc\b|(?i:\bbad allocation\b)",
         r"|(?i:\b(?:insufficient|not enough|no available|no free|low on|ran out of|running out of|run out of|runs out of) (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
         r"|(?i:\b(?:used|using|use) all (?:the )?available (?:memory|ram|vram)\b)",
         // Nothing left for what comes next (SGLang's `Loaded weights leave no GPU memory for the
@@ -235,6 +239,10 @@ const SETTINGS: &[&str] = &[
     "oomkilled: false",
 ];
 
+/// Docker's `OOMKilled` state set to false (lower case), in any quoting and spacing.
+static NOT_OOM_KILLED: Pattern =
+    LazyLock::new(|| Regex::new(r#"oomkilled"?\s*[:=]\s*false\b"#).ok());
+
 /// Whether a (lower-cased) line is source code or a setting rather than a report: an `except`
 /// or `catch` clause, an import or a definition (not a comment: the JVM's `# Native memory
 /// allocation … failed` is a report), an OOM-killer setting, or a stack frame.
@@ -248,6 +256,9 @@ fn is_code_or_setting(lower: &str) -> bool {
         || SETTINGS.iter().any(|s| lower.contains(s))
         // A kernel or native stack frame (`mem_cgroup_out_of_memory+0xbb/0xd0`) names a function.
         || (lower.contains("+0x") && lower.contains("/0x"))
+        // Docker's state says the container was not OOM-killed, however quoted or spaced
+        // (`"OOMKilled": false`, `OOMKilled:false,`).
+        || NOT_OOM_KILLED.as_ref().is_some_and(|re| re.is_match(lower))
 }
 
 /// Whether a (lower-cased) line is systemd's record of a unit starting or stopping (`systemd[1]:
@@ -294,6 +305,41 @@ fn failed_for_another_cause(line: &str, from: usize, to: usize) -> bool {
     cause.starts_with(char::is_alphabetic) && !vocabulary.is_match(cause)
 }
 
+/// A condition on someone or something (`if they're running out of memory the nanny will kill
+/// them`, `if we run out of RAM`): a case considered, not one reported. Lower case.
+static HYPOTHETICAL: Pattern = LazyLock::new(|| Regex::new(r"\bif (?:you|they|we|it|one)\b").ok());
+/// A word that denies what follows in its clause (`it's not a problem about OOM`).
+static NEGATION: Pattern =
+    LazyLock::new(|| Regex::new(r"\b(?:not|isn't|wasn't|aren't|weren't|never|no longer)\b").ok());
+/// Words of the clause before a vocabulary hit that may deny it.
+const DENIAL_WORDS: usize = 5;
+
+/// Whether the clause that holds the vocabulary hit at `at` of the (lower-cased) line denies it
+/// within [`DENIAL_WORDS`] words before it (`I watched GPU memery with nvidia-smi, it's not a
+/// problem about OOM.`): the writer says there was no such failure. A negation the vocabulary's
+/// own words hold (`not enough memory`, `could not allocate`) is inside the hit, not before it.
+fn denied(lower: &str, at: usize) -> bool {
+    let before = &lower[..super::scan::floor(lower, at.min(lower.len()))];
+    let clause = before
+        .rfind(['.', ',', ';', ':', '!', '?', '(', ')', '"', '`'])
+        .map_or(before, |i| &before[i + 1..]);
+    let words: Vec<&str> = clause.split_whitespace().collect();
+    let near = words[words.len().saturating_sub(DENIAL_WORDS)..].join(" ");
+    NEGATION.as_ref().is_some_and(|re| re.is_match(&near))
+}
+
+/// A failure to lock memory (`mlock`, `mlockall`, earlyoom's `Could not lock memory - continuing
+/// anyway: Cannot allocate memory`) before the vocabulary hit at `at` of the (lower-cased) line:
+/// the ENOMEM is the locked-memory limit (`RLIMIT_MEMLOCK`), not memory running out.
+static LOCKED: Pattern = LazyLock::new(|| {
+    Regex::new(r"\b(?:(?:could ?not|cannot|can't|unable to|failed to) (?:m)?lock(?:all)? (?:\w+ )?memory\b|mlock(?:all)?\b)").ok()
+});
+
+fn locked_not_allocated(lower: &str, at: usize) -> bool {
+    let before = &lower[..super::scan::floor(lower, at.min(lower.len()))];
+    LOCKED.as_ref().is_some_and(|re| re.is_match(before))
+}
+
 /// A line within this many lines of a specific reader's message belongs to that message.
 const NEAR: usize = 6;
 
@@ -309,9 +355,10 @@ static SIZE_AFTER: Pattern = LazyLock::new(|| {
 /// A size after `buffer of size` (llama.cpp's `failed to allocate CPU buffer of size 84940800`,
 /// R's `cannot allocate vector of size 4.5 Gb`, PostgreSQL's `Failed on request of size 16`,
 /// Gaudi's `Allocation of size ::14493741952`, `Allocation failed for size::234881024`,
-/// PostgreSQL's `alloc request size 1225135280`): bytes when no unit follows.
+/// PostgreSQL's `alloc request size 1225135280`, Triton's `CUDA memory with byte size 78643200`):
+/// bytes when no unit follows.
 static SIZE_OF: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:(?:buffer|block|array|tensor|chunk|region|allocation|(?:m|c|re)?alloc|vector|request) of|(?:failed|fails|failure) for|alloc(?:ation)? request) size\s*:*\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT]b|B)?\b").ok()
+    Regex::new(r"(?i)\b(?:(?:buffer|block|array|tensor|chunk|region|allocation|(?:m|c|re)?alloc|vector|request) of|(?:failed|fails|failure) for|alloc(?:ation)? request|byte) size\s*:*\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT]b|B)?\b").ok()
 });
 /// A size before what it sizes, in parentheses (`alloc failed for tensor-span:105 (1792.00 MiB
 /// chunk)`).
@@ -360,12 +407,12 @@ static SHAPE: Pattern = LazyLock::new(|| {
 /// code: '53200'`, `{code: 12`): after the error's name or a separator, so `exit code: 1` is not
 /// one; a database's numbered error (MySQL's `Memory allocation error: 1038 Out of sort memory`,
 /// `ERROR 1038 (HY001): Out of …`); and a status token's code in parentheses after it
-/// (`CL_MEM_OBJECT_ALLOCATION_FAILURE (-4)`), or before it after the word that returns it (Level
+/// (`CL_MEM_OBJECT_ALLOCATION_FAILURE (-4)`), Java's `CreateProcess error=1455`, or before it after the word that returns it (Level
 /// Zero's `Native API returns: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)`, `backend failed with
 /// error: 39 (…)`), and a failed call's code in parentheses after a comma (Kunlun's `ioctl() fail,
 /// (705) Device memory not enough`).
 static ERRNO: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code (-?[0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|(?:\berror\W{1,3}|[,;{(:]\s*|^\s*)code\s?[=:]\s?'?(-?[0-9]+)\b|\berror:?\s([0-9]{3,5})(?:\s\([0-9A-Z]{5}\))?:?\s(?-i:[A-Z][a-z])|(?-i:\b[A-Z][A-Z0-9]*_[A-Z0-9_]{3,}) \((-?[0-9]+)\)|\b(?:error|returns?|status)\W{1,3}(-?[0-9]+) \((?-i:[A-Z][A-Z0-9]*_[A-Z0-9_]{3,})\)|\bfail(?:ed|ure)?, \((-?[0-9]+)\)").ok()
+    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code (-?[0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|(?:\berror\W{1,3}|[,;{(:]\s*|^\s*)code\s?[=:]\s?'?(-?[0-9]+)\b|\berror:?\s([0-9]{3,5})(?:\s\([0-9A-Z]{5}\))?:?\s(?-i:[A-Z][a-z])|(?-i:\b[A-Z][A-Z0-9]*_[A-Z0-9_]{3,}) \((-?[0-9]+)\)|\b(?:error|returns?|status)\W{1,3}(-?[0-9]+) \((?-i:[A-Z][A-Z0-9]*_[A-Z0-9_]{3,})\)|\bfail(?:ed|ure)?, \((-?[0-9]+)\)|\berror=([0-9]+)\b").ok()
 });
 /// A device's index: after `device` (`on device 0`, `device ordinal 1`, `device_id=2`), after an
 /// accelerator's name with or without a colon (`GPU 0`, `XPU:0`, `HPU 1`), and after any device
@@ -445,10 +492,12 @@ static BATCH_SEARCH: Pattern = LazyLock::new(|| {
     .ok()
 });
 /// A program that caught the failure and goes on with a smaller batch (the Dreambooth trainer's
-/// `OOM Detected, reducing batch/grad size to 12/1.`): it recovered, unless the line only advises
+/// `OOM Detected, reducing batch/grad size to 12/1.`) or another way (Fooocus' `Ran out of memory
+/// when regular VAE decoding, retrying with tiled VAE decoding.`, Triton's `Failed to allocate CUDA
+/// memory … falling back to pinned system memory`): it recovered, unless the line only advises
 /// doing so (`try reducing the batch size to 8`).
 static RETRYING: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:reducing|lowering|halving|decreasing|retrying with)\b[^\n]{0,30}?\bbatch(?:[/_-]?[a-z]+)?[ _]size\b[^\n]{0,20}?\bto [0-9]").ok()
+    Regex::new(r"(?i)\b(?:reducing|lowering|halving|decreasing|retrying with)\b[^\n]{0,30}?\bbatch(?:[/_-]?[a-z]+)?[ _]size\b[^\n]{0,20}?\bto [0-9]|\b(?:falling|falls?) back to\b|\bretrying with\b").ok()
 });
 /// Words that make [`RETRYING`] advice to the reader rather than what the program did.
 const SUGGESTING: [&str; 6] = ["try", "please", "consider", "should", "you ", "suggest"];
@@ -524,6 +573,9 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
         if ADVICE.iter().any(|a| framed.contains(a))
             || is_code_or_setting(&lower)
             || is_unit_lifecycle(&lower)
+            || HYPOTHETICAL.as_ref().is_some_and(|re| re.is_match(framed))
+            || denied(&lower, s - start)
+            || locked_not_allocated(&lower, s - start)
             || failed_for_another_cause(&text[start..end], s - start, e.min(end) - start)
         {
             continue;
@@ -736,7 +788,7 @@ fn continued(text: &str, start: usize, end: usize, facts: &mut Facts) -> usize {
                 .as_ref()
                 .and_then(|re| re.captures(line))
                 .and_then(|c| {
-                    (1..=11)
+                    (1..=12)
                         .find_map(|i| c.get(i))
                         .and_then(|m| m.as_str().parse::<i128>().ok())
                 });
@@ -955,7 +1007,7 @@ fn attribute(line: &str) -> (Kind, Facts) {
         f.opt_text("dtype", c.get(2).map(|m| m.as_str()));
     }
     if let Some(c) = cap(&ERRNO) {
-        let code = (1..=11)
+        let code = (1..=12)
             .find_map(|i| c.get(i))
             .and_then(|m| m.as_str().parse::<i128>().ok());
         f.opt_int("error_code", code);
@@ -1033,6 +1085,10 @@ mod tests {
             &STATED_EXIT,
             &KILLED_PROCESS,
             &ALLOC_FAILED,
+            &NOT_OOM_KILLED,
+            &HYPOTHETICAL,
+            &NEGATION,
+            &LOCKED,
             &LOW_MEMORY,
             &MONITOR_KILL,
             &VMRSS,
