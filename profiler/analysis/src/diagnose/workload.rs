@@ -97,10 +97,17 @@ pub fn infer(text: &str) -> Option<Workload> {
 /// Whether offset `at` of `text` lies in the host part of a `user@host` token (a shell prompt's
 /// `[root@l-ai-training-server1.int.prod …]`): a machine's name is no sign of the job.
 fn in_host_name(text: &str, at: usize) -> bool {
-    let before = &text[..at];
+    // A host name is short: look back at most this far for the token's start.
+    const HOST_TOKEN: usize = 256;
+    let to = super::scan::floor(text, at);
+    let before = &text[super::scan::floor(text, to.saturating_sub(HOST_TOKEN))..to];
+    // The token starts after the last blank or opening bracket (a blank may be several bytes:
+    // U+2000).
     let token = before
-        .rfind(|c: char| c.is_whitespace() || c == '[' || c == '(')
-        .map_or(before, |i| &before[i + 1..]);
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| c.is_whitespace() || c == '[' || c == '(')
+        .map_or(before, |(i, c)| &before[i + c.len_utf8()..]);
     token.contains('@') && !token.contains('/')
 }
 
@@ -398,6 +405,19 @@ pub(crate) fn rank(
 #[cfg(test)]
 mod tests {
     use super::{infer, Workload};
+
+    #[test]
+    fn a_host_name_is_no_sign_and_wide_blanks_are_read_whole() {
+        assert_eq!(
+            infer(
+                "[root@l-ai-training-server1.int.prod ProPainter]# python inference_propainter.py"
+            ),
+            Some(Workload::Inference)
+        );
+        // A blank of several bytes before the sign (U+2000) ends the token before it.
+        assert_eq!(infer("x\u{2000}training"), Some(Workload::Training));
+        assert_eq!(infer("a@b\u{2000}training"), Some(Workload::Training));
+    }
 
     #[test]
     fn signs_of_each_workload() {
