@@ -1,6 +1,7 @@
 //! Scores `memsight_analysis::diagnose` on OOM corpus files (the shared corpus's JSONL format): how many
 //! messages get any finding at all, how many are found (a finding of the expected kind), how many get exactly their facts (one
-//! finding, all facts equal), and — for cases that name them — how many get the expected
+//! finding, all facts equal; a negative case, kind `none`, counts for both when nothing is found),
+//! and — for cases that name them — how many get the expected
 //! `verdict`, `workload` and first remedy (`first_remedy`). Prints a summary per file and the
 //! misses with `-v`.
 //!
@@ -81,12 +82,18 @@ fn score(case: &Value, s: &mut Score, verbose: bool) {
     if !found.is_empty() {
         s.any += 1;
     }
-    if found.iter().any(|d| d["kind"] == case["kind"]) {
+    // A negative case (kind `none`) is a text that looks like a memory failure and is not one:
+    // it is found, with every fact, when the reader reports nothing for it.
+    let negative = case["kind"] == "none";
+    if (negative && found.is_empty()) || found.iter().any(|d| d["kind"] == case["kind"]) {
         s.found += 1;
     } else {
         miss("not found");
     }
-    if found.len() == 1 && found[0]["kind"] == case["kind"] && found[0]["facts"] == case["expected"]
+    if (negative && found.is_empty())
+        || (found.len() == 1
+            && found[0]["kind"] == case["kind"]
+            && found[0]["facts"] == case["expected"])
     {
         s.facts += 1;
     } else {

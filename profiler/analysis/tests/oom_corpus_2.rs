@@ -21,7 +21,8 @@ fn cases(half: &str) -> Vec<Value> {
 }
 
 /// How one case fares: found (a finding of its kind), every fact (exactly one finding, its facts
-/// equal), verdict (the first finding's verdict, workload and first remedy, where named).
+/// equal), verdict (the first finding's verdict, workload and first remedy, where named); a
+/// negative case (kind `none`) is found, with every fact, when there is no finding at all.
 struct Outcome {
     found: bool,
     facts: bool,
@@ -35,10 +36,14 @@ fn outcome(case: &Value) -> Outcome {
         .iter()
         .map(|d| serde_json::from_str(&serde_json::to_string(d).unwrap()).unwrap())
         .collect();
-    let of_kind = found.iter().any(|d| d["kind"] == case["kind"]);
-    let facts = found.len() == 1
-        && found[0]["kind"] == case["kind"]
-        && found[0]["facts"] == case["expected"];
+    // A negative case (kind `none`: a text that looks like a memory failure and is not one) is
+    // found, with every fact, when the reader reports nothing for it.
+    let negative = case["kind"] == "none";
+    let of_kind = (negative && found.is_empty()) || found.iter().any(|d| d["kind"] == case["kind"]);
+    let facts = (negative && found.is_empty())
+        || (found.len() == 1
+            && found[0]["kind"] == case["kind"]
+            && found[0]["facts"] == case["expected"]);
     let verdict = ["verdict", "workload", "first_remedy"]
         .iter()
         .any(|w| case.get(*w).is_some())
@@ -1333,6 +1338,116 @@ fn meets_thresholds(files: &[&str]) {
 #[test]
 fn the_eighteenth_blind_set_is_split_by_its_seed_and_measured() {
     blind_set_is_split_by_its_seed_and_measured(18, TuningBar::FoundAndFacts(0.97));
+}
+
+/// Blind set 19 (88 messages, by a thirteenth author; tuning half 44, held-out 44, 26 of them
+/// negative cases that must give no finding): `blind_set_is_split_by_its_seed_and_measured`.
+#[test]
+fn the_nineteenth_blind_set_is_split_by_its_seed_and_measured() {
+    blind_set_is_split_by_its_seed_and_measured(19, TuningBar::EveryFact);
+}
+
+/// Blind set 19's tuning-half misses, one mechanism each, from their real messages (ids in
+/// `blind-19-tune.jsonl`): each is found once with its labelled facts and verdict, and the look-
+/// alikes stay no failure.
+#[test]
+fn blind_set_nineteen_wordings_keep_their_facts() {
+    // A library's exception type ending in MemoryError, bare (arrow-2549) and with the C
+    // allocator's call and size (img2dataset-443).
+    let (kind, facts, verdict, _) = one("  File \"pyarrow/error.pxi\", line 85, in pyarrow.lib.check_status\npyarrow.lib.ArrowMemoryError");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("generic_oom", "host_oom")
+    );
+    assert_eq!(facts, json!({}));
+    let (_, facts, _, _) =
+        one("    raise value\npyarrow.lib.ArrowMemoryError: realloc of size 2172846080 failed");
+    assert_eq!(facts, json!({"requested_bytes": 2172846080u64}));
+    // std::bad_alloc as MSVC words it, with the code a caller adds (dotnet-ml-3615, lightgbm-4612).
+    let (_, facts, verdict, _) =
+        one("Get an exception  with an error code -1 and an error message of 'bad allocation'.");
+    assert_eq!(facts, json!({"error_code": -1}));
+    assert_eq!(verdict, "host_oom");
+    let (kind, _, verdict, _) = one("LightGBMError: bad allocation\n\nI have 32GB RAM, so how could a dataset of this size not fit into memory?");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("generic_oom", "host_oom")
+    );
+    // A userspace OOM killer's low-memory state and the kill it leads to (earlyoom-205).
+    let (kind, facts, verdict, _) = one("mem avail:    21 of   950 MiB ( 2.27%), swap free:   81 of 1023 MiB ( 7.95%)\nlow memory! at or below SIGTERM limits: mem 10.00%, swap 15.00%\nsending SIGTERM to process 397 uid 61876 \"earlyoom\": badness 0, VmRSS 1 MiB");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("oom_kill_report", "host_oom")
+    );
+    assert_eq!(facts, json!({"pid": 397, "process_memory_bytes": 1048576}));
+    // Rust's abort with its size masked (nextpolish2-4).
+    let (kind, facts, _, _) =
+        one("constantly got the error of \"memory allocation of xxx bytes failed\".");
+    assert_eq!(kind, "rust_alloc_failure");
+    assert_eq!(facts, json!({}));
+    for negative in [
+        // A low-memory state with no kill after it, and systemd starting earlyoom (earlyoom-269).
+        "low memory! at or below SIGTERM limits: mem 10 %, swap 10 %\nmem avail:  9700 of 13855 MiB (70 %)",
+        "mars 27 18:46:05 user-G3-3779-pro systemd[1]: Started Early OOM Daemon.",
+        // An allocation that failed for another cause than memory (triton-3174).
+        "        CPU_PINNED: failed to allocate pinned system memory: CUDA driver version is insufficient for CUDA runtime version\n        CPU_PINNED_POOL: failed to allocate pinned system memory: no pinned memory pool",
+    ] {
+        let found = diagnose(negative, &Context::default());
+        assert!(found.is_empty(), "{negative}\n{found:?}");
+    }
+    // ... while a cause that is memory's keeps the failure.
+    let (kind, _, _, _) = one("failed to allocate 2.12G (2282521344 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory");
+    assert_eq!(kind, "cuda_driver_oom");
+}
+
+/// The families blind set 19's held-out misses revealed, one mechanism each, from their real
+/// messages (ids in `blind-19-heldout.jsonl`; the set is no longer blind since).
+#[test]
+fn blind_set_nineteen_held_out_families_are_read() {
+    // The kernel's page allocation failure (systemd-36434).
+    let (kind, _, verdict, _) = one("[638074.104526] kernel: kswapd0: page allocation failure: order:0, mode:0x40cc0(GFP_KERNEL|__GFP_COMP), nodemask=(null),cpuset=/,mems_allowed=0");
+    assert_eq!(
+        (kind.as_str(), verdict.as_str()),
+        ("generic_oom", "host_oom")
+    );
+    // Java's `error=N` (openj9-14353).
+    let (_, facts, _, _) = one("win2012-x86-1 CreateProcess error=1455, The paging file is too small for this operation to complete");
+    assert_eq!(facts, json!({"error_code": 1455}));
+    // A size labelled `byte size`, and a runtime that falls back or retries another way
+    // (triton-1765, fooocus-1032).
+    let (_, facts, verdict, _) = one("Failed to allocate CUDA memory with byte size 78643200 on GPU 0: CNMEM_STATUS_OUT_OF_MEMORY, falling back to pinned system memory");
+    assert_eq!(
+        facts,
+        json!({"requested_bytes": 78643200, "device_index": 0})
+    );
+    assert_eq!(verdict, "non_fatal");
+    let (_, _, verdict, _) = one(
+        "Warning: Ran out of memory when regular VAE decoding, retrying with tiled VAE decoding.",
+    );
+    assert_eq!(verdict, "non_fatal");
+    // A failure to lock memory is the lock limit: only the kill counts (earlyoom-131).
+    let found = diagnose("Could not lock memory - continuing anyway: Cannot allocate memory\nlow memory! at or below SIGTERM limits: mem 50 %, swap 10 %\nsending SIGTERM to process 12006 \"python3\": badness 209, VmRSS 2891 MiB", &Context::default());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        found[0].facts.get("pid"),
+        Some(&memsight_analysis::diagnose::Fact::Int(12006))
+    );
+    // A shell prompt's host name is no sign of training; an inference script is inference
+    // (propainter-10).
+    assert_eq!(
+        workload_of("(propainter) [root@l-ai-training-server1.int.prod.ten.dm ProPainter]# python inference_propainter.py\nRuntimeError: [enforce fail at CPUAllocator.cpp:64] . DefaultCPUAllocator: can't allocate memory: you tried to allocate 10230727680 bytes. Error code 12 (Cannot allocate memory)"),
+        "inference"
+    );
+    for negative in [
+        // Docker's state without quotes (cloudcmd-440), a writer's denial (pytorch-7129), a
+        // case considered (dask-2694).
+        "`State:{\nExitCode:137,\nOOMKilled:false,\nStatus:\"exited\"\n}`",
+        "Meanwhile I watched GPU memery with nvidia-smi, it's not a problem about OOM.",
+        "* if they're running out of memory the nanny will kill them and return `KilledWorker`",
+    ] {
+        let found = diagnose(negative, &Context::default());
+        assert!(found.is_empty(), "{negative}\n{found:?}");
+    }
 }
 
 /// Blind set 18's tuning-half misses, one mechanism each, from their real messages (ids in

@@ -8,9 +8,11 @@ use regex::Regex;
 use std::sync::LazyLock;
 
 /// Rust's allocation-failure abort, also quoted with its size elided (`memory allocation of …
-/// failed`).
+/// failed`) or masked by a placeholder word (`memory allocation of xxx bytes failed`).
 static RUST: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    compile(r"memory allocation of (?:([0-9]+) bytes|(?:…|\.\.\.)(?: bytes)?) failed")
+    compile(
+        r"memory allocation of (?:([0-9]+) bytes|(?:…|\.\.\.)(?: bytes)?|[^\s0-9]\S{0,15} bytes) failed",
+    )
 });
 static KILLED: LazyLock<Option<Regex>> = LazyLock::new(|| {
     compile(

@@ -38,6 +38,12 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         // /user.slice/…`): it only kills for memory pressure or swap.
         r"|\bsystemd-oomd\[[0-9]+\]: (?:Killed /|oomd attempting to kill [0-9]+)",
         r"|(?i:\bbeyond (?:the )?(?:physical|virtual) memory limit)",
+        // The kernel's warning that a page allocation failed (`kswapd0: page allocation failure:
+        // order:0, mode:0x40cc0(GFP_KERNEL|__GFP_COMP)`).
+        r"|(?i:\bpage allocation failure\b)",
+        // A userspace OOM killer's low-memory state (earlyoom's `low memory! at or below SIGTERM
+        // limits`): a failure only where the kill it leads to follows ([`monitor_kill_after`]).
+        r"|(?i:\blow (?:on )?memory\W{0,3} (?:at or )?below\b)",
         // A batch system's kill for memory (HTCondor's `Job killed by HTCondor due to excessive
         // memory use`) and a job past its maximum memory figure (WMAgent's `Job has exceeded
         // maxPSS: 16000 MB`, a `max RSS` or `maximum VSS`).
@@ -50,7 +56,11 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         // Windows' memory error codes: not enough memory (8), out of memory (14), the commit
         // limit (1455: the paging file is too small), whatever language the message is in.
         r"|(?i:\[winerror (?:8|14|1455)\]|\bos error (?:8|14|1455)\b|\berrno[= ]1455\b)",
-        r"|\bMemoryError\b|\bbad_alloc\b|\bBadAlloc\b",
+        // `MemoryError` also ends a library's own exception type (Arrow's `ArrowMemoryError`,
+        // numpy's `_ArrayMemoryError`: a capital or an underscore opens the type's name, so a
+        // word glued to it, `solveMemoryError`, is not one), and `std::bad_alloc` says `bad allocation` under MSVC's
+        // standard library (LightGBM's `LightGBMError: bad allocation` on Windows).
+        r"|\b(?:[A-Z_][A-Za-z_]*)?MemoryError\b|\bbad_alloc\b|\bBadAlloc\b|(?i:\bbad allocation\b)",
         r"|(?i:\b(?:insufficient|not enough|no available|no free|low on|ran out of|running out of|run out of|runs out of) (?:\w+ ){0,2}(?:memory|ram|vram)\b)",
         r"|(?i:\b(?:used|using|use) all (?:the )?available (?:memory|ram|vram)\b)",
         // Nothing left for what comes next (SGLang's `Loaded weights leave no GPU memory for the
@@ -61,8 +71,9 @@ static VOCABULARY: Pattern = LazyLock::new(|| {
         r"|(?i:\binvalid (?:memory )?alloc(?:ation)? request size\b)",
         r"|(?i:\bmemory allocation\b[^\n]{0,40}?\bfailed)",
         // An allocation of a stated size that failed (Gaudi's `workspace Allocation of size
-        // ::14493741952 failed`).
-        r"|(?i:\ballocation\b[^\n]{0,40}?\bsize\b[^\n]{0,40}?\bfail(?:ed|s|ure)\b|\ballocation fail(?:ed|s|ure)\b[^\n]{0,40}?\bsize\b)",
+        // ::14493741952 failed`), also named by the C allocator's call (Arrow's `realloc of size
+        // 2172846080 failed`).
+        r"|(?i:\b(?:allocation|(?:m|c|re)?alloc)\b[^\n]{0,40}?\bsize\b[^\n]{0,40}?\bfail(?:ed|s|ure)\b|\ballocation fail(?:ed|s|ure)\b[^\n]{0,40}?\bsize\b)",
         // An allocation of a stated number of bytes that failed, either order (`malloc: failed on
         // request for 72 bytes`, Go's `VirtualAlloc of 1703936 bytes failed with errno=487`).
         r"|(?i:\b(?:m|c|re)?alloc\w*\b[^\n]{0,30}?\bfail(?:ed|s|ure)?\b[^\n]{0,40}?\b[0-9]+ ?bytes\b|alloc\w*\b[^\n]{0,12}?\b[0-9]+ ?bytes\b[^\n]{0,20}?\bfailed\b)",
@@ -228,6 +239,10 @@ const SETTINGS: &[&str] = &[
     "oomkilled: false",
 ];
 
+/// Docker's `OOMKilled` state set to false (lower case), in any quoting and spacing.
+static NOT_OOM_KILLED: Pattern =
+    LazyLock::new(|| Regex::new(r#"oomkilled"?\s*[:=]\s*false\b"#).ok());
+
 /// Whether a (lower-cased) line is source code or a setting rather than a report: an `except`
 /// or `catch` clause, an import or a definition (not a comment: the JVM's `# Native memory
 /// allocation … failed` is a report), an OOM-killer setting, or a stack frame.
@@ -241,6 +256,88 @@ fn is_code_or_setting(lower: &str) -> bool {
         || SETTINGS.iter().any(|s| lower.contains(s))
         // A kernel or native stack frame (`mem_cgroup_out_of_memory+0xbb/0xd0`) names a function.
         || (lower.contains("+0x") && lower.contains("/0x"))
+        // Docker's state says the container was not OOM-killed, however quoted or spaced
+        // (`"OOMKilled": false`, `OOMKilled:false,`).
+        || NOT_OOM_KILLED.as_ref().is_some_and(|re| re.is_match(lower))
+}
+
+/// Whether a (lower-cased) line is systemd's record of a unit starting or stopping (`systemd[1]:
+/// Started Early OOM Daemon.`): the unit's description may name memory, but nothing failed.
+fn is_unit_lifecycle(lower: &str) -> bool {
+    lower.find("systemd[").is_some_and(|i| {
+        lower[i..].find("]: ").is_some_and(|j| {
+            let rest = &lower[i + j + 3..];
+            ["started ", "starting ", "stopped ", "stopping ", "reached "]
+                .iter()
+                .any(|w| rest.starts_with(w))
+        })
+    })
+}
+
+/// The vocabulary's wording of an allocation that could not be made (`failed to allocate …`,
+/// `cannot allocate …`), as matched at the start of a vocabulary hit.
+static ALLOC_FAILED: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)^(?:cannot|can't|can not|could ?not|couldn't|unable to|failed to|fails? to) (?:[a-z]+ )?(?:(?:re)?allocate|(?:re)?alloc|map|commit|reserve)\b").ok()
+});
+
+/// Whether the vocabulary hit `from..to` of `line` is an allocation failure that states another
+/// cause than memory: past a colon after it, the line says what went wrong in words that are
+/// none of the vocabulary's, not a figure (`failed to allocate pinned system memory: CUDA driver version is
+/// insufficient for CUDA runtime version`, `failed to allocate 1900,00 MiB of pinned memory:
+/// invalid argument`, `… : no pinned memory pool`). A cause that is memory's (`: out of
+/// memory`, `: CUDA_ERROR_OUT_OF_MEMORY`, `: errno=12`) keeps the failure.
+fn failed_for_another_cause(line: &str, from: usize, to: usize) -> bool {
+    let (Some(alloc), Some(vocabulary)) = (ALLOC_FAILED.as_ref(), VOCABULARY.as_ref()) else {
+        return false;
+    };
+    let (Some(hit), Some(rest)) = (line.get(from..to), line.get(to..)) else {
+        return false;
+    };
+    if !alloc.is_match(hit) {
+        return false;
+    }
+    let Some(colon) = rest.find(": ") else {
+        return false;
+    };
+    // A cause is words (`invalid argument`); a figure after a colon (`total memory: 24 GiB`) is
+    // a field of the report, not its cause.
+    let cause = rest[colon + 2..].trim();
+    cause.starts_with(char::is_alphabetic) && !vocabulary.is_match(cause)
+}
+
+/// A condition on someone or something (`if they're running out of memory the nanny will kill
+/// them`, `if we run out of RAM`): a case considered, not one reported. Lower case.
+static HYPOTHETICAL: Pattern = LazyLock::new(|| Regex::new(r"\bif (?:you|they|we|it|one)\b").ok());
+/// A word that denies what follows in its clause (`it's not a problem about OOM`).
+static NEGATION: Pattern =
+    LazyLock::new(|| Regex::new(r"\b(?:not|isn't|wasn't|aren't|weren't|never|no longer)\b").ok());
+/// Words of the clause before a vocabulary hit that may deny it.
+const DENIAL_WORDS: usize = 5;
+
+/// Whether the clause that holds the vocabulary hit at `at` of the (lower-cased) line denies it
+/// within [`DENIAL_WORDS`] words before it (`I watched GPU memery with nvidia-smi, it's not a
+/// problem about OOM.`): the writer says there was no such failure. A negation the vocabulary's
+/// own words hold (`not enough memory`, `could not allocate`) is inside the hit, not before it.
+fn denied(lower: &str, at: usize) -> bool {
+    let before = &lower[..super::scan::floor(lower, at.min(lower.len()))];
+    let clause = before
+        .rfind(['.', ',', ';', ':', '!', '?', '(', ')', '"', '`'])
+        .map_or(before, |i| &before[i + 1..]);
+    let words: Vec<&str> = clause.split_whitespace().collect();
+    let near = words[words.len().saturating_sub(DENIAL_WORDS)..].join(" ");
+    NEGATION.as_ref().is_some_and(|re| re.is_match(&near))
+}
+
+/// A failure to lock memory (`mlock`, `mlockall`, earlyoom's `Could not lock memory - continuing
+/// anyway: Cannot allocate memory`) before the vocabulary hit at `at` of the (lower-cased) line:
+/// the ENOMEM is the locked-memory limit (`RLIMIT_MEMLOCK`), not memory running out.
+static LOCKED: Pattern = LazyLock::new(|| {
+    Regex::new(r"\b(?:(?:could ?not|cannot|can't|unable to|failed to) (?:m)?lock(?:all)? (?:\w+ )?memory\b|mlock(?:all)?\b)").ok()
+});
+
+fn locked_not_allocated(lower: &str, at: usize) -> bool {
+    let before = &lower[..super::scan::floor(lower, at.min(lower.len()))];
+    LOCKED.as_ref().is_some_and(|re| re.is_match(before))
 }
 
 /// A line within this many lines of a specific reader's message belongs to that message.
@@ -258,9 +355,10 @@ static SIZE_AFTER: Pattern = LazyLock::new(|| {
 /// A size after `buffer of size` (llama.cpp's `failed to allocate CPU buffer of size 84940800`,
 /// R's `cannot allocate vector of size 4.5 Gb`, PostgreSQL's `Failed on request of size 16`,
 /// Gaudi's `Allocation of size ::14493741952`, `Allocation failed for size::234881024`,
-/// PostgreSQL's `alloc request size 1225135280`): bytes when no unit follows.
+/// PostgreSQL's `alloc request size 1225135280`, Triton's `CUDA memory with byte size 78643200`):
+/// bytes when no unit follows.
 static SIZE_OF: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:(?:buffer|block|array|tensor|chunk|region|allocation|vector|request) of|(?:failed|fails|failure) for|alloc(?:ation)? request) size\s*:*\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT]b|B)?\b").ok()
+    Regex::new(r"(?i)\b(?:(?:buffer|block|array|tensor|chunk|region|allocation|(?:m|c|re)?alloc|vector|request) of|(?:failed|fails|failure) for|alloc(?:ation)? request|byte) size\s*:*\s*([0-9]+)(\.[0-9]+)?\s?(bytes|byte|[KMGTP]i?B|[KMGT]b|B)?\b").ok()
 });
 /// A size before what it sizes, in parentheses (`alloc failed for tensor-span:105 (1792.00 MiB
 /// chunk)`).
@@ -309,12 +407,12 @@ static SHAPE: Pattern = LazyLock::new(|| {
 /// code: '53200'`, `{code: 12`): after the error's name or a separator, so `exit code: 1` is not
 /// one; a database's numbered error (MySQL's `Memory allocation error: 1038 Out of sort memory`,
 /// `ERROR 1038 (HY001): Out of …`); and a status token's code in parentheses after it
-/// (`CL_MEM_OBJECT_ALLOCATION_FAILURE (-4)`), or before it after the word that returns it (Level
+/// (`CL_MEM_OBJECT_ALLOCATION_FAILURE (-4)`), Java's `CreateProcess error=1455`, or before it after the word that returns it (Level
 /// Zero's `Native API returns: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)`, `backend failed with
 /// error: 39 (…)`), and a failed call's code in parentheses after a comma (Kunlun's `ioctl() fail,
 /// (705) Device memory not enough`).
 static ERRNO: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code ([0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|(?:\berror\W{1,3}|[,;{(:]\s*|^\s*)code\s?[=:]\s?'?(-?[0-9]+)\b|\berror:?\s([0-9]{3,5})(?:\s\([0-9A-Z]{5}\))?:?\s(?-i:[A-Z][a-z])|(?-i:\b[A-Z][A-Z0-9]*_[A-Z0-9_]{3,}) \((-?[0-9]+)\)|\b(?:error|returns?|status)\W{1,3}(-?[0-9]+) \((?-i:[A-Z][A-Z0-9]*_[A-Z0-9_]{3,})\)|\bfail(?:ed|ure)?, \((-?[0-9]+)\)").ok()
+    Regex::new(r"(?i)\[errno ([0-9]+)\]|errno[= ]([0-9]+)\b|error code (-?[0-9]+)\b|\[winerror ([0-9]+)\]|\bos error ([0-9]+)\b|\berror: \((-?[0-9]+)(?::[^)\n]{0,40})?\)|(?:\berror\W{1,3}|[,;{(:]\s*|^\s*)code\s?[=:]\s?'?(-?[0-9]+)\b|\berror:?\s([0-9]{3,5})(?:\s\([0-9A-Z]{5}\))?:?\s(?-i:[A-Z][a-z])|(?-i:\b[A-Z][A-Z0-9]*_[A-Z0-9_]{3,}) \((-?[0-9]+)\)|\b(?:error|returns?|status)\W{1,3}(-?[0-9]+) \((?-i:[A-Z][A-Z0-9]*_[A-Z0-9_]{3,})\)|\bfail(?:ed|ure)?, \((-?[0-9]+)\)|\berror=([0-9]+)\b").ok()
 });
 /// A device's index: after `device` (`on device 0`, `device ordinal 1`, `device_id=2`), after an
 /// accelerator's name with or without a colon (`GPU 0`, `XPU:0`, `HPU 1`), and after any device
@@ -394,10 +492,12 @@ static BATCH_SEARCH: Pattern = LazyLock::new(|| {
     .ok()
 });
 /// A program that caught the failure and goes on with a smaller batch (the Dreambooth trainer's
-/// `OOM Detected, reducing batch/grad size to 12/1.`): it recovered, unless the line only advises
+/// `OOM Detected, reducing batch/grad size to 12/1.`) or another way (Fooocus' `Ran out of memory
+/// when regular VAE decoding, retrying with tiled VAE decoding.`, Triton's `Failed to allocate CUDA
+/// memory … falling back to pinned system memory`): it recovered, unless the line only advises
 /// doing so (`try reducing the batch size to 8`).
 static RETRYING: Pattern = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:reducing|lowering|halving|decreasing|retrying with)\b[^\n]{0,30}?\bbatch(?:[/_-]?[a-z]+)?[ _]size\b[^\n]{0,20}?\bto [0-9]").ok()
+    Regex::new(r"(?i)\b(?:reducing|lowering|halving|decreasing|retrying with)\b[^\n]{0,30}?\bbatch(?:[/_-]?[a-z]+)?[ _]size\b[^\n]{0,20}?\bto [0-9]|\b(?:falling|falls?) back to\b|\bretrying with\b").ok()
 });
 /// Words that make [`RETRYING`] advice to the reader rather than what the program did.
 const SUGGESTING: [&str; 6] = ["try", "please", "consider", "should", "you ", "suggest"];
@@ -470,7 +570,14 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
         // (`… memory arrays. Either (1) compile with …, which prevents some optimizations` is
         // the runtime's advice after its report, not advice about memory in general).
         let framed = &lower[..sentence_end(&lower, e.min(end).saturating_sub(start))];
-        if ADVICE.iter().any(|a| framed.contains(a)) || is_code_or_setting(&lower) {
+        if ADVICE.iter().any(|a| framed.contains(a))
+            || is_code_or_setting(&lower)
+            || is_unit_lifecycle(&lower)
+            || HYPOTHETICAL.as_ref().is_some_and(|re| re.is_match(framed))
+            || denied(&lower, s - start)
+            || locked_not_allocated(&lower, s - start)
+            || failed_for_another_cause(&text[start..end], s - start, e.min(end) - start)
+        {
             continue;
         }
         hits.push(Line {
@@ -494,6 +601,13 @@ pub(crate) fn find(text: &str, specific: &[Piece], out: &mut Vec<Piece>) {
             continue;
         }
         let l = &text[h.start..h.end];
+        // A userspace OOM killer's low-memory state is a failure where its kill follows.
+        if LOW_MEMORY.as_ref().is_some_and(|re| re.is_match(l)) {
+            if let Some((to, facts)) = monitor_kill_after(text, h.end) {
+                out.push(Piece::part(h.start, to, Kind::OomKillReport, facts, true));
+            }
+            continue;
+        }
         let (kind, mut facts) = attribute(l);
         let mut end = h.end;
         // A message that goes on in indented lines (`CudaCustomAllocator out of memory` then
@@ -674,7 +788,7 @@ fn continued(text: &str, start: usize, end: usize, facts: &mut Facts) -> usize {
                 .as_ref()
                 .and_then(|re| re.captures(line))
                 .and_then(|c| {
-                    (1..=11)
+                    (1..=12)
                         .find_map(|i| c.get(i))
                         .and_then(|m| m.as_str().parse::<i128>().ok())
                 });
@@ -763,6 +877,58 @@ fn killed_pid_after(text: &str, end: usize) -> Option<(usize, i128)> {
     Some((to, c.get(1)?.as_str().parse().ok()?))
 }
 
+/// A userspace OOM killer's low-memory state (earlyoom's `low memory! at or below SIGTERM limits:
+/// mem 10 %`, its older `Low Memory! At or below sigterm limits`).
+static LOW_MEMORY: Pattern =
+    LazyLock::new(|| Regex::new(r"(?i)\blow (?:on )?memory\W{0,3}\s(?:at or )?below\b").ok());
+/// The kill a memory monitor then sends (`sending SIGTERM to process 397 uid 61876 "earlyoom"`,
+/// `killing process 28367 "python3" with signal 15`, `Killing process 'bash' with signal 15, pid:
+/// 5874`): the process it names, by number or by a `pid:` field.
+static MONITOR_KILL: Pattern = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:sending\s+sig[a-z0-9]+\s+to|killing|terminating|signall?ing)\s+process(?:\s+([0-9]+)\b|[^\n]*?\bpid:?\s*([0-9]+)\b)").ok()
+});
+/// The resident memory of the process a monitor kills (`VmRSS 11793 MiB`, `VmRSS: 3160 MiB`).
+static VMRSS: Pattern =
+    LazyLock::new(|| Regex::new(r"(?i)\bvmrss:?\s*([0-9]+)(\.[0-9]+)?\s?([KMGTP]i?B|kB)\b").ok());
+/// Lines read after a memory monitor's low-memory state for the kill it leads to (earlyoom may
+/// print its memory status between them).
+const MONITOR_LINES: usize = 2;
+
+/// The kill a memory monitor reports within [`MONITOR_LINES`] lines after `end` (its low-memory
+/// line's end): the killed process's pid and resident memory, with the kill line's end.
+fn monitor_kill_after(text: &str, end: usize) -> Option<(usize, Facts)> {
+    let re = MONITOR_KILL.as_ref()?;
+    let mut at = end;
+    for _ in 0..MONITOR_LINES {
+        let from = at + 1;
+        if from >= text.len() {
+            return None;
+        }
+        let to = super::scan::line_end(text, from);
+        at = to;
+        let line = &text[from..to];
+        let Some(c) = re.captures(line) else {
+            continue;
+        };
+        let mut f = Facts::default();
+        f.opt_int(
+            "pid",
+            c.get(1)
+                .or_else(|| c.get(2))
+                .and_then(|m| m.as_str().parse().ok()),
+        );
+        f.opt_int(
+            "process_memory_bytes",
+            VMRSS
+                .as_ref()
+                .and_then(|re| re.captures(line))
+                .and_then(|c| size_of(&c)),
+        );
+        return Some((to, f));
+    }
+    None
+}
+
 /// `line` without the logger's prefixes: parenthesized or bracketed groups before the text.
 fn strip_log_prefix(line: &str) -> &str {
     let mut rest = line.trim_start();
@@ -841,7 +1007,7 @@ fn attribute(line: &str) -> (Kind, Facts) {
         f.opt_text("dtype", c.get(2).map(|m| m.as_str()));
     }
     if let Some(c) = cap(&ERRNO) {
-        let code = (1..=11)
+        let code = (1..=12)
             .find_map(|i| c.get(i))
             .and_then(|m| m.as_str().parse::<i128>().ok());
         f.opt_int("error_code", code);
@@ -918,6 +1084,14 @@ mod tests {
             &EXIT_137,
             &STATED_EXIT,
             &KILLED_PROCESS,
+            &ALLOC_FAILED,
+            &NOT_OOM_KILLED,
+            &HYPOTHETICAL,
+            &NEGATION,
+            &LOCKED,
+            &LOW_MEMORY,
+            &MONITOR_KILL,
+            &VMRSS,
         ] {
             assert!(p.is_some());
         }

@@ -39,7 +39,9 @@ pub enum Workload {
 /// and the verb with what it trains (`to train classifier`, `train a model`, `train the
 /// \`stepstoreproduce\` model`) or after a wish to (`I try to train in SD-WebUI`), a trainer's module
 /// (`trainer/trainer.py`) and the word in Chinese, Japanese or Korean (`训练`, `微调`, `学習`,
-/// `학습`); a traceback through `torch/optim/` is an optimizer's step.
+/// `학습`); a traceback through `torch/optim/` is an optimizer's step. Inference also shows as an
+/// inference script (`inference_propainter.py`, `infer.py`). A word in a `user@host` token's host
+/// part (a shell prompt) is no sign.
 static SIGNS: LazyLock<Option<Regex>> = LazyLock::new(|| {
     regex::RegexBuilder::new(concat!(
         r"(?P<vllm>(?i:vllm)|EngineCore|gpu[_-]memory[_-]utilization|max[_-]num[_-]seqs|LLMEngine|",
@@ -50,7 +52,7 @@ static SIGNS: LazyLock<Option<Regex>> = LazyLock::new(|| {
         r"|(?P<ort>(?i:onnxruntime))",
         r"|(?P<train>\.backward\(|backward\(\)|\bTrainer\b|train\.py|\btrain[_-][\w-]*\.(?:py|sh)\b|training_step|optimizer\.step|torch[/\\]optim[/\\]|train_step|[Tt]rainer\.(?:train|fit)\(|\bfinetune|fine-tun|\bDeepSpeed[A-Z]\w*|(?i:\bdeepspeed\b|\bepochs?\b|\btraining\b|\btrain(?:ing)? (?:an? |the |my |our |your |this )?(?:`?\w+`? )?(?:model|classifier|network|detector)s?\b|\btrainer\.py\b|训练|微调|訓練|学習|학습|\b(?:try|tried|trying|want|wanted|attempt|attempted|attempting) to train\b))",
         r"|(?P<rust>panicked at|RUST_BACKTRACE|\.rs:[0-9]+|memory allocation of [0-9]+ bytes failed)",
-        r"|(?P<infer>\.generate\(|\bgenerate\(|pipeline\(|(?i:\binference\b)|inference_mode|no_grad|diffusers|TRT-LLM|tensorrt_llm|sglang)",
+        r"|(?P<infer>\.generate\(|\bgenerate\(|pipeline\(|(?i:\binference\b)|inference_mode|no_grad|diffusers|TRT-LLM|tensorrt_llm|sglang|\binfer(?:ence)?(?:[_-][\w-]*)?\.(?:py|sh)\b)",
     ))
     .unicode(false)
     .build()
@@ -73,6 +75,9 @@ pub fn infer(text: &str) -> Option<Workload> {
     ];
     let mut seen = [false; 8];
     for c in re.captures_iter(text) {
+        if in_host_name(text, c.get(0).map_or(0, |m| m.start())) {
+            continue;
+        }
         for (i, (name, _)) in order.iter().enumerate() {
             if c.name(name).is_some() {
                 seen[i] = true;
@@ -87,6 +92,23 @@ pub fn infer(text: &str) -> Option<Workload> {
         .zip(seen)
         .find(|(_, s)| *s)
         .map(|((_, w), _)| *w)
+}
+
+/// Whether offset `at` of `text` lies in the host part of a `user@host` token (a shell prompt's
+/// `[root@l-ai-training-server1.int.prod …]`): a machine's name is no sign of the job.
+fn in_host_name(text: &str, at: usize) -> bool {
+    // A host name is short: look back at most this far for the token's start.
+    const HOST_TOKEN: usize = 256;
+    let to = super::scan::floor(text, at);
+    let before = &text[super::scan::floor(text, to.saturating_sub(HOST_TOKEN))..to];
+    // The token starts after the last blank or opening bracket (a blank may be several bytes:
+    // U+2000).
+    let token = before
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| c.is_whitespace() || c == '[' || c == '(')
+        .map_or(before, |(i, c)| &before[i + c.len_utf8()..]);
+    token.contains('@') && !token.contains('/')
 }
 
 /// The workload a finding is judged for: a Rust allocation failure is a Rust program's whatever
@@ -383,6 +405,19 @@ pub(crate) fn rank(
 #[cfg(test)]
 mod tests {
     use super::{infer, Workload};
+
+    #[test]
+    fn a_host_name_is_no_sign_and_wide_blanks_are_read_whole() {
+        assert_eq!(
+            infer(
+                "[root@l-ai-training-server1.int.prod ProPainter]# python inference_propainter.py"
+            ),
+            Some(Workload::Inference)
+        );
+        // A blank of several bytes before the sign (U+2000) ends the token before it.
+        assert_eq!(infer("x\u{2000}training"), Some(Workload::Training));
+        assert_eq!(infer("a@b\u{2000}training"), Some(Workload::Training));
+    }
 
     #[test]
     fn signs_of_each_workload() {
