@@ -85,3 +85,111 @@ fn a_program_that_reads_its_signals_from_a_signalfd_gets_them() {
         run.out
     );
 }
+
+/// A rank of a launched job (`RANK` in its environment, as a launcher starting one `memsight run`
+/// per rank gives it): holds 8 MiB, creates the file MINE, waits (up to 30 s) until the file OTHER
+/// exists, and exits 0 — two of them started together with each other's files run at one time.
+const RANK_JOB: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    size_t size = 8u << 20;
+    char *held = malloc(size);
+    memset(held, 1, size);
+    usleep(500000);
+    FILE *f = fopen(argv[1], "w");
+    if (f) fclose(f);
+    for (int i = 0; i < 600 && access(argv[2], F_OK) != 0; i++) usleep(50000);
+    free(held);
+    return 0;
+}
+"#;
+
+/// `memsight run --report DIR/r-{rank}.json -- rank_job MINE OTHER` with `RANK=rank`, started (not
+/// waited for).
+fn start_rank(dir: &std::path::Path, exe: &std::path::Path, rank: u32) -> std::process::Child {
+    let out = dir.join(format!("node{rank}"));
+    std::fs::create_dir_all(&out).expect("a node's directory");
+    std::process::Command::new(memsight_e2e::memsight_bin())
+        .arg("run")
+        .arg("--report")
+        .arg(out.join("r-{rank}.json"))
+        .arg("--")
+        .arg(exe)
+        .arg(dir.join(format!("up{rank}")))
+        .arg(dir.join(format!("up{}", 1 - rank)))
+        .env("RANK", rank.to_string())
+        .env("WORLD_SIZE", "2")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("memsight runs")
+}
+
+/// `memsight merge` of two rank reports of runs that never met — one job's rank 0 and another's
+/// rank 1, a minute apart — merged them as one job without a word, its skew comparing unrelated
+/// runs. Now it says so; the ranks of one job, run together, are merged as before.
+#[test]
+fn merging_reports_of_runs_apart_in_time_says_so() {
+    if !preload_built() {
+        return;
+    }
+    let dir = scratch("break9-merge-apart");
+    let Some(exe) = c_program(&dir, "rank_job", RANK_JOB, &["-O1"]) else {
+        return;
+    };
+    let rank_reports =
+        |dir: &std::path::Path| (dir.join("node0/r-0.json"), dir.join("node1/r-1.json"));
+    // One job: both ranks at once, each waiting for the other to be up.
+    let together = dir.join("together");
+    std::fs::create_dir_all(&together).expect("a directory");
+    let mut both = [
+        start_rank(&together, &exe, 0),
+        start_rank(&together, &exe, 1),
+    ];
+    for run in &mut both {
+        assert!(run.wait().expect("memsight ends").success());
+    }
+    let (r0, r1) = rank_reports(&together);
+    let merged = dir.join("merged.json");
+    let m = memsight_e2e::run_memsight(
+        &[
+            "merge".as_ref(),
+            "--report".as_ref(),
+            merged.as_os_str(),
+            r0.as_os_str(),
+            r1.as_os_str(),
+        ],
+        None,
+    );
+    assert_eq!(m.code, 0, "{}", m.err);
+    assert!(!m.err.contains("before"), "{}", m.err);
+    // Two runs, one after the other: rank 0 alone (its "other" is itself), then rank 1 alone.
+    let apart = dir.join("apart");
+    std::fs::create_dir_all(&apart).expect("a directory");
+    std::fs::write(apart.join("up1"), "").expect("a marker");
+    assert!(start_rank(&apart, &exe, 0).wait().expect("ends").success());
+    std::fs::remove_file(apart.join("up1")).expect("the marker goes");
+    std::fs::write(apart.join("up0"), "").expect("a marker");
+    assert!(start_rank(&apart, &exe, 1).wait().expect("ends").success());
+    let (a0, a1) = rank_reports(&apart);
+    let m = memsight_e2e::run_memsight(
+        &[
+            "merge".as_ref(),
+            "--report".as_ref(),
+            merged.as_os_str(),
+            a0.as_os_str(),
+            a1.as_os_str(),
+        ],
+        None,
+    );
+    assert_eq!(m.code, 0, "{}", m.err);
+    assert!(
+        m.err.contains("s run ended") && m.err.contains("of different jobs or runs"),
+        "{}",
+        m.err
+    );
+}
