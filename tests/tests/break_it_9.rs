@@ -193,3 +193,53 @@ fn merging_reports_of_runs_apart_in_time_says_so() {
         m.err
     );
 }
+
+/// A report with a key given twice — a second `peaks` pasted in, claiming 5 bytes — was read with
+/// the last one silently: `check --max-host-peak 1MiB` said every budget holds. Now every verb
+/// that reads it refuses it (exit 2), naming the key.
+#[test]
+fn a_report_with_a_key_given_twice_is_refused_naming_the_key() {
+    let dir = scratch("break9-duplicate-key");
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/report.example.json");
+    let text = std::fs::read_to_string(&example).expect("the example report");
+    let original = dir.join("original.json");
+    std::fs::write(&original, &text).expect("a copy");
+    let end = text.rfind('}').expect("a JSON object");
+    let twice = format!(
+        "{}, \"peaks\": {{\"heap_peak_bytes\": 5, \"final_live_bytes\": 0, \"rss_peak_bytes\": 7}}\n}}\n",
+        &text[..end].trim_end()
+    );
+    let edited = dir.join("edited.json");
+    std::fs::write(&edited, twice).expect("the edited report");
+    let check = |report: &std::path::Path| {
+        memsight_e2e::run_memsight(
+            &[
+                "check".as_ref(),
+                report.as_os_str(),
+                "--max-host-peak".as_ref(),
+                "1MiB".as_ref(),
+            ],
+            None,
+        )
+    };
+    let plain = check(&original);
+    assert_eq!(
+        plain.code, 1,
+        "the example's heap is over 1 MiB: {}",
+        plain.out
+    );
+    let c = check(&edited);
+    assert_eq!(c.code, 2, "{}{}", c.out, c.err);
+    assert!(c.err.contains("peaks: the key is given twice"), "{}", c.err);
+    let summary = memsight_e2e::run_memsight(
+        &[
+            "summary".as_ref(),
+            edited.as_os_str(),
+            "--format".as_ref(),
+            "markdown".as_ref(),
+        ],
+        None,
+    );
+    assert_eq!(summary.code, 2, "{}", summary.out);
+}
