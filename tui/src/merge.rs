@@ -92,10 +92,12 @@ fn mixed_versions(inputs: &[(PathBuf, Report)]) -> Option<String> {
 /// its collectives —, so such reports are of different jobs or runs, and putting them side by side
 /// (the skew, the rank that failed first) compares runs that have nothing to do with each other.
 fn apart_in_time(inputs: &[(PathBuf, Report)]) -> Option<String> {
+    // A run's end is never taken before its start (a report's clock stamps out of order).
+    let end = |r: &Report| r.job.end_unix_ms.max(r.job.start_unix_ms);
     let (ended, a) = inputs
         .iter()
-        .min_by_key(|(_, r)| r.job.end_unix_ms)
-        .map(|(p, r)| (r.job.end_unix_ms, p))?;
+        .min_by_key(|(_, r)| end(r))
+        .map(|(p, r)| (end(r), p))?;
     let (began, b) = inputs
         .iter()
         .max_by_key(|(_, r)| r.job.start_unix_ms)
