@@ -80,8 +80,10 @@ pub use report::Report;
 pub use session::{print_snapshot, snapshot, Session, SessionBuilder, SessionError};
 pub use training::{end_training, end_training_by};
 
-/// What the preloaded library tells the session about its process (a fork, an exit).
+/// What the preloaded library tells the session about its process (a fork, an exit), and how
+/// memsight spawns its own threads in a job (with the job's signals blocked in them).
 pub mod process {
     pub use crate::session::{exiting, forget_inherited, forked, signals, writes_user_report};
+    pub use crate::sys::spawn_without_signals;
 }
 pub use snapshot::Snapshot;

@@ -1,6 +1,7 @@
 //! Small system helpers shared by several modules: wall-clock Unix milliseconds, the page size,
-//! a mutex lock that survives a panicked holder (memsight's state stays readable after one), and
-//! the per-thread phase peak windows.
+//! a mutex lock that survives a panicked holder (memsight's state stays readable after one), the
+//! per-thread phase peak windows, and the spawning of memsight's own threads in the job with the
+//! job's signals blocked in them.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
@@ -29,6 +30,50 @@ pub(crate) fn warn_env_once(name: &str, value: &std::ffi::OsStr, instead: &str) 
     }
     said.push(name.to_string());
     eprintln!("memsight: {name}={value:?} cannot be used; {instead}");
+}
+
+/// Spawns one of memsight's own threads of the job (the sampler, the preloaded library's starter)
+/// with every signal blocked in it but the faults a thread raises itself (`SIGSEGV`, `SIGBUS`,
+/// `SIGFPE`, `SIGILL`, `SIGTRAP`, `SIGSYS`), so that a signal sent to the process is delivered to
+/// one of the program's threads, never consumed by memsight's. A program that takes its signals
+/// synchronously — blocks them and reads them with `signalfd`, `sigwait` or `sigtimedwait`
+/// (`script`, `tini`, many process supervisors) — otherwise lost every one the kernel handed to a
+/// memsight thread, where it met the default action: a `SIGCHLD` it waited for was discarded and
+/// the program waited for good. The mask is set on the calling thread for the spawn alone (a new
+/// thread inherits it) and put back at once: no instant exists in which the new thread takes a
+/// signal. Async-signal-safe apart from the spawn itself; allocates only what the spawn does.
+pub fn spawn_without_signals<F, T>(
+    builder: std::thread::Builder,
+    f: F,
+) -> std::io::Result<std::thread::JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    // SAFETY: sigset_t is plain data; sigfillset/sigdelset only write the set given.
+    let mut blocked: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut before: libc::sigset_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::sigfillset(&mut blocked) };
+    for fault in [
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGFPE,
+        libc::SIGILL,
+        libc::SIGTRAP,
+        libc::SIGSYS,
+    ] {
+        // SAFETY: as above.
+        unsafe { libc::sigdelset(&mut blocked, fault) };
+    }
+    // SAFETY: both sets are valid; the C library leaves out the signals it keeps for itself
+    // (thread cancellation, credential changes), which memsight's threads must still take.
+    let masked = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &blocked, &mut before) } == 0;
+    let spawned = builder.spawn(f);
+    if masked {
+        // SAFETY: `before` is the mask pthread_sigmask returned.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut()) };
+    }
+    spawned
 }
 
 /// Locks `m`, taking the data over from a holder that panicked.

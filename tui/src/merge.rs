@@ -87,6 +87,33 @@ fn mixed_versions(inputs: &[(PathBuf, Report)]) -> Option<String> {
     })
 }
 
+/// Says when two of the reports' runs never met in time (one ended before the other began, by the
+/// clocks that stamped them): the ranks of one job run together — they meet in its rendezvous and
+/// its collectives —, so such reports are of different jobs or runs, and putting them side by side
+/// (the skew, the rank that failed first) compares runs that have nothing to do with each other.
+fn apart_in_time(inputs: &[(PathBuf, Report)]) -> Option<String> {
+    // A run's end is never taken before its start (a report's clock stamps out of order).
+    let end = |r: &Report| r.job.end_unix_ms.max(r.job.start_unix_ms);
+    let (ended, a) = inputs
+        .iter()
+        .min_by_key(|(_, r)| end(r))
+        .map(|(p, r)| (end(r), p))?;
+    let (began, b) = inputs
+        .iter()
+        .max_by_key(|(_, r)| r.job.start_unix_ms)
+        .map(|(p, r)| (r.job.start_unix_ms, p))?;
+    (ended < began).then(|| {
+        format!(
+            "{}'s run ended {:.1} s before {}'s began: the ranks of one job run at the same time, \
+             so these reports are of different jobs or runs and the figures side by side compare \
+             them; merge the reports of one run",
+            a.display(),
+            (began - ended) as f64 / 1000.0,
+            b.display()
+        )
+    })
+}
+
 fn rank_of(p: &JobProcess) -> Option<u32> {
     match p.role {
         Some(memsight_format::process::Role::Rank { rank }) => Some(rank),
@@ -135,6 +162,9 @@ pub fn merge(inputs: Vec<(PathBuf, Report)>) -> Result<Report, String> {
         eprintln!("memsight merge: {said} from the reports given: a node's reports left out?");
     }
     if let Some(said) = mixed_versions(&inputs) {
+        eprintln!("memsight merge: {}", text::line(&said));
+    }
+    if let Some(said) = apart_in_time(&inputs) {
         eprintln!("memsight merge: {}", text::line(&said));
     }
     let base = rows

@@ -248,13 +248,17 @@ fn on_slow_alloc() {
     let wait = std::time::Duration::from_nanos(due.saturating_sub(now));
     // The stack size is given, so spawning reads no environment variable (a caller of `malloc`
     // may hold the environment's lock).
-    let spawned = std::thread::Builder::new()
-        .name("memsight-start".into())
-        .stack_size(256 << 10)
-        .spawn(move || {
+    // The job's signals are blocked in it (and in the sampler it starts): a program waiting for
+    // its `SIGCHLD` with `signalfd` or `sigwait` gets it.
+    let spawned = memsight::process::spawn_without_signals(
+        std::thread::Builder::new()
+            .name("memsight-start".into())
+            .stack_size(256 << 10),
+        move || {
             std::thread::sleep(wait);
             start_here();
-        });
+        },
+    );
     if let Err(e) = spawned {
         eprintln!("memsight: the session did not start: {e}");
     }

@@ -378,14 +378,17 @@ impl SessionBuilder {
     }
 }
 
-/// Spawns the sampler thread. Its stack size is given, so spawning reads no environment variable:
+/// Spawns the sampler thread, with the job's signals blocked in it
+/// ([`crate::sys::spawn_without_signals`]). Its stack size is given, so spawning reads no environment variable:
 /// [`Session::start_sampler`] may run inside `malloc`, whose caller may hold the environment's lock.
 fn spawn_sampler(shared: &Arc<Shared>, interval: Duration) -> std::io::Result<JoinHandle<()>> {
     let worker = Arc::clone(shared);
-    std::thread::Builder::new()
-        .name("memsight-sampler".into())
-        .stack_size(SAMPLER_STACK)
-        .spawn(move || worker.run(interval))
+    crate::sys::spawn_without_signals(
+        std::thread::Builder::new()
+            .name("memsight-sampler".into())
+            .stack_size(SAMPLER_STACK),
+        move || worker.run(interval),
+    )
 }
 
 /// The sampler thread's stack: the standard library's default for spawned threads.

@@ -11,6 +11,7 @@ pub mod leak;
 mod postmortem;
 pub mod tips;
 mod training;
+mod unique_keys;
 
 pub use error::ReportError;
 pub use job_heap::{job_heap_peak, HeapSeries, HostPeak};
@@ -329,7 +330,8 @@ impl Report {
 
     /// Parses and validates a report from JSON bytes (a leading UTF-8 byte-order mark is skipped).
     /// Fields this version does not know are ignored, as docs/report.md promises within a schema
-    /// version; a field of the wrong type is named by its path (`peaks.heap_peak_bytes`).
+    /// version; a field of the wrong type is named by its path (`peaks.heap_peak_bytes`), and so
+    /// is a key given twice in one object (a parser would keep one of them silently).
     pub fn from_slice(bytes: &[u8]) -> Result<Report, ReportError> {
         let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
         let value: serde_json::Value =
@@ -347,6 +349,15 @@ impl Report {
                 path: None,
                 found: version,
                 supported: SCHEMA_VERSION,
+            });
+        }
+        if let Some(at) = unique_keys::first_duplicate(bytes).map_err(ReportError::from_json)? {
+            return Err(ReportError::Invalid {
+                path: None,
+                why: format!(
+                    "{at}: the key is given twice in its object (memsight writes each key once: \
+                     was the report edited or joined by hand?)"
+                ),
             });
         }
         serde_path_to_error::deserialize(value).map_err(|e| {
