@@ -243,3 +243,81 @@ fn a_report_with_a_key_given_twice_is_refused_naming_the_key() {
     );
     assert_eq!(summary.code, 2, "{}", summary.out);
 }
+
+/// `memsight run -- runuser -u nobody -- PROG` (also `su`, `setpriv`): the preloaded library sits
+/// in root's private runtime directory, which `nobody` cannot read, so PROG runs unmeasured and
+/// the report's own process is the launcher (0.6 MiB of heap, 5.6 MiB RSS). The report's process
+/// rows had PROG at 65 MiB RSS, yet `check --max-rss-peak 10MiB` said every budget holds. The RSS
+/// peak a budget gates is now the job's: another process's of the job where it is higher, named.
+#[test]
+fn a_program_run_as_another_user_is_gated_on_its_rss() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIP: only root can run a program as nobody with runuser");
+        return;
+    }
+    if std::process::Command::new("runuser")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("SKIP: runuser is not installed (util-linux)");
+        return;
+    }
+    let dir = scratch("break9-runuser");
+    // Holds 64 MiB, every page touched, for 5 s (the sidecar reads the job's processes from
+    // outside several times meanwhile), then exits 5.
+    // Every page written through a volatile pointer: the compiler may not drop the block.
+    let source = "#include <stdlib.h>\n#include <unistd.h>\n\
+        int main(void) { size_t n = 64u << 20; volatile char *p = malloc(n);\n\
+        for (size_t i = 0; i < n; i += 4096) p[i] = 1;\n\
+        sleep(5); return p[n - 4096] == 1 ? 5 : 6; }\n";
+    let Some(prog) = c_program(&dir, "hold_as_nobody", source, &["-O1"]) else {
+        return;
+    };
+    // nobody must reach the program: the scratch directory and the program are world-readable.
+    for p in [dir.as_path(), prog.as_path()] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let prog = prog.to_string_lossy().into_owned();
+    let r = run_job(
+        &dir,
+        &[],
+        &["runuser", "-u", "nobody", "--", prog.as_str()],
+        &[],
+    );
+    assert_eq!(r.code, 5, "{}", r.out);
+    let report: Value = serde_json::from_str(&r.report).expect("a JSON report");
+    let row = report["processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| {
+            p["command"][0]
+                .as_str()
+                .is_some_and(|c| c.ends_with("hold_as_nobody"))
+        })
+        .unwrap_or_else(|| panic!("no row of the program: {}", report["processes"]));
+    let rss = row["rss_peak_bytes"].as_u64().expect("its RSS peak");
+    assert!(rss >= 64 << 20, "{row}");
+    let check = memsight_e2e::run_memsight(
+        &[
+            "check".as_ref(),
+            dir.join("r.json").as_os_str(),
+            "--max-rss-peak".as_ref(),
+            "10MiB".as_ref(),
+        ],
+        None,
+    );
+    assert_eq!(check.code, 1, "{}{}", check.out, check.err);
+    let pid = row["pid"].as_u64().expect("its pid");
+    assert!(
+        check.out.contains("rss peak")
+            && check.out.contains(&format!("(pid {pid}: "))
+            && check.out.contains("exceeds budget 10.00 MiB"),
+        "{}",
+        check.out
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

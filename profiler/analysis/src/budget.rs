@@ -172,15 +172,24 @@ impl Budgets {
             }
         }
         if let Some(max) = self.max_rss_peak {
-            match p.rss_peak_bytes {
-                Some(v) if v > max => {
+            // The job's: another of its processes (a program a launcher started, a rank) counts
+            // where its RSS rose higher than this report's process's.
+            match r.rss_peak() {
+                Some(v) if v.bytes > max => {
                     let at = p.rss_peak_sample.as_ref();
-                    out.push(format!(
-                        "rss peak {} exceeds budget {}{}",
-                        fmt_bytes(v),
-                        fmt_bytes(max),
-                        location(at.map(|a| a.step), at.and_then(|a| a.phase.as_deref()))
-                    ));
+                    out.push(match v.other {
+                        Some((_, whose)) => format!(
+                            "rss peak {} of {whose} exceeds budget {}",
+                            fmt_bytes(v.bytes),
+                            fmt_bytes(max)
+                        ),
+                        None => format!(
+                            "rss peak {} exceeds budget {}{}",
+                            fmt_bytes(v.bytes),
+                            fmt_bytes(max),
+                            location(at.map(|a| a.step), at.and_then(|a| a.phase.as_deref()))
+                        ),
+                    });
                 }
                 Some(_) => {}
                 None => out.push("rss peak cannot be checked: the report has no RSS (process source unavailable)".into()),

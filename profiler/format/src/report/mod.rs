@@ -7,6 +7,7 @@ pub mod build;
 mod error;
 pub mod job_context;
 pub mod job_heap;
+pub mod job_rss;
 pub mod leak;
 mod postmortem;
 pub mod tips;
