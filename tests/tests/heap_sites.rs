@@ -206,6 +206,38 @@ fn the_report_names_the_function_holding_the_peak_and_the_one_that_leaks() {
     );
 }
 
+/// A diff in which no site grew (a leak-free job: the usual case in CI) with `--flamegraph`: the
+/// diff is still printed, the command succeeds, and the SVG asked for is written and says why it
+/// has no frames (it was exit 2, "no sampled allocations to draw", with nothing printed).
+#[test]
+fn a_diff_where_nothing_grew_still_prints_and_draws() {
+    let dir = scratch("heap-diff-flat");
+    let report = dir.join("r.json");
+    let (code, err, v) = run_job(&report, &["4"]);
+    assert_eq!(code, 0, "{err}");
+    let peak = dir.join(v["heap_profile"]["at_peak"]["heap_file"].as_str().unwrap());
+    let svg = dir.join("growth.svg");
+    let r = run_memsight(
+        &[
+            std::ffi::OsStr::new("heap"),
+            "diff".as_ref(),
+            peak.as_os_str(),
+            peak.as_os_str(),
+            "--flamegraph".as_ref(),
+            svg.as_os_str(),
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert!(r.out.contains("no site grew"), "{}", r.out);
+    let drawn = std::fs::read_to_string(&svg).expect("the flamegraph asked for is written");
+    assert!(
+        drawn.starts_with("<?xml") || drawn.starts_with("<svg"),
+        "{drawn}"
+    );
+    assert!(drawn.contains("no site grew"), "{drawn}");
+}
+
 /// `memsight heap top PROFILE`: its first site row and its whole output.
 fn heap_top(profile: &Path) -> (String, String) {
     let r = run_memsight(
