@@ -379,6 +379,38 @@ fn heap_profiling_can_be_left_off() {
     );
 }
 
+/// `MEMSIGHT_HEAP_SAMPLE` in the environment `memsight run` starts from is the job's setting, as
+/// the README says (`MEMSIGHT_HEAP_SAMPLE=off` is `--no-heap-profile`); a flag given wins. `run`
+/// overwrote it with `--heap-sample`'s default, 512 KiB.
+#[test]
+fn the_environments_heap_sample_is_kept_unless_a_flag_says_otherwise() {
+    let dir = scratch("heap-sites-env");
+    let report = dir.join("r.json");
+    for (env, flags, says) in [
+        ("off", &[][..], "sampling off"),
+        ("64KiB", &[][..], "per 64.00 KiB"),
+        ("off", &["--heap-sample", "1MiB"][..], "per 1.00 MiB"),
+        ("64KiB", &["--no-heap-profile"][..], "sampling off"),
+    ] {
+        let mut args = vec!["run"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--report", report.to_str().unwrap(), "--", JOB, "4"]);
+        let r = memsight_e2e::run_memsight_env(&args, None, &[("MEMSIGHT_HEAP_SAMPLE", env)]);
+        assert_eq!(r.code, 0, "{env} {flags:?}: {}", r.err);
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let src = v["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "heap profile")
+            .unwrap();
+        assert!(
+            src["detail"].as_str().unwrap().contains(says),
+            "MEMSIGHT_HEAP_SAMPLE={env} {flags:?}: {src}"
+        );
+    }
+}
+
 #[test]
 fn a_running_job_writes_a_profile_when_asked() {
     let dir = scratch("heap-sites-ask");
