@@ -459,3 +459,58 @@ fn hf_config_quant_head_dequant_bytes_and_fused_qkv_are_flags() {
         assert!(err.contains(needs), "{a:?}: {err}");
     }
 }
+
+/// `--lora-targets` names that match no module of the model (a typo) are refused, with the names
+/// the model has, as peft refuses them; it was an estimate of 0 trainable parameters, exit 0. A
+/// list where some names match estimates those and says which names matched nothing.
+#[test]
+fn lora_targets_that_match_no_module_are_said() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../profiler/analysis/tests/fixtures/hf-configs/llama.json"
+    );
+    let (code, out, err) = estimate(&[
+        "--hf-config",
+        cfg,
+        "--lora-rank",
+        "16",
+        "--lora-targets",
+        "q_prj",
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("q_prj"), "{err}");
+    assert!(err.contains("q_proj"), "the model's own names: {err}");
+    assert!(out.is_empty(), "nothing printed before the error: {out}");
+
+    let (code, out, err) = estimate(&[
+        "--hf-config",
+        cfg,
+        "--lora-rank",
+        "16",
+        "--lora-targets",
+        "q_proj,v_prj",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("v_prj"), "{err}");
+    let only_q = json(&[
+        "--hf-config",
+        cfg,
+        "--lora-rank",
+        "16",
+        "--lora-targets",
+        "q_proj",
+    ]);
+    let (_, json_out, _) = estimate(&[
+        "--hf-config",
+        cfg,
+        "--lora-rank",
+        "16",
+        "--lora-targets",
+        "q_proj,v_prj",
+        "--json",
+    ]);
+    let with_typo =
+        serde_json::from_str::<serde_json::Value>(&json_out).unwrap()["estimate"].clone();
+    assert_eq!(only_q, with_typo, "the names that match are estimated");
+    assert!(!out.is_empty());
+}

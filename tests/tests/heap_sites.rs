@@ -206,6 +206,38 @@ fn the_report_names_the_function_holding_the_peak_and_the_one_that_leaks() {
     );
 }
 
+/// A diff in which no site grew (a leak-free job: the usual case in CI) with `--flamegraph`: the
+/// diff is still printed, the command succeeds, and the SVG asked for is written and says why it
+/// has no frames (it was exit 2, "no sampled allocations to draw", with nothing printed).
+#[test]
+fn a_diff_where_nothing_grew_still_prints_and_draws() {
+    let dir = scratch("heap-diff-flat");
+    let report = dir.join("r.json");
+    let (code, err, v) = run_job(&report, &["4"]);
+    assert_eq!(code, 0, "{err}");
+    let peak = dir.join(v["heap_profile"]["at_peak"]["heap_file"].as_str().unwrap());
+    let svg = dir.join("growth.svg");
+    let r = run_memsight(
+        &[
+            std::ffi::OsStr::new("heap"),
+            "diff".as_ref(),
+            peak.as_os_str(),
+            peak.as_os_str(),
+            "--flamegraph".as_ref(),
+            svg.as_os_str(),
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert!(r.out.contains("no site grew"), "{}", r.out);
+    let drawn = std::fs::read_to_string(&svg).expect("the flamegraph asked for is written");
+    assert!(
+        drawn.starts_with("<?xml") || drawn.starts_with("<svg"),
+        "{drawn}"
+    );
+    assert!(drawn.contains("no site grew"), "{drawn}");
+}
+
 /// `memsight heap top PROFILE`: its first site row and its whole output.
 fn heap_top(profile: &Path) -> (String, String) {
     let r = run_memsight(
@@ -345,6 +377,38 @@ fn heap_profiling_can_be_left_off() {
         src["detail"].as_str().unwrap().contains("sampling off"),
         "{src}"
     );
+}
+
+/// `MEMSIGHT_HEAP_SAMPLE` in the environment `memsight run` starts from is the job's setting, as
+/// the README says (`MEMSIGHT_HEAP_SAMPLE=off` is `--no-heap-profile`); a flag given wins. `run`
+/// overwrote it with `--heap-sample`'s default, 512 KiB.
+#[test]
+fn the_environments_heap_sample_is_kept_unless_a_flag_says_otherwise() {
+    let dir = scratch("heap-sites-env");
+    let report = dir.join("r.json");
+    for (env, flags, says) in [
+        ("off", &[][..], "sampling off"),
+        ("64KiB", &[][..], "per 64.00 KiB"),
+        ("off", &["--heap-sample", "1MiB"][..], "per 1.00 MiB"),
+        ("64KiB", &["--no-heap-profile"][..], "sampling off"),
+    ] {
+        let mut args = vec!["run"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--report", report.to_str().unwrap(), "--", JOB, "4"]);
+        let r = memsight_e2e::run_memsight_env(&args, None, &[("MEMSIGHT_HEAP_SAMPLE", env)]);
+        assert_eq!(r.code, 0, "{env} {flags:?}: {}", r.err);
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let src = v["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "heap profile")
+            .unwrap();
+        assert!(
+            src["detail"].as_str().unwrap().contains(says),
+            "MEMSIGHT_HEAP_SAMPLE={env} {flags:?}: {src}"
+        );
+    }
 }
 
 #[test]

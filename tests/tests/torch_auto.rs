@@ -189,6 +189,42 @@ for n in range(3):
     );
 }
 
+/// A job that imports `memsight.torch` before torch (the README's `import memsight,
+/// memsight.torch`): torch is first imported from inside `memsight.torch`, and what `run` does on
+/// `import torch` waits for that import to finish. It was a warning, "PyTorch's device memory is not
+/// recorded (AttributeError: cannot access submodule 'torch' of module 'memsight' …)", and a job
+/// that did not call `install()` itself had no device memory.
+#[test]
+fn importing_memsight_torch_first_installs_it_without_a_warning() {
+    let Some(py) = ready() else { return };
+    for (name, install) in [("readme", "memsight.torch.install()"), ("bare", "")] {
+        let dir = scratch(&format!("auto-torch-first-{name}"));
+        let code = format!(
+            "
+import memsight, memsight.torch
+import torch
+{install}
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for n in range(3):
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"
+        );
+        let r = memsight_e2e::run_job(&dir, &[], &[py.to_str().unwrap(), "-c", &code], &[]);
+        assert_eq!(r.code, 0, "{name}: {}", r.out);
+        assert!(!r.out.contains("Warning"), "{name}: {}", r.out);
+        let v: Value = serde_json::from_str(&r.report).expect("a JSON report");
+        let sources: Vec<&str> = v["sources"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|s| s["name"].as_str()).collect())
+            .unwrap_or_default();
+        assert!(sources.contains(&"torch-cuda"), "{name}: {sources:?}");
+        assert_eq!(steps(&v), [0, 1, 2], "{name}: automatic steps: {}", r.out);
+    }
+}
+
 /// A job whose training holds about 40 MiB and whose own `atexit` handler, run at shutdown,
 /// allocates and touches 300 MiB.
 const SHUTDOWN_SPIKE: &str = "

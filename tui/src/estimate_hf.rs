@@ -180,6 +180,32 @@ fn recipe(a: &Args, h: &HfArgs) -> Result<Recipe, String> {
     Ok(r)
 }
 
+/// `--lora-targets` names that match no linear of the model: an error when none matches (peft
+/// refuses them: "Target modules … not found in the base model"), else a warning naming those
+/// left out. Either way the model's own names are said.
+fn lora_targets(l: &Lora, arch: &memsight_analysis::estimate::arch::Arch) -> Result<(), String> {
+    let unmatched = l.unmatched(arch);
+    if unmatched.is_empty() {
+        return Ok(());
+    }
+    let mut names: Vec<String> = Vec::new();
+    for lin in arch.linears() {
+        if !names.contains(&lin.name) {
+            names.push(lin.name);
+        }
+    }
+    let said = format!(
+        "--lora-targets {}: no linear of this model's blocks has that name (its linears: {})",
+        unmatched.join(","),
+        names.join(",")
+    );
+    if l.wrapped(arch).is_empty() {
+        return Err(said);
+    }
+    eprintln!("memsight estimate: {said}; left out of the adapters");
+    Ok(())
+}
+
 /// Runs the `--hf-config` estimate.
 pub fn run(a: &Args, hf: &HfArgs) -> ExitCode {
     let Some(path) = &hf.hf_config else {
@@ -197,6 +223,9 @@ pub fn run(a: &Args, hf: &HfArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
+    if let Err(err) = r.lora.as_ref().map_or(Ok(()), |l| lora_targets(l, &arch)) {
+        return fail(err);
+    }
     let e = train::estimate(&arch, &r);
     if let Err(err) = crate::estimate::device_memory(a).and_then(|()| {
         let f = e.figures;

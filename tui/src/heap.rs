@@ -181,10 +181,26 @@ fn run_inner(what: What) -> Result<(), String> {
         } => {
             let [a, b] = load([&before, &after])?;
             let sites = growth(&a, &b, count);
-            if let Some(svg) = flamegraph {
-                let folded = memsight_analysis::heapprof::profile::growth_folded(&a, &b);
-                write(&svg, &flame::svg("heap growth", &folded)?)?;
-            }
+            let drawing = match flamegraph {
+                Some(svg) => {
+                    let folded = memsight_analysis::heapprof::profile::growth_folded(&a, &b);
+                    let bytes = if folded.is_empty() {
+                        // Nothing grew (a leak-free job): the file asked for says so.
+                        flame::empty_svg(
+                            "heap growth",
+                            &format!(
+                                "no site grew from {} to {}",
+                                before.display(),
+                                after.display()
+                            ),
+                        )
+                    } else {
+                        flame::svg("heap growth", &folded)?
+                    };
+                    Some((svg, bytes))
+                }
+                None => None,
+            };
             if json {
                 print_json(&sites)?;
             } else {
@@ -199,6 +215,9 @@ fn run_inner(what: What) -> Result<(), String> {
                 for s in sites {
                     println!("{}", text::line(&s.row()));
                 }
+            }
+            if let Some((svg, bytes)) = drawing {
+                write(&svg, &bytes)?;
             }
         }
         What::Flamegraph { profile, output } => {

@@ -12,7 +12,9 @@ macro_rules! say {
 
 use memsight_format::text;
 use memsight_format::units::fmt_bytes;
-use memsight_sidecar::{attach as attach_to, run as run_job, AttachOptions, RunOptions};
+use memsight_sidecar::{
+    attach as attach_to, run as run_job, AttachOptions, HeapSampling, RunOptions,
+};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,10 +44,10 @@ pub struct Args {
     /// Open the live viewer in this terminal; the job's output goes to REPORT's name + `.log`.
     #[arg(long)]
     live: bool,
-    /// Mean bytes between heap samples in a job that links memsight (allocation sites). The
-    /// profiles go to REPORT's name + `.heap/`.
-    #[arg(long, default_value = "512KiB", value_parser = parse_sample, value_name = "SIZE")]
-    heap_sample: u64,
+    /// Mean bytes between heap samples (allocation sites) [default: MEMSIGHT_HEAP_SAMPLE when
+    /// set, else 512KiB]. The profiles go to REPORT's name + `.heap/`.
+    #[arg(long, value_parser = parse_sample, value_name = "SIZE")]
+    heap_sample: Option<u64>,
     /// Start the job with heap sampling off (no allocation sites in the report unless switched on
     /// with `memsight heap sampling on PID`).
     #[arg(long)]
@@ -196,6 +198,19 @@ fn parse_sample(s: &str) -> Result<u64, String> {
     }
 }
 
+/// The job's heap sampling: a flag given, else the environment's `MEMSIGHT_HEAP_SAMPLE` (the
+/// job's session reads it), else one sample per 512 KiB.
+fn heap_sampling(off: bool, every: Option<u64>) -> HeapSampling {
+    match (off, every) {
+        (true, _) => HeapSampling::Off,
+        (false, Some(b)) => HeapSampling::Every(b),
+        (false, None) if std::env::var_os("MEMSIGHT_HEAP_SAMPLE").is_some() => {
+            HeapSampling::Inherited
+        }
+        (false, None) => HeapSampling::Every(512 << 10),
+    }
+}
+
 /// Runs the job; the exit code is the job's.
 pub fn run(a: Args) -> ExitCode {
     use std::io::IsTerminal;
@@ -218,7 +233,7 @@ pub fn run(a: Args) -> ExitCode {
         interval: w.interval,
         metrics: w.metrics,
         job_output: log.clone(),
-        heap_sample_bytes: (!a.no_heap_profile).then_some(a.heap_sample),
+        heap_sampling: heap_sampling(a.no_heap_profile, a.heap_sample),
         on_spawn: live.then_some(tx),
         preload: !a.no_preload,
         cupti: a.cupti,

@@ -77,12 +77,17 @@ def _torch_imported(torch):
 
     import memsight
 
-    try:
-        import memsight.torch
+    if "memsight.torch" in sys.modules and not getattr(sys.modules["memsight.torch"], "_imported", False):
+        # The job's own `import memsight.torch` is what imports torch: that module is half run
+        # (its `install` not yet defined), so it installs itself as its import ends.
+        memsight._install_torch_when_imported = True
+    else:
+        try:
+            import memsight.torch
 
-        memsight.torch.install()
-    except Exception as e:
-        warnings.warn("memsight: PyTorch's device memory is not recorded (%s: %s)" % (type(e).__name__, e))
+            memsight.torch.install()
+        except Exception as e:
+            warnings.warn("memsight: PyTorch's device memory is not recorded (%s: %s)" % (type(e).__name__, e))
     if os.environ.get("MEMSIGHT_AUTO_STEPS", "1") == "0":
         return
     from memsight import _auto

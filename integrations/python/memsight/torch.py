@@ -406,3 +406,16 @@ class _Poller:
 
         torch._C._cuda_attach_out_of_memory_observer(on_oom)
         self.observer_attached = True
+
+
+#: Set last: `memsight run`'s start-up (memsight/_startup.py) tells a finished import from one that
+#: is running (the job's `import memsight.torch`, which imports torch).
+_imported = True
+if getattr(memsight, "_install_torch_when_imported", False):
+    # torch was first imported from this module's own `import torch` under `memsight run`: the
+    # installation `run` does on `import torch` waited for this module to be whole.
+    memsight._install_torch_when_imported = False
+    try:
+        install()
+    except Exception as e:  # noqa: BLE001 - the job runs on without its device memory
+        warnings.warn("memsight: PyTorch's device memory is not recorded (%s: %s)" % (type(e).__name__, e))

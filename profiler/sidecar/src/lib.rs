@@ -30,7 +30,7 @@ mod watch;
 pub use attach::{attach, attachable, AttachOptions};
 pub use delivery::{check_report_path, shell_code, to_stdout, RunOutcome, SidecarError};
 pub use ranks::{job_report_for, launched_as, report_for};
-pub use run::{run, RunOptions};
+pub use run::{run, HeapSampling, RunOptions};
 
 use std::sync::{Mutex, MutexGuard};
 

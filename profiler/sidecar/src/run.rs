@@ -32,8 +32,8 @@ pub struct RunOptions {
     pub metrics: Option<std::net::SocketAddr>,
     /// Send the job's stdout and stderr to this file instead of the terminal (`--live`).
     pub job_output: Option<PathBuf>,
-    /// Heap profiling: `None` off, else the mean bytes between samples (a power of two).
-    pub heap_sample_bytes: Option<u64>,
+    /// The job's heap sampling (`MEMSIGHT_HEAP_SAMPLE`).
+    pub heap_sampling: HeapSampling,
     /// Told the job's pid once it runs (a viewer in the same process connects then).
     pub on_spawn: Option<mpsc::Sender<u32>>,
     /// Preload memsight into a job that does not link it (and put the Python package on its path).
@@ -49,27 +49,43 @@ pub struct RunOptions {
     pub device_history: bool,
 }
 
+/// How `run` sets the job's heap sampling, which memsight's heap sampler reads from
+/// `MEMSIGHT_HEAP_SAMPLE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeapSampling {
+    /// One sample per this many bytes allocated on average (`--heap-sample`).
+    Every(u64),
+    /// Off (`--no-heap-profile`); `memsight heap sampling on PID` starts it.
+    Off,
+    /// Whatever `MEMSIGHT_HEAP_SAMPLE` the environment `run` starts from says (the job's session
+    /// reads it, and says once on stderr when it cannot use it): no flag was given.
+    Inherited,
+}
+
 /// The environment that sets the job's heap sampling (memsight's heap sampler reads it) and says
 /// where its profiles go (beside the job's report `job_report`; `memsight-report.heap/` here for
 /// `--report -`).
 fn heap_profile_env(opts: &RunOptions, job_report: &Path) -> Vec<(&'static str, OsString)> {
-    let sample = match opts.heap_sample_bytes {
-        Some(b) => OsString::from(b.to_string()),
-        None => OsString::from("off"),
+    let sample = match opts.heap_sampling {
+        HeapSampling::Every(b) => Some(OsString::from(b.to_string())),
+        HeapSampling::Off => Some(OsString::from("off")),
+        HeapSampling::Inherited => None,
     };
-    vec![
-        ("MEMSIGHT_HEAP_SAMPLE", sample),
-        (
-            "MEMSIGHT_PROFILE_DIR",
-            // The job's report's (`r-job.heap/` for `--report 'r-{rank}.json'`).
-            memsight::heapprof::dir_for_report(&if to_stdout(&opts.report) {
-                PathBuf::from("memsight-report.json")
-            } else {
-                job_report.to_path_buf()
-            })
-            .into_os_string(),
-        ),
-    ]
+    let mut env: Vec<(&'static str, OsString)> = sample
+        .map(|s| ("MEMSIGHT_HEAP_SAMPLE", s))
+        .into_iter()
+        .collect();
+    env.push((
+        "MEMSIGHT_PROFILE_DIR",
+        // The job's report's (`r-job.heap/` for `--report 'r-{rank}.json'`).
+        memsight::heapprof::dir_for_report(&if to_stdout(&opts.report) {
+            PathBuf::from("memsight-report.json")
+        } else {
+            job_report.to_path_buf()
+        })
+        .into_os_string(),
+    ));
+    env
 }
 
 /// Runs `opts.command` under the sidecar and writes the report.

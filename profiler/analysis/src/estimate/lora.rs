@@ -97,6 +97,20 @@ impl Lora {
         out
     }
 
+    /// The module names of [`Targets::Named`] that name no linear of the model's blocks (a typo,
+    /// or a module the estimate does not wrap, such as the LM head); none for the other targets.
+    pub fn unmatched(&self, arch: &Arch) -> Vec<String> {
+        let Targets::Named(names) = &self.targets else {
+            return Vec::new();
+        };
+        let linears = arch.linears();
+        names
+            .iter()
+            .filter(|n| !linears.iter().any(|l| &l.name == *n))
+            .cloned()
+            .collect()
+    }
+
     /// The roles (`q`, `v`, `qkv`, `o`, `gate`, `up`, `down`, …) of the block linears wrapped.
     pub fn wrapped_roles(&self, arch: &Arch) -> Vec<&'static str> {
         arch.linears()
