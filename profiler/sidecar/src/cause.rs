@@ -65,6 +65,14 @@ pub(crate) fn signal_name(sig: i32) -> String {
     format!("{name} (signal {sig})")
 }
 
+/// `step N in phase P`, or `step N` outside any phase.
+pub(crate) fn step_and_phase(step: u64, phase: Option<&str>) -> String {
+    match phase {
+        Some(ph) => format!("step {step} in phase {ph}"),
+        None => format!("step {step}"),
+    }
+}
+
 /// What the sidecar saw of the end.
 pub(crate) struct Seen {
     pub end: End,
@@ -95,10 +103,7 @@ impl Seen {
     /// (wire 1.10); else the last sample's place.
     fn failure_place(&self, w: &Watch) -> String {
         match &w.failed_at {
-            Some((step, phase)) => format!(
-                " at {}",
-                crate::postmortem::step_and_phase(*step, phase.as_deref())
-            ),
+            Some((step, phase)) => format!(" at {}", step_and_phase(*step, phase.as_deref())),
             None => self.place.clone(),
         }
     }

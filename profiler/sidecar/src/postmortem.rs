@@ -151,15 +151,7 @@ pub(crate) fn final_report(e: Ending) -> Report {
 }
 
 fn where_(p: &PeakAt) -> String {
-    step_and_phase(p.step, p.phase.as_deref())
-}
-
-/// `step N in phase P`, or `step N` outside any phase.
-pub(crate) fn step_and_phase(step: u64, phase: Option<&str>) -> String {
-    match phase {
-        Some(ph) => format!("step {step} in phase {ph}"),
-        None => format!("step {step}"),
-    }
+    cause::step_and_phase(p.step, p.phase.as_deref())
 }
 
 /// The report the job wrote itself when it finished in-process (at the path asked for, if any).

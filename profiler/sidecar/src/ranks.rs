@@ -472,7 +472,7 @@ impl Assembly<'_> {
     /// and phase of the process that trains at `m`'s last sample: its nearest ancestor whose
     /// steps moved, else the job's principal.
     fn place_of_end(&self, m: &Member, row: &JobProcess) -> String {
-        let at = crate::postmortem::step_and_phase;
+        let at = crate::cause::step_and_phase;
         let Some(trainer) = self.trainer_of(m) else {
             return at(row.last_step, row.last_phase.as_deref());
         };
