@@ -186,11 +186,23 @@ mod tests {
     #[test]
     fn a_child_process_shows_in_the_tree() {
         let mut child = std::process::Command::new("sleep")
-            .arg("5")
+            .arg("60")
             .spawn()
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        let t = read_tree(Path::new("/proc"), std::process::id()).unwrap();
+        // Until the child has become `sleep` and its PSS reads (during its exec it is neither),
+        // with a generous deadline for a busy machine.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let t = loop {
+            let t = read_tree(Path::new("/proc"), std::process::id()).unwrap();
+            let ready = t
+                .processes
+                .iter()
+                .any(|p| p.pid == child.id() && p.name == "sleep" && p.pss.is_some());
+            if ready || std::time::Instant::now() > deadline {
+                break t;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(t.processes[0].pid, std::process::id());
