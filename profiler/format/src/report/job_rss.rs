@@ -46,10 +46,7 @@ impl Report {
 
 /// `rank 1 (pid 42: python train.py)`, `process (pid 42: hold 64)`.
 fn describe(p: &crate::process::JobProcess) -> String {
-    let role = p
-        .role
-        .as_ref()
-        .map_or_else(|| "process".to_string(), |r| r.describe());
+    let role = p.role_text();
     let command: Vec<&str> = p.command.iter().take(3).map(String::as_str).collect();
     match command.is_empty() {
         true => format!("{role} (pid {})", p.pid),

@@ -183,15 +183,16 @@ static EXIT_WORD: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
 /// them (it forgets them when it first needs its own state, not at the fork) writes none.
 static WORDS_OWNER: AtomicU32 = AtomicU32::new(0);
 
-/// The header word at `word`, when this process installed it.
-fn own_word(word: &AtomicPtr<AtomicU64>) -> Option<&'static AtomicU64> {
+/// What `word` points at (a header word, or the leaked writer), when this process installed it.
+fn own_word<T>(word: &AtomicPtr<T>) -> Option<&'static T> {
     let p = word.load(Ordering::Acquire);
     // SAFETY: getpid has no preconditions (async-signal-safe).
     let me = unsafe { libc::getpid() } as u32;
     if p.is_null() || WORDS_OWNER.load(Ordering::Relaxed) != me {
         return None;
     }
-    // SAFETY: a header word of a mapping that is never unmapped.
+    // SAFETY: a header word of a mapping that is never unmapped, or the writer
+    // `install_alloc_failure_words` leaked: neither is ever freed.
     Some(unsafe { &*p })
 }
 
@@ -257,14 +258,9 @@ pub fn note_alloc_failure(size: usize) {
 /// Writes the noted place ([`note_place`]) into this process's ring, if it has one. No allocation,
 /// lock or wait: a copy onto the stack, one atomic add and a slot's bytes.
 fn write_failure_place() {
-    let p = FAILURE_RING.load(Ordering::Acquire);
-    // SAFETY: getpid has no preconditions (async-signal-safe).
-    let me = unsafe { libc::getpid() } as u32;
-    if p.is_null() || WORDS_OWNER.load(Ordering::Relaxed) != me {
+    let Some(ring) = own_word(&FAILURE_RING) else {
         return;
-    }
-    // SAFETY: a leaked writer, never dropped (`install_alloc_failure_words`).
-    let ring = unsafe { &*p };
+    };
     let mut buf = [0u8; place::MAX_PLACE];
     if let Some(n) = place::copy(&mut buf) {
         if n <= ring.slot_size - SLOT_HEADER {
